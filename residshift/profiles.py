@@ -1,0 +1,86 @@
+"""Sizes live here, and only here: the smoke / default / paper profiles.
+
+- ``smoke``: tiny random models and a few windows, so every notebook runs in seconds (tests, CI).
+- ``default``: the real study on a 2-core CPU with the embedded models (SmolLM2-135M, Gemma-3-270M).
+- ``paper``: the paper's scale on GPUs: Gemma-2-2B and friends from the hub.
+
+A notebook's ``parameters`` cell declares ``profile = "default"`` and its other parameters as
+``None`` ("take the profile's value"); the runner injects the profile's value of every parameter the
+cell declares, and ``resolve`` fills in whatever is still None when a notebook runs interactively.
+"""
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+# Each section owns the parameters of a group of notebooks: {section: {profile: {key: value}}}.
+# Keys must be unique across sections (the runner injects them by name).
+SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
+    "common": {
+        "smoke": {"models": ["tiny-llama", "tiny-gemma3"], "device": "cpu", "seed": 0},
+        "default": {"models": ["smollm2-135m", "gemma3-270m"], "device": "cpu", "seed": 0},
+        "paper": {"models": ["google/gemma-2-2b", "smollm2-135m", "gemma3-270m"], "device": "cuda",
+                  "seed": 0},
+    },
+    # 00: models, corpora and a perplexity sanity check
+    "tour": {
+        "smoke": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 64,
+                  "ppl_windows": 4},
+        "default": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 512,
+                    "ppl_windows": 64},
+        "paper": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 1024,
+                  "ppl_windows": 256},
+    },
+    # 01-03: localizing the shift (lens, metrics, causal profile, tuned lens)
+    "localize": {
+        "smoke": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 32,
+                  "lens_windows": 4, "lens_batch": 2, "n_boot": 50},
+        "default": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 128,
+                    "lens_windows": 64, "lens_batch": 8, "n_boot": 1000},
+        "paper": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 256,
+                  "lens_windows": 512, "lens_batch": 16, "n_boot": 2000},
+    },
+    # 04-05: attenuation on pretrained models (harness, sweep, gates)
+    "attenuate": {"smoke": {}, "default": {}, "paper": {}},
+}
+
+PROFILE_NAMES = ("smoke", "default", "paper")
+
+
+def _build() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {p: {} for p in PROFILE_NAMES}
+    owner: dict[str, str] = {}
+    for section, by_profile in SECTIONS.items():
+        if set(by_profile) != set(PROFILE_NAMES):
+            raise ValueError(f"profile section {section!r} must define {PROFILE_NAMES}")
+        keys = {k for values in by_profile.values() for k in values}
+        for key in keys:
+            if key in owner:
+                raise ValueError(f"parameter {key!r} is defined in sections {owner[key]!r} and {section!r}")
+            owner[key] = section
+        for profile, values in by_profile.items():
+            if set(values) != keys:
+                raise ValueError(f"section {section!r}: profile {profile!r} lacks {sorted(keys - set(values))}")
+            out[profile].update(values)
+    return out
+
+
+PROFILES: dict[str, dict[str, Any]] = _build()
+
+
+def get(profile: str) -> dict[str, Any]:
+    if profile not in PROFILES:
+        raise KeyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    return copy.deepcopy(PROFILES[profile])
+
+
+def resolve(profile: str, **given: Any) -> SimpleNamespace:
+    """The profile's parameters, with every ``given`` value that is not None taking precedence."""
+    params = get(profile)
+    unknown = [k for k in given if k not in params]
+    if unknown:
+        raise KeyError(f"parameters {unknown} are not in profile {profile!r}; known: {sorted(params)}")
+    params.update({k: v for k, v in given.items() if v is not None})
+    params["profile"] = profile
+    return SimpleNamespace(**params)
