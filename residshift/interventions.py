@@ -60,13 +60,22 @@ def attenuation_plan(info: ModelInfo, layers, alpha=None, *,
     return dict(sorted(out.items()))
 
 
+def attenuate_block(block, alpha) -> None:
+    """Inside a trace, on one block envoy: ``block(x) -> block(x) - (1 - alpha) x``.
+
+    This is THE edit; everything that attenuates (the sweep, the gates, the lens under
+    attenuation) calls it. Code that also reads other layers in the same trace must call it in its
+    own loop over layers, at the right layer, to keep nnsight's execution order.
+    """
+    skip = block.input  # read the input before the output: nnsight runs in execution order
+    block.output = block.output - (1 - alpha) * skip
+
+
 def attenuate(model, info: ModelInfo, layers, alpha=None, *, allow_amplify: bool = False) -> None:
     """Inside an nnsight trace: replace ``block_l(x)`` by ``block_l(x) - (1 - alpha) x``."""
     layer_envoys = info.layer_envoys(model)
     for layer, a in attenuation_plan(info, layers, alpha, allow_amplify=allow_amplify).items():
-        block = layer_envoys[layer]
-        skip = block.input  # read the input before the output: nnsight runs in execution order
-        block.output = block.output - (1 - a) * skip
+        attenuate_block(layer_envoys[layer], a)
 
 
 def attenuated_logits(model, info: ModelInfo, input_ids: torch.Tensor, layers, alpha=None,
