@@ -60,15 +60,28 @@ def attenuation_plan(info: ModelInfo, layers, alpha=None, *,
     return dict(sorted(out.items()))
 
 
+def attenuated(output, skip, alpha):
+    """The formula itself, on tensors: ``block(x) - (1 - alpha) x`` with ``output = block(x)``.
+
+    :func:`attenuate_block` (nnsight) and the sweep's replay of the tail blocks on the bare torch
+    module (``residshift.sweep``) both call this, so the two paths share one formula.
+    """
+    return output - (1 - alpha) * skip
+
+
 def attenuate_block(block, alpha) -> None:
     """Inside a trace, on one block envoy: ``block(x) -> block(x) - (1 - alpha) x``.
 
     This is THE edit; everything that attenuates (the sweep, the gates, the lens under
     attenuation) calls it. Code that also reads other layers in the same trace must call it in its
-    own loop over layers, at the right layer, to keep nnsight's execution order.
+    own loop over layers, at the right layer, to keep nnsight's execution order. ``alpha`` may be a
+    number, a tensor broadcastable to the block's output, or a callable ``alpha(x)`` of the block's
+    input (a token-dependent gate, ``residshift.gates``).
     """
     skip = block.input  # read the input before the output: nnsight runs in execution order
-    block.output = block.output - (1 - alpha) * skip
+    if callable(alpha):
+        alpha = alpha(skip)
+    block.output = attenuated(block.output, skip, alpha)
 
 
 def attenuate(model, info: ModelInfo, layers, alpha=None, *, allow_amplify: bool = False) -> None:
