@@ -1,0 +1,563 @@
+"""The logit lens, streamed: per-layer alignment of the residual stream with the input and next token.
+
+Notation (ours, used in every notebook):
+
+- ``h_0(t)`` is the input of decoder layer 0 at position ``t`` (the scaled token embedding, plus
+  position embeddings where the model adds them); ``h_l(t)`` the output of layer ``l - 1``,
+  ``l = 1..L``.
+- ``E`` is the tied embedding matrix ``[vocab, d]``, ``N`` the model's final norm, ``x_t`` the
+  current (input) token and ``x_{t+1}`` the next token, i.e. the one the loss at ``t`` asks for.
+- Logit lens: ``logits_l(t) = softcap(E · N(D_l(h_l(t))))`` where ``D_l`` is an optional decoder
+  (a ``(layer, h) -> h'`` hook; identity for the plain logit lens, a tuned-lens translator
+  otherwise) and ``softcap(z) = c·tanh(z / c)`` where the model has a final-logit soft-cap ``c``.
+  ``logits_L`` equals the model's own logits (tested).
+
+Metrics, per layer ``l`` and position ``t``, for ``x = x_t`` ("input") and ``x = x_{t+1}``
+("next") — :data:`METRICS` lists them:
+
+- ``rank``: ``1 + #{v : logits_l(t)[v] > logits_l(t)[x]}`` (1 = top; computed by counting the
+  logits strictly greater, never by sorting the vocabulary); ``logrank`` is ``log10(rank)``;
+- ``logprob`` / ``prob``: ``log softmax(logits_l(t))[x]`` and its exponential;
+- ``top1``: 1 when ``rank == 1`` (no token scores strictly higher than ``x``), else 0;
+- ``cos_raw``: ``cos(h_l(t), e_x)``; ``cos_norm``: ``cos(N(D_l(h_l(t))), e_x)``;
+- ``cos_centred``: ``cos(h_l(t) - mu_l, e_x - e_mean)`` with ``e_mean`` the mean row of ``E`` and
+  ``mu_l`` the mean of ``h_l`` over the analysed positions of the same batch (a few very large
+  residual dimensions, shared by all positions, otherwise dominate the raw cosine);
+- ``proj``: the scalar projection ``N(D_l(h_l(t))) · e_x / ||e_x||``;
+
+and two that do not depend on ``x``: ``entropy`` of the lens distribution (nats) and
+``kl_final`` = ``KL(p_L || p_l)``, from the model's final distribution to the layer's (nats).
+
+Analysed positions: ``t = 1 .. T-2`` of every window (0-based). Position 0 is dropped because it
+is the BOS token (Gemma) or a context-free attention-sink position (SmolLM2); the last position
+has no next token.
+
+Streaming: :func:`corpus_metrics` runs one nnsight trace per batch to save ``h_0..h_L`` (small:
+``(L+1)·B·T·d``), then unembeds one layer and one chunk of positions at a time, so no
+``layers × positions × vocab`` tensor ever exists and memory does not grow with the corpus. It
+keeps per-sequence per-layer means (and medians of ranks) for the bootstrap in :mod:`.stats`, and
+a compact per-token table for breakdowns by token type.
+"""
+from __future__ import annotations
+
+import math
+import time
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import torch
+
+from .interventions import attenuate_block, attenuation_plan
+from .models import ModelInfo
+
+Decoder = Callable[[int, torch.Tensor], torch.Tensor]
+
+PAIRED: dict[str, str] = {
+    "rank": "1 + number of vocabulary logits strictly greater than the token's (1 = top-1)",
+    "logrank": "log10 of rank",
+    "logprob": "log-probability of the token under the lens distribution (nats)",
+    "prob": "probability of the token under the lens distribution",
+    "top1": "1 if no token has a strictly greater lens logit than the token, else 0",
+    "cos_raw": "cos(h_l, e_x): raw residual vs the token's embedding row",
+    "cos_norm": "cos(N(D(h_l)), e_x): final-normed (decoded) residual vs the embedding row",
+    "cos_centred": "cos(h_l - mean_l, e_x - mean(E)): both centred (mean_l over the batch)",
+    "proj": "N(D(h_l)) . e_x / ||e_x||: scalar projection on the embedding row",
+}
+SINGLE: dict[str, str] = {
+    "entropy": "entropy of the lens distribution (nats)",
+    "kl_final": "KL(p_final || p_layer) in nats, p_final = the model's own output distribution",
+}
+METRICS: dict[str, str] = {**PAIRED, **SINGLE}
+WHICH = ("input", "next")
+# Orientation for "alignment": +1 when larger means more aligned with the token, -1 otherwise.
+ORIENTATION = {"rank": -1, "logrank": -1, "logprob": 1, "prob": 1, "top1": 1, "cos_raw": 1,
+               "cos_norm": 1, "cos_centred": 1, "proj": 1}
+# Metrics whose value comes from the lens distribution (need the unembedding matmul).
+_LOGIT_METRICS = {"rank", "logrank", "logprob", "prob", "top1", "entropy", "kl_final"}
+TOKEN_TABLE_DEFAULT = ("rank_input", "rank_next", "logprob_input", "logprob_next")
+
+
+class LensError(ValueError):
+    """Bad input to the lens; the message names the fix."""
+
+
+def check_metrics(metrics: Iterable[str] | None) -> tuple[str, ...]:
+    """Validate metric names (None = all); unknown names raise, listing the known ones."""
+    if metrics is None:
+        return tuple(METRICS)
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    metrics = tuple(metrics)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise LensError(
+            f"unknown metric(s) {unknown}; known metrics: {', '.join(METRICS)} "
+            "(paired ones are reported for the input and the next token)"
+        )
+    if not metrics:
+        raise LensError(f"no metric asked for; pick some of: {', '.join(METRICS)}")
+    return tuple(dict.fromkeys(metrics))
+
+
+def metric_columns(metrics: Iterable[str]) -> list[str]:
+    """Per-token column names: ``<paired>_input``, ``<paired>_next``, and the single metrics."""
+    cols = []
+    for m in check_metrics(metrics):
+        cols += [f"{m}_{w}" for w in WHICH] if m in PAIRED else [m]
+    return cols
+
+
+def check_ids(ids: Any, info: ModelInfo, *, min_len: int = 3) -> torch.Tensor:
+    """Return ``ids`` as a ``[batch, T]`` long tensor, or raise naming the fix."""
+    if isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], int):
+        ids = [ids]
+    ids = torch.as_tensor(ids) if not isinstance(ids, torch.Tensor) else ids
+    if ids.ndim == 1:
+        ids = ids[None]
+    if ids.ndim != 2:
+        raise LensError(f"token ids must be [batch, T] or [T], got shape {tuple(ids.shape)}")
+    if ids.shape[1] < min_len:
+        raise LensError(
+            f"a sequence of {ids.shape[1]} token(s) is too short: the lens needs at least {min_len} "
+            "(position 0 is dropped, and every analysed position needs a next token); pass a "
+            "longer text"
+        )
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise LensError(f"token ids must be integers, got {ids.dtype}")
+    if int(ids.min()) < 0 or int(ids.max()) >= info.vocab_size:
+        raise LensError(f"token ids must lie in 0..{info.vocab_size - 1} for {info.name}")
+    return ids.long()
+
+
+def encode(tokenizer, info: ModelInfo, text: str) -> torch.Tensor:
+    """Token ids ``[1, T]`` of ``text`` as the model saw its training data (BOS per the model)."""
+    if not isinstance(text, str) or not text.strip():
+        raise LensError("the text is empty; pass a sentence of a few words")
+    ids = tokenizer(text, add_special_tokens=False).input_ids
+    if info.prepend_bos:
+        ids = [info.bos_token_id] + ids
+    if len(ids) < 3:
+        raise LensError(
+            f"{text!r} is {len(ids)} token(s) long; the lens needs at least 3 (position 0 is "
+            "dropped and each analysed position needs a next token): pass a longer text"
+        )
+    return torch.tensor([ids], dtype=torch.long)
+
+
+# --------------------------------------------------------------------------------------------
+# The residual stream: one trace per batch
+# --------------------------------------------------------------------------------------------
+
+
+def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any] | None = None,
+                      remote: bool = False, return_logits: bool = False):
+    """Residual stream ``[L+1, B, T, d]`` (``h_0`` = input of layer 0, ``h_l`` = output of layer l-1).
+
+    One nnsight trace. ``attenuation = {layer: alpha}`` applies
+    :func:`residshift.interventions.attenuate_block` at those layers inside the layer loop (in
+    execution order), so ``h_{l+1}`` is the attenuated block's output. ``remote`` is passed to
+    ``lm.trace`` (``info.remote or remote``): the same code path runs on NDIF. With
+    ``return_logits`` also returns the model's logits ``[B, T, vocab]``.
+    """
+    ids = check_ids(ids, info, min_len=1)
+    plan = attenuation_plan(info, dict(attenuation)) if attenuation else {}
+    layers = info.layer_envoys(lm)
+    saved: list = []
+    logits_box: list = []
+    with torch.no_grad():
+        with lm.trace(ids, remote=bool(info.remote or remote)):
+            for l, layer in enumerate(layers):
+                if l == 0:
+                    h0 = layer.input
+                    saved.append(h0.save())
+                if l in plan:
+                    attenuate_block(layer, plan[l])
+                out = layer.output
+                saved.append(out.save())
+            if return_logits:
+                logits_box.append(lm.output.logits.save())
+    hs = torch.stack([_value(h) for h in saved]).float()
+    if return_logits:
+        return hs, _value(logits_box[0]).float()
+    return hs
+
+
+def _value(x):
+    """nnsight 0.8 returns plain tensors after the trace; older versions wrap them in .value."""
+    x = getattr(x, "value", x)
+    if isinstance(x, tuple):  # some transformers versions return (hidden, ...) from a layer
+        x = x[0]
+    return x
+
+
+# --------------------------------------------------------------------------------------------
+# The lens on saved residuals
+# --------------------------------------------------------------------------------------------
+
+
+def _matmul_dtype(name: str) -> torch.dtype:
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+    if name not in table:
+        raise LensError(f"matmul_dtype must be one of {list(table)}, got {name!r}")
+    return table[name]
+
+
+class _Unembed:
+    """``z -> softcap(z @ E.T)`` with the matmul in ``dtype`` (result in fp32)."""
+
+    def __init__(self, info: ModelInfo, dtype: str = "float32"):
+        self.info = info
+        self.dtype = _matmul_dtype(dtype)
+        E = info.embedding.detach()
+        self.E_t = E.to(self.dtype).T.contiguous() if self.dtype != E.dtype else E.T
+        self.cap = info.logit_softcap
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        logits = (z.to(self.dtype) @ self.E_t).float()
+        if self.cap:
+            logits = torch.tanh_(logits / self.cap).mul_(self.cap)
+        return logits
+
+
+def normed(info: ModelInfo, h: torch.Tensor, layer: int, decoder: Decoder | None = None) -> torch.Tensor:
+    """``N(D_l(h))``: the decoded, final-normed residual that the lens unembeds."""
+    with torch.no_grad():
+        if decoder is not None:
+            h = decoder(layer, h)
+        return info.final_norm(h).float()
+
+
+def lens_logits(info: ModelInfo, h: torch.Tensor, layer: int, *, decoder: Decoder | None = None,
+                matmul_dtype: str = "float32") -> torch.Tensor:
+    """``softcap(E · N(D_l(h)))`` for a residual ``h`` of layer ``layer`` (small inputs only)."""
+    if not 0 <= layer <= info.n_layers:
+        raise LensError(f"layer {layer} out of range: the residual stream of {info.name} has "
+                        f"layers 0..{info.n_layers}")
+    with torch.no_grad():
+        return _Unembed(info, matmul_dtype)(normed(info, h, layer, decoder))
+
+
+def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None = None,
+               attenuation=None, remote: bool = False) -> dict[str, torch.Tensor]:
+    """Top-``k`` lens tokens per layer and position of a short batch (for the worked examples).
+
+    Returns ``{"ids": [L+1, B, T, k], "probs": [L+1, B, T, k], "model_logits": [B, T, V]}``.
+    Unembeds one layer at a time.
+    """
+    ids = check_ids(ids, info, min_len=1)
+    hs, logits = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote,
+                                   return_logits=True)
+    unembed = _Unembed(info)
+    top_ids, top_p = [], []
+    for l in range(info.n_layers + 1):
+        lg = unembed(normed(info, hs[l], l, decoder))
+        p, i = torch.softmax(lg, -1).topk(k, dim=-1)
+        top_ids.append(i)
+        top_p.append(p)
+    return {"ids": torch.stack(top_ids), "probs": torch.stack(top_p), "model_logits": logits}
+
+
+@dataclass
+class LensOptions:
+    """How the streamed pass runs (none of these change the definitions of the metrics)."""
+
+    metrics: tuple[str, ...] = tuple(METRICS)
+    chunk_elems: int = 1 << 24  # max positions × vocab in one unembedding chunk
+    matmul_dtype: str = "float32"  # "bfloat16" for a faster unembedding matmul on CPUs with BF16
+    token_table: tuple[str, ...] = TOKEN_TABLE_DEFAULT
+
+    def __post_init__(self):
+        self.metrics = check_metrics(self.metrics)
+        cols = metric_columns(self.metrics)
+        missing = [c for c in self.token_table if c not in cols]
+        if missing:
+            raise LensError(f"token_table columns {missing} are not computed; computed: {cols}")
+        _matmul_dtype(self.matmul_dtype)
+        if self.chunk_elems < 1:
+            raise LensError("chunk_elems must be positive")
+
+
+def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
+                     decoder: Decoder | None = None, options: LensOptions | None = None,
+                     ) -> dict[str, torch.Tensor]:
+    """Per-token metrics ``{column: [L+1, B, T-2]}`` from saved residuals ``hs = [L+1, B, T, d]``.
+
+    Analysed positions ``t = 1..T-2`` (see the module docstring). Streams over layers and chunks
+    of positions; the largest temporary is ``chunk × vocab``.
+    """
+    opt = options or LensOptions()
+    metrics = set(opt.metrics)
+    L1, B, T, d = hs.shape
+    if L1 != info.n_layers + 1:
+        raise LensError(f"expected {info.n_layers + 1} residual layers for {info.name}, got {L1}")
+    ids = check_ids(ids, info)
+    if ids.shape != (B, T):
+        raise LensError(f"ids {tuple(ids.shape)} do not match residuals {(B, T)}")
+    cur = ids[:, 1:-1].reshape(-1)
+    nxt = ids[:, 2:].reshape(-1)
+    n = cur.numel()
+    h_pos = hs[:, :, 1:-1, :].reshape(L1, n, d)
+    out = {c: torch.empty(L1, n) for c in metric_columns(opt.metrics)}
+
+    E = info.embedding.detach().float()
+    need_logits = bool(metrics & _LOGIT_METRICS)
+    need_norm = need_logits or bool(metrics & {"cos_norm", "proj"})
+    if metrics & {"cos_raw", "cos_norm", "proj", "cos_centred"}:
+        e_cur, e_nxt = E[cur], E[nxt]
+        e_norm_cur, e_norm_nxt = e_cur.norm(dim=-1), e_nxt.norm(dim=-1)
+    if "cos_centred" in metrics:
+        e_mean = E.mean(0)
+        ec_cur, ec_nxt = e_cur - e_mean, e_nxt - e_mean
+        mu = hs[:, :, 1:, :].reshape(L1, -1, d).mean(1)  # [L+1, d], position 0 excluded
+    unembed = _Unembed(info, opt.matmul_dtype) if need_logits else None
+    V = info.vocab_size
+    rows = max(1, min(n, opt.chunk_elems // V))
+
+    with torch.no_grad():
+        for s in range(0, n, rows):
+            sl = slice(s, min(n, s + rows))
+            c_ids, n_ids = cur[sl, None], nxt[sl, None]
+            final = None
+            if "kl_final" in metrics:  # the model's own distribution: h_L without decoder
+                lf = unembed(info.final_norm(h_pos[-1, sl]).float())
+                lse_f = torch.logsumexp(lf, -1, keepdim=True)
+                pf = (lf - lse_f).exp_()
+                neg_hf = torch.linalg.vecdot(pf, lf) - lse_f[:, 0]  # sum pf log pf
+                final = (pf, neg_hf)
+                del lf
+            for l in range(L1):
+                h = h_pos[l, sl]
+                z = normed(info, h, l, decoder) if need_norm else None
+                if metrics & {"cos_raw"}:
+                    out["cos_raw_input"][l, sl] = _cos(h, e_cur[sl], e_norm_cur[sl])
+                    out["cos_raw_next"][l, sl] = _cos(h, e_nxt[sl], e_norm_nxt[sl])
+                if "cos_centred" in metrics:
+                    hc = h - mu[l]
+                    out["cos_centred_input"][l, sl] = torch.nn.functional.cosine_similarity(hc, ec_cur[sl], dim=-1)
+                    out["cos_centred_next"][l, sl] = torch.nn.functional.cosine_similarity(hc, ec_nxt[sl], dim=-1)
+                if "cos_norm" in metrics:
+                    out["cos_norm_input"][l, sl] = _cos(z, e_cur[sl], e_norm_cur[sl])
+                    out["cos_norm_next"][l, sl] = _cos(z, e_nxt[sl], e_norm_nxt[sl])
+                if "proj" in metrics:
+                    out["proj_input"][l, sl] = (z * e_cur[sl]).sum(-1) / e_norm_cur[sl]
+                    out["proj_next"][l, sl] = (z * e_nxt[sl]).sum(-1) / e_norm_nxt[sl]
+                if not need_logits:
+                    continue
+                logits = unembed(z)
+                _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final)
+                del logits
+    return {k: v.reshape(L1, B, T - 2) for k, v in out.items()}
+
+
+def _cos(a: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor) -> torch.Tensor:
+    return (a * b).sum(-1) / (a.norm(dim=-1) * b_norm).clamp_min(1e-12)
+
+
+def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final) -> None:
+    """All distribution metrics of one ``[rows, V]`` logit chunk, with O(1) extra V-wide passes."""
+    lse = torch.logsumexp(logits, -1)
+    for which, idx in (("input", c_ids), ("next", n_ids)):
+        tgt = logits.gather(1, idx)  # [rows, 1]
+        if metrics & {"rank", "logrank", "top1"}:
+            rank = (logits > tgt).sum(-1) + 1
+            if "rank" in metrics:
+                out[f"rank_{which}"][l, sl] = rank.float()
+            if "logrank" in metrics:
+                out[f"logrank_{which}"][l, sl] = torch.log10(rank.float())
+            if "top1" in metrics:
+                out[f"top1_{which}"][l, sl] = (rank == 1).float()
+        lp = tgt[:, 0] - lse
+        if "logprob" in metrics:
+            out[f"logprob_{which}"][l, sl] = lp
+        if "prob" in metrics:
+            out[f"prob_{which}"][l, sl] = lp.exp()
+    if metrics & {"entropy"}:
+        # H = lse - sum p * logits, with p = exp(logits - lse)
+        p = (logits - lse[:, None]).exp_()
+        out["entropy"][l, sl] = lse - torch.linalg.vecdot(p, logits)
+        del p
+    if final is not None:
+        pf, neg_hf = final
+        # KL(pf || p_l) = sum pf log pf - sum pf logits_l + lse_l
+        out["kl_final"][l, sl] = neg_hf - torch.linalg.vecdot(pf, logits) + lse
+
+
+# --------------------------------------------------------------------------------------------
+# Streaming over a corpus
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LensResult:
+    """What a corpus pass keeps (all CPU tensors; small, independent of the vocabulary size).
+
+    - ``per_seq[column]``: ``[n_seq, L+1]`` mean over a sequence's analysed positions;
+    - ``per_seq_median[column]``: ``[n_seq, L+1]`` median, for the rank columns;
+    - ``tokens``: a per-token table: ``cur``, ``next``, ``seq``, ``pos`` (``[n_tok]``) and
+      ``layers[column]`` (``[L+1, n_tok]``) for the columns in ``options.token_table``.
+    """
+
+    model: str
+    n_layers: int
+    columns: list[str]
+    per_seq: dict[str, torch.Tensor]
+    per_seq_median: dict[str, torch.Tensor]
+    tokens: dict[str, Any]
+    config: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def n_seq(self) -> int:
+        return next(iter(self.per_seq.values())).shape[0]
+
+
+def corpus_metrics(lm, info: ModelInfo, windows: torch.Tensor, *, batch: int = 8,
+                   decoder: Decoder | None = None, attenuation=None,
+                   options: LensOptions | None = None, remote: bool = False,
+                   progress: Callable[[int, int], None] | None = None) -> LensResult:
+    """Stream the lens over ``windows [n, T]`` in batches: one trace per batch, then metrics."""
+    opt = options or LensOptions()
+    windows = check_ids(windows, info)
+    if batch < 1:
+        raise LensError("batch must be at least 1")
+    cols = metric_columns(opt.metrics)
+    per_seq: dict[str, list] = {c: [] for c in cols}
+    per_med: dict[str, list] = {c: [] for c in cols if c.startswith("rank_")}
+    table: dict[str, list] = {c: [] for c in opt.token_table}
+    cur, nxt, seq, pos = [], [], [], []
+    t0 = time.perf_counter()
+    n = windows.shape[0]
+    for start in range(0, n, batch):
+        ids = windows[start:start + batch]
+        hs = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote)
+        m = residual_metrics(info, hs, ids, decoder=decoder, options=opt)
+        del hs
+        for c in cols:
+            per_seq[c].append(m[c].mean(-1).T)  # [B, L+1]
+        for c in per_med:
+            per_med[c].append(m[c].median(-1).values.T)
+        b, tt = ids.shape[0], ids.shape[1] - 2
+        for c in table:
+            table[c].append(m[c].reshape(m[c].shape[0], -1).to(torch.float32))
+        cur.append(ids[:, 1:-1].reshape(-1).to(torch.int32))
+        nxt.append(ids[:, 2:].reshape(-1).to(torch.int32))
+        seq.append(torch.arange(start, start + b, dtype=torch.int32).repeat_interleave(tt))
+        pos.append(torch.arange(1, tt + 1, dtype=torch.int16).repeat(b))
+        if progress:
+            progress(min(n, start + batch), n)
+    tokens = {"cur": torch.cat(cur), "next": torch.cat(nxt), "seq": torch.cat(seq),
+              "pos": torch.cat(pos), "layers": {c: torch.cat(v, 1) for c, v in table.items()}}
+    return LensResult(
+        model=info.name, n_layers=info.n_layers, columns=cols,
+        per_seq={c: torch.cat(v) for c, v in per_seq.items()},
+        per_seq_median={c: torch.cat(v) for c, v in per_med.items()},
+        tokens=tokens, seconds=time.perf_counter() - t0,
+    )
+
+
+def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window: int, n: int,
+             seed: int = 0, batch: int = 8, metrics: Iterable[str] | None = None,
+             decoder: Decoder | None = None, decoder_id: str | None = None,
+             attenuation: Mapping[int, float] | None = None, matmul_dtype: str = "float32",
+             remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
+    """The cached corpus-level pass: windows of a named corpus through :func:`corpus_metrics`.
+
+    Cached under ``results/lens-metrics`` by (model, corpus, split, window, n, seed, metrics,
+    decoder id, attenuation, matmul dtype). A decoder needs a ``decoder_id`` that names it
+    (e.g. the tuned lens's cache key), so a cached result is never reused for another decoder.
+    """
+    from . import cache
+    from .data import token_windows
+
+    if decoder is not None and not decoder_id:
+        raise LensError("a decoder needs decoder_id= (a string naming it) so results can be cached")
+    opt = LensOptions(metrics=check_metrics(metrics), matmul_dtype=matmul_dtype)
+    plan = attenuation_plan(info, dict(attenuation)) if attenuation else {}
+    config = {
+        "model": info.name, "source": info.source, "corpus": corpus, "split": split,
+        "window": int(window), "n": int(n), "seed": int(seed), "metrics": list(opt.metrics),
+        "decoder": decoder_id if decoder is not None else None,
+        "attenuation": {str(k): float(v) for k, v in plan.items()},
+        "matmul_dtype": matmul_dtype, "token_table": list(opt.token_table),
+    }
+
+    def compute() -> LensResult:
+        windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
+                                prepend_bos=info.prepend_bos)
+        prog = None
+        if verbose:
+            def prog(done, total):
+                print(f"  {info.name}: {done}/{total} windows", flush=True)
+        res = corpus_metrics(lm, info, windows, batch=batch, decoder=decoder,
+                             attenuation=plan or None, options=opt, remote=remote, progress=prog)
+        res.config = config
+        return res
+
+    return cache.cached("lens-metrics", config, compute, refresh=refresh)
+
+
+# --------------------------------------------------------------------------------------------
+# Token types (for breakdowns)
+# --------------------------------------------------------------------------------------------
+
+TOKEN_KINDS = ("whitespace", "punctuation", "number", "word")
+
+
+def token_kind(text: str) -> str:
+    """Our token classes: whitespace (only spaces/newlines), punctuation (no letter or digit),
+    number (digits, no letters), word (has a letter)."""
+    stripped = text.strip()
+    if not stripped:
+        return "whitespace"
+    if any(ch.isalpha() for ch in stripped):
+        return "word"
+    if any(ch.isdigit() for ch in stripped):
+        return "number"
+    if all(unicodedata.category(ch)[0] in "PSZC" for ch in stripped):
+        return "punctuation"
+    return "word"
+
+
+def token_kinds(tokenizer, ids: Iterable[int]) -> dict[int, str]:
+    """``{id: kind}`` for the distinct ids given."""
+    uniq = sorted(set(int(i) for i in ids))
+    texts = tokenizer.convert_ids_to_tokens(uniq)
+    out = {}
+    for i, raw in zip(uniq, texts):
+        out[i] = token_kind(tokenizer.convert_tokens_to_string([raw]) if raw is not None else "")
+    return out
+
+
+def frequency_bins(counts: np.ndarray, ids: np.ndarray,
+                   edges: tuple[int, ...] = (100, 1000, 10000)) -> tuple[np.ndarray, list[str]]:
+    """Bin tokens by the frequency rank of their id in a corpus (``counts[id]``).
+
+    Rank 1 = the most frequent id. With edges (100, 1000, 10000) the bins are
+    ``top-100``, ``100-1k``, ``1k-10k``, ``>10k`` (ranks). Returns (bin index per id, labels).
+    """
+    counts = np.asarray(counts)
+    order = np.argsort(-counts, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(1, len(order) + 1)
+    r = rank[np.asarray(ids)]
+    labels = []
+    prev = 0
+    for e in edges:
+        labels.append(f"rank {_k(prev + 1)}-{_k(e)}")
+        prev = e
+    labels.append(f"rank >{_k(edges[-1])}")
+    return np.searchsorted(np.asarray(edges), r, side="left"), labels
+
+
+def _k(x: int) -> str:
+    return f"{x // 1000}k" if x >= 1000 and x % 1000 == 0 else str(x)
+
+
+def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str) -> np.ndarray:
+    """Token-id counts of a whole corpus split under the model's tokenizer (length = vocab)."""
+    from .data import corpus_text, tokenize_text
+
+    tokens = tokenize_text(corpus_text(corpus, split), tokenizer)
+    return np.bincount(tokens, minlength=info.vocab_size)
