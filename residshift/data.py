@@ -155,6 +155,7 @@ def load_corpus(name: str, split: str | None = None):
     """
     import datasets
 
+    datasets.disable_progress_bars()  # one line per split read is noise in notebooks and logs
     corpus = get_corpus(name)
     split = _check_split(corpus, split)
     path = local_file(name, split)

@@ -432,7 +432,8 @@ def _tiny_config(kind: str, vocab: int, bos: int, eos: int, pad: int, **override
                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
         return LlamaConfig(**{**common, **cfg, **overrides})
     if kind == "tiny-gpt2":
-        cfg = dict(n_embd=64, n_layer=4, n_head=4, n_positions=512)
+        cfg = dict(n_embd=64, n_layer=4, n_head=4, n_positions=512, resid_pdrop=0.0,
+                   embd_pdrop=0.0, attn_pdrop=0.0)
         return GPT2Config(**{**common, **cfg, **overrides})
     if kind == "tiny-gemma3":
         cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4,

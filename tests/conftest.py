@@ -1,0 +1,33 @@
+"""Test isolation: no network, and results/figures written under a temporary folder.
+
+The model and token caches (data/cache) are shared with normal use on purpose: the slow tests
+reuse the dequantized embedded models instead of rebuilding them.
+"""
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_outputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("residshift-outputs")
+    old = {k: os.environ.get(k) for k in ("RESIDSHIFT_RESULTS", "RESIDSHIFT_FIGURES", "RESIDSHIFT_BUILD")}
+    os.environ["RESIDSHIFT_RESULTS"] = str(root / "results")
+    os.environ["RESIDSHIFT_FIGURES"] = str(root / "figures")
+    os.environ["RESIDSHIFT_BUILD"] = str(root / "build")
+    yield root
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    from residshift.models import load_model
+
+    return load_model("tiny-llama")

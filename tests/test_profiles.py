@@ -1,0 +1,30 @@
+import pytest
+
+from residshift import profiles
+
+
+def test_profiles_share_their_keys():
+    keys = {name: set(values) for name, values in profiles.PROFILES.items()}
+    assert set(keys) == {"smoke", "default", "paper"}
+    assert keys["smoke"] == keys["default"] == keys["paper"]
+
+
+def test_resolve_fills_none_from_the_profile():
+    p = profiles.resolve("smoke", seed=None, ppl_windows=9)
+    assert p.seed == profiles.get("smoke")["seed"] and p.ppl_windows == 9 and p.profile == "smoke"
+    with pytest.raises(KeyError, match="not in profile"):
+        profiles.resolve("smoke", no_such_parameter=1)
+
+
+def test_smoke_uses_only_in_process_models():
+    from residshift.models import TINY
+
+    assert set(profiles.get("smoke")["models"]) <= set(TINY)
+
+
+def test_a_key_in_two_sections_is_rejected(monkeypatch):
+    sections = {k: v for k, v in profiles.SECTIONS.items()}
+    sections["clash"] = {p: {"seed": 1} for p in profiles.PROFILE_NAMES}
+    monkeypatch.setattr(profiles, "SECTIONS", sections)
+    with pytest.raises(ValueError, match="seed"):
+        profiles._build()
