@@ -1,0 +1,340 @@
+"""Fixed residual attenuation, every layer x every alpha, on a pretrained model (claim C2).
+
+Our definition (see ``residshift.interventions``): attenuating block ``l`` by ``alpha`` replaces
+``block_l(x)`` by ``block_l(x) - (1 - alpha) x``, i.e. ``h_{l+1} = alpha h_l + F_l(h_l)``.
+``alpha = 1`` is the unmodified model, ``alpha = 0`` cuts the skip path of that block.
+
+What the sweep measures, per window ``w`` of a corpus: the mean next-token loss (nats) of the
+attenuated model minus that of the unmodified model on the same window,
+``dloss[l, a, w] = loss_w(attenuate l by alpha_a) - loss_w(unmodified)``. Windows are the unit of
+resampling, so confidence intervals are paired bootstraps over windows (:func:`summarize`).
+
+Why it is cheap: the residual stream entering block ``l`` does not depend on any alpha at ``l``.
+One unmodified forward captures, for every block, its input and its call arguments (attention
+mask, rotary tables, ...) through forward pre-hooks on the bare torch module. For each ``(l, alpha)``
+only blocks ``l..L-1``, the final norm and the head are replayed, starting from the captured input;
+block ``l``'s output is edited with :func:`residshift.interventions.attenuated`, the same formula
+that :func:`residshift.interventions.attenuate_block` applies inside nnsight traces. ``alpha = 1``
+needs no replay at all (it is the unmodified model; its dloss is exactly 0). The tests check that
+this path equals the plain nnsight ``attenuate`` path; ``benchmarks/bench_sweep.py`` times both.
+
+Resumable: the per-layer results are written atomically under
+``results/sweep-partial/<config key>/layer-XX.pt`` as they complete, and the assembled result goes
+through ``cache.cached``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import cache
+from .interventions import _alpha_ok, attenuated
+from .models import ModelInfo
+
+DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+@dataclass
+class SweepConfig:
+    """What one sweep computes. ``layers=None`` means every layer."""
+
+    model: str
+    corpus: str = "wikitext-103"
+    split: str = "validation"
+    window: int = 128
+    n_windows: int = 16
+    batch_size: int = 8
+    alphas: Sequence[float] = DEFAULT_ALPHAS
+    layers: Sequence[int] | None = None
+    seed: int = 0
+
+    def checked(self, info: ModelInfo) -> "SweepConfig":
+        alphas = [float(a) for a in self.alphas]
+        if not alphas:
+            raise ValueError("alphas is empty: give at least one alpha in [0, 1], e.g. (0, 0.5, 1)")
+        if len(set(alphas)) != len(alphas):
+            raise ValueError(f"alphas has duplicates: {alphas}")
+        for a in alphas:
+            _alpha_ok(a, allow_amplify=False)
+        layers = list(range(info.n_layers)) if self.layers is None else [
+            info.check_layer(int(l) % info.n_layers if int(l) < 0 else int(l)) for l in self.layers]
+        if self.n_windows < 1 or self.batch_size < 1 or self.window < 2:
+            raise ValueError("n_windows and batch_size must be >= 1 and window >= 2")
+        if info.name != self.model:
+            raise ValueError(f"config is for model {self.model!r} but the loaded model is {info.name!r}")
+        return SweepConfig(self.model, self.corpus, self.split, self.window, self.n_windows,
+                           self.batch_size, tuple(alphas), tuple(layers), self.seed)
+
+    def key_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["alphas"] = [float(a) for a in self.alphas]
+        d["layers"] = None if self.layers is None else [int(l) for l in self.layers]
+        return d
+
+
+# ------------------------------------------------------------------------------------------
+# The cheap path: capture block inputs once, replay the tail per (layer, alpha)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Captured:
+    """Inputs and call arguments of every block for one batch, from one unmodified forward."""
+
+    ids: torch.Tensor
+    inputs: list[torch.Tensor]  # inputs[l] = h_l, the residual stream entering block l
+    calls: list[tuple[tuple, dict]] = field(repr=False)  # (other positional args, kwargs) per block
+    logits: torch.Tensor | None = None  # the unmodified logits
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+def capture(module: torch.nn.Module, info: ModelInfo, ids: torch.Tensor,
+            keep_logits: bool = True) -> Captured:
+    """One unmodified forward of the bare module, recording each block's input and arguments."""
+    inputs: list = [None] * info.n_layers
+    calls: list = [None] * info.n_layers
+    handles = []
+
+    def make_hook(i):
+        def hook(_mod, args, kwargs):
+            if args:
+                inputs[i], rest = args[0].detach(), tuple(args[1:])
+            else:
+                kwargs = dict(kwargs)
+                inputs[i], rest = kwargs.pop("hidden_states").detach(), ()
+            calls[i] = (rest, dict(kwargs))
+        return hook
+
+    for i, layer in enumerate(info.layers):
+        handles.append(layer.register_forward_pre_hook(make_hook(i), with_kwargs=True))
+    try:
+        with torch.no_grad():
+            logits = module(ids.to(info.embedding.device), use_cache=False).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return Captured(ids, inputs, calls, logits.detach() if keep_logits else None)
+
+
+def head(module: torch.nn.Module, info: ModelInfo, h: torch.Tensor) -> torch.Tensor:
+    """Final norm, tied head and the model's soft-cap (as the model's own forward does)."""
+    logits = module.get_output_embeddings()(info.final_norm(h))
+    if info.logit_softcap:
+        logits = torch.tanh(logits / info.logit_softcap) * info.logit_softcap
+    return logits
+
+
+def replay(module: torch.nn.Module, info: ModelInfo, cap: Captured, layer: int, alpha) -> torch.Tensor:
+    """Logits with block ``layer`` attenuated by ``alpha``, running only blocks ``layer..L-1``."""
+    info.check_layer(layer)
+    with torch.no_grad():
+        x = cap.inputs[layer]
+        rest, kwargs = cap.calls[layer]
+        h = attenuated(_first(info.layers[layer](x, *rest, **kwargs)), x, alpha)
+        for j in range(layer + 1, info.n_layers):
+            rest, kwargs = cap.calls[j]
+            h = _first(info.layers[j](h, *rest, **kwargs))
+        return head(module, info, h)
+
+
+def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Per-token next-token losses ``[batch, length - 1]`` (position t predicts token t+1)."""
+    logits = logits.float()
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                           ids[:, 1:].reshape(-1).to(logits.device),
+                           reduction="none").view(ids.shape[0], -1).cpu()
+
+
+# ------------------------------------------------------------------------------------------
+# The sweep
+# ------------------------------------------------------------------------------------------
+
+
+def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, *,
+                  partial_dir=None, progress: bool = False) -> dict[str, Any]:
+    """Run the sweep on ``windows`` ``[n, T]``; see the module docstring for what is returned.
+
+    Returns ``{"base": [n] mean loss per window, "dloss": [n_layers_swept, n_alphas, n],
+    "layers": [...], "alphas": [...], "config": ...}``. With ``partial_dir`` each finished layer is
+    stored there atomically and reused on a rerun (resumption).
+    """
+    cfg = cfg.checked(info)
+    if windows.ndim != 2 or windows.shape[1] < 2:
+        raise ValueError(f"windows must be [n, length >= 2], got {tuple(windows.shape)}")
+    module = lm._module
+    batches = [windows[s:s + cfg.batch_size] for s in range(0, len(windows), cfg.batch_size)]
+    caps = [capture(module, info, b, keep_logits=True) for b in batches]
+    base_tok = torch.cat([token_losses(c.logits, c.ids) for c in caps])
+    for c in caps:
+        c.logits = None  # free the big tensors early
+    base = base_tok.mean(dim=1)
+    rows = []
+    layers = list(cfg.layers)
+    it = layers
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(layers, desc=f"{info.name} sweep", unit="layer")
+    for layer in it:
+        path = None if partial_dir is None else partial_dir / f"layer-{layer:03d}.pt"
+        if path is not None and path.is_file():
+            rows.append(torch.load(path))
+            continue
+        row = torch.zeros(len(cfg.alphas), len(windows))
+        for ai, alpha in enumerate(cfg.alphas):
+            if alpha == 1.0:
+                continue  # the unmodified model: dloss is exactly zero
+            per = [token_losses(replay(module, info, c, layer, alpha), c.ids).mean(dim=1) for c in caps]
+            row[ai] = torch.cat(per) - base
+        if path is not None:
+            cache.atomic_torch_save(row, path)
+        rows.append(row)
+    return {"base": base, "base_tokens": base_tok, "dloss": torch.stack(rows), "layers": layers,
+            "n_layers": info.n_layers, "model": info.name,
+            "alphas": list(cfg.alphas), "config": cfg.key_dict()}
+
+
+def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: bool = False,
+              refresh: bool = False) -> dict[str, Any]:
+    """The cached, resumable sweep on ``cfg.corpus`` windows (BOS as the model expects)."""
+    from .data import token_windows
+
+    cfg = cfg.checked(info)
+    key = cfg.key_dict()
+    partial = cache.results_dir() / "sweep-partial" / cache.config_key(key)
+
+    def compute():
+        windows = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
+                                n=cfg.n_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)
+        return sweep_windows(lm, info, windows, cfg, partial_dir=partial, progress=progress)
+
+    return cache.cached("attenuation-sweep", key, compute, refresh=refresh)
+
+
+def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int],
+                alphas: Sequence[float], *, batch_size: int = 8) -> dict[str, Any]:
+    """The reference: one full nnsight forward with ``attenuate`` per (layer, alpha) (slow)."""
+    from .evaluate import window_losses
+    from .interventions import attenuate
+
+    base = window_losses(lm, info, windows, batch_size=batch_size).mean(dim=1)
+    rows = []
+    for layer in layers:
+        row = torch.zeros(len(alphas), len(windows))
+        for ai, alpha in enumerate(alphas):
+            loss = window_losses(lm, info, windows, batch_size=batch_size,
+                                 intervene=lambda m, i, l=layer, a=alpha: attenuate(m, i, {l: a}))
+            row[ai] = loss.mean(dim=1) - base
+        rows.append(row)
+    return {"base": base, "dloss": torch.stack(rows), "layers": list(layers), "alphas": list(alphas)}
+
+
+# ------------------------------------------------------------------------------------------
+# Summaries and computed verdicts
+# ------------------------------------------------------------------------------------------
+
+
+def bootstrap_mean(x: torch.Tensor | np.ndarray, *, n_boot: int = 1000, seed: int = 0,
+                   level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``x`` (over its last axis: windows) and a percentile bootstrap CI of that mean."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[-1]
+    if n < 2:
+        m = float(x.mean())
+        return m, float("nan"), float("nan")
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    boots = x[..., idx].mean(axis=-1)
+    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=-1)
+    return float(x.mean()), float(lo), float(hi)
+
+
+def summarize(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0):
+    """A long table: one row per (layer, alpha) with mean dloss, bootstrap CI and SE."""
+    import pandas as pd
+
+    rows = []
+    d = result["dloss"]
+    n = d.shape[-1]
+    for li, layer in enumerate(result["layers"]):
+        for ai, alpha in enumerate(result["alphas"]):
+            x = d[li, ai]
+            m, lo, hi = bootstrap_mean(x, n_boot=n_boot, seed=seed)
+            se = float(x.double().std() / math.sqrt(n)) if n > 1 else float("nan")
+            rows.append({"layer": layer, "alpha": alpha, "dloss": m, "lo": lo, "hi": hi, "se": se})
+    return pd.DataFrame(rows)
+
+
+def best_alpha_per_layer(table) -> Any:
+    """Per layer, the alpha with the lowest mean dloss (alpha = 1, dloss 0, included)."""
+    idx = table.groupby("layer")["dloss"].idxmin()
+    return table.loc[idx].reset_index(drop=True)
+
+
+def c2_verdicts(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0,
+                late_fraction: float = 2 / 3, probe_alpha: float = 0.5) -> dict[str, dict[str, Any]]:
+    """Computed verdicts on the three parts of claim C2 (our operationalisation, on a pretrained model).
+
+    - ``late_layer_improves``: reproduced if some late layer (``l >= late_fraction * L``) with some
+      alpha < 1 lowers the loss with a 95 % CI entirely below 0; not reproduced if every late
+      (layer, alpha < 1) has a CI entirely above 0; inconclusive otherwise.
+    - ``alpha0_hurts``: reproduced if alpha = 0 raises the loss (CI above 0) at every swept layer;
+      not reproduced if it does so at no layer; inconclusive otherwise (the fraction is reported).
+    - ``layer_sensitive``: at ``probe_alpha``, the paired difference worst-minus-best layer has a
+      CI above 0 AND the worst layer's dloss is at least 10x the best layer's |dloss| (plus 0.01
+      nats): reproduced; if the CI includes 0: not reproduced; otherwise inconclusive.
+    """
+    d, layers, alphas = result["dloss"], list(result["layers"]), list(result["alphas"])
+    n_layers = result.get("n_layers") or (max(layers) + 1)
+    out: dict[str, dict[str, Any]] = {}
+
+    late = [i for i, l in enumerate(layers) if l >= late_fraction * n_layers]
+    cands = []
+    for li in late:
+        for ai, a in enumerate(alphas):
+            if a < 1:
+                m, lo, hi = bootstrap_mean(d[li, ai], n_boot=n_boot, seed=seed)
+                cands.append((m, lo, hi, layers[li], a))
+    if not cands:
+        out["late_layer_improves"] = {"verdict": "inconclusive", "why": "no late layer swept"}
+    else:
+        best = min(cands)
+        if any(c[2] < 0 for c in cands):
+            v = "reproduced"
+        elif all(c[1] > 0 for c in cands):
+            v = "not reproduced"
+        else:
+            v = "inconclusive"
+        out["late_layer_improves"] = {"verdict": v, "best_layer": best[3], "best_alpha": best[4],
+                                      "dloss": best[0], "ci": [best[1], best[2]],
+                                      "n_significant_improvements": sum(c[2] < 0 for c in cands)}
+    if 0.0 in alphas:
+        a0 = alphas.index(0.0)
+        stats = [bootstrap_mean(d[li, a0], n_boot=n_boot, seed=seed) for li in range(len(layers))]
+        hurt = [s[1] > 0 for s in stats]
+        v = "reproduced" if all(hurt) else ("not reproduced" if not any(hurt) else "inconclusive")
+        out["alpha0_hurts"] = {"verdict": v, "fraction_layers_hurt": sum(hurt) / len(hurt),
+                               "min_dloss": min(s[0] for s in stats),
+                               "max_dloss": max(s[0] for s in stats)}
+    else:
+        out["alpha0_hurts"] = {"verdict": "inconclusive", "why": "alpha = 0 not swept"}
+    if probe_alpha in alphas and len(layers) > 1:
+        ap = alphas.index(probe_alpha)
+        means = d[:, ap].mean(dim=1)
+        worst, best = int(means.argmax()), int(means.argmin())
+        m, lo, hi = bootstrap_mean(d[worst, ap] - d[best, ap], n_boot=n_boot, seed=seed)
+        ratio_ok = float(means[worst]) >= 10 * abs(float(means[best])) + 0.01
+        v = ("reproduced" if lo > 0 and ratio_ok else "not reproduced" if lo <= 0 else "inconclusive")
+        out["layer_sensitive"] = {"verdict": v, "alpha": probe_alpha, "worst_layer": layers[worst],
+                                  "best_layer": layers[best], "worst_dloss": float(means[worst]),
+                                  "best_dloss": float(means[best]), "difference": m, "ci": [lo, hi]}
+    else:
+        out["layer_sensitive"] = {"verdict": "inconclusive", "why": f"alpha {probe_alpha} not swept"}
+    return out
