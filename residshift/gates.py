@@ -1,0 +1,371 @@
+"""Learnable residual attenuation on a frozen pretrained model (claim C3).
+
+Two gate families, both applied with THE edit of ``residshift.interventions.attenuate_block``
+(``block_l(x) -> block_l(x) - (1 - alpha_l) x``):
+
+- ``scalar``: one gate per layer, ``alpha_l = sigmoid(theta_l)``;
+- ``token``: a token-dependent gate ``alpha_l(t) = sigmoid(w_l . LN(h_l(t)) + b_l)``, where
+  ``h_l(t)`` is the residual stream entering block ``l`` and ``LN`` a layer norm without affine
+  parameters (so ``w_l`` sees a unit-scale input whatever the model's residual norm).
+
+Initialisation (our choice): ``theta_l = b_l = 4`` and ``w_l = 0``, so every gate starts at
+``sigmoid(4) = 0.982``: close to the unmodified model (alpha = 1) while keeping a usable gradient
+(``sigmoid'(4) = 0.018``; Adam rescales it anyway). A sigmoid can never reach exactly 1, which is why
+"before" in every comparison is the unmodified model itself, and the loss at initialisation is
+reported beside it. Sigmoid keeps alpha in (0, 1), the range where attenuation is meaningful.
+
+Fitting: the model's weights stay frozen; only the gates learn, by Adam on the mean next-token loss
+of WikiText-2 train windows, through nnsight traces (``loss.backward()`` on the traced logits).
+A held-out part of the windows is scored every ``eval_every`` steps; the best gates on it are kept
+and fitting stops after ``patience`` evaluations without improvement (early stopping).
+Resumable: gate parameters, optimizer state, step and early-stopping state are checkpointed
+atomically under ``results/gates-ckpt/<config key>.pt``; the final result goes through
+``cache.cached`` (kind ``gates``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import cache
+from .interventions import attenuate_block
+from .models import ModelInfo
+
+THETA_INIT = 4.0  # sigmoid(4) = 0.982
+KINDS = ("scalar", "token")
+
+
+class GateFileError(ValueError):
+    """A stored gate file does not fit the model it is applied to."""
+
+
+# ------------------------------------------------------------------------------------------
+# Gate modules
+# ------------------------------------------------------------------------------------------
+
+
+class ScalarGates(nn.Module):
+    """``alpha_l = sigmoid(theta_l)`` for each gated layer."""
+
+    kind = "scalar"
+
+    def __init__(self, layers: Sequence[int], d_model: int, theta_init: float = THETA_INIT):
+        super().__init__()
+        self.layers = [int(l) for l in layers]
+        self.d_model = d_model
+        self.theta = nn.Parameter(torch.full((len(self.layers),), float(theta_init)))
+
+    def alpha(self, i: int):
+        return torch.sigmoid(self.theta[i])
+
+    def alphas(self) -> torch.Tensor:
+        """The current alpha of every gated layer (no grad)."""
+        return torch.sigmoid(self.theta.detach()).clone()
+
+    @classmethod
+    def from_alphas(cls, layers: Sequence[int], d_model: int, alphas: Sequence[float]) -> "ScalarGates":
+        """Gates set to given alphas; each must lie strictly inside (0, 1) (a sigmoid's range)."""
+        alphas = [float(a) for a in alphas]
+        if len(alphas) != len(layers):
+            raise ValueError(f"{len(alphas)} alphas for {len(layers)} layers")
+        for a in alphas:
+            if not 0 < a < 1:
+                raise ValueError(
+                    f"a gate's alpha must lie strictly inside (0, 1) (alpha = sigmoid(theta)); got {a}. "
+                    "For alpha = 1 leave the layer ungated; for a fixed alpha in [0, 1] use "
+                    "interventions.attenuate.")
+        g = cls(layers, d_model)
+        with torch.no_grad():
+            g.theta.copy_(torch.logit(torch.tensor(alphas)))
+        return g
+
+
+class TokenGates(nn.Module):
+    """``alpha_l(t) = sigmoid(w_l . LN(h_l(t)) + b_l)``; ``w = 0, b = theta_init`` at start."""
+
+    kind = "token"
+
+    def __init__(self, layers: Sequence[int], d_model: int, theta_init: float = THETA_INIT):
+        super().__init__()
+        self.layers = [int(l) for l in layers]
+        self.d_model = d_model
+        self.w = nn.Parameter(torch.zeros(len(self.layers), d_model))
+        self.b = nn.Parameter(torch.full((len(self.layers),), float(theta_init)))
+
+    def alpha(self, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def gate(x: torch.Tensor) -> torch.Tensor:
+            z = F.layer_norm(x.float(), (x.shape[-1],)) @ self.w[i] + self.b[i]
+            return torch.sigmoid(z).unsqueeze(-1).to(x.dtype)
+        return gate
+
+    def alphas(self) -> torch.Tensor:
+        """``sigmoid(b_l)``: each layer's alpha for a token whose LN(h) is orthogonal to w_l."""
+        return torch.sigmoid(self.b.detach()).clone()
+
+
+def make_gates(kind: str, layers: Sequence[int], d_model: int, theta_init: float = THETA_INIT):
+    if kind == "scalar":
+        return ScalarGates(layers, d_model, theta_init)
+    if kind == "token":
+        return TokenGates(layers, d_model, theta_init)
+    raise ValueError(f"unknown gate kind {kind!r}; choose one of {KINDS}")
+
+
+def apply_gates(model, info: ModelInfo, gates) -> None:
+    """Inside an nnsight trace: attenuate every gated layer with its gate (in execution order)."""
+    envoys = info.layer_envoys(model)
+    for i, layer in enumerate(gates.layers):
+        attenuate_block(envoys[layer], gates.alpha(i))
+
+
+def gate_intervention(gates) -> Callable[[Any, ModelInfo], None]:
+    """An ``intervene(model, info)`` callable for the evaluation harness and ``window_losses``."""
+    def intervene(model, info):
+        check_gates_fit(gates, info)
+        apply_gates(model, info, gates)
+    return intervene
+
+
+def check_gates_fit(gates, info: ModelInfo, model_name: str | None = None) -> None:
+    if model_name is not None and model_name != info.name:
+        raise GateFileError(
+            f"these gates were fitted on {model_name!r}, not on {info.name!r}: fit gates for "
+            f"{info.name!r} (gates.fit_gates) instead of reusing another model's")
+    if gates.d_model != info.d_model or any(not 0 <= l < info.n_layers for l in gates.layers):
+        raise GateFileError(
+            f"gates for d_model {gates.d_model} and layers {gates.layers} do not fit {info.name} "
+            f"(d_model {info.d_model}, {info.n_layers} layers): fit gates for this model")
+
+
+# ------------------------------------------------------------------------------------------
+# Save / load
+# ------------------------------------------------------------------------------------------
+
+
+def gate_state(gates, info: ModelInfo) -> dict[str, Any]:
+    return {"model": info.name, "n_layers": info.n_layers, "d_model": info.d_model,
+            "kind": gates.kind, "layers": list(gates.layers),
+            "state": {k: v.detach().clone() for k, v in gates.state_dict().items()}}
+
+
+def gates_from_state(state: dict[str, Any], info: ModelInfo):
+    """Rebuild gates from :func:`gate_state`; refuses gates fitted on another model."""
+    for key in ("model", "kind", "layers", "state", "d_model", "n_layers"):
+        if key not in state:
+            raise GateFileError(f"not a gate file (no {key!r}); write one with gates.save_gates")
+    if state["model"] != info.name or state["n_layers"] != info.n_layers or state["d_model"] != info.d_model:
+        raise GateFileError(
+            f"gate file is for model {state['model']!r} ({state['n_layers']} layers, d {state['d_model']}) "
+            f"but the loaded model is {info.name!r} ({info.n_layers} layers, d {info.d_model}): "
+            "fit gates for this model with gates.fit_gates")
+    g = make_gates(state["kind"], state["layers"], state["d_model"])
+    g.load_state_dict(state["state"])
+    return g
+
+
+def save_gates(path, gates, info: ModelInfo) -> Path:
+    path = Path(path)
+    cache.atomic_torch_save(gate_state(gates, info), path)
+    return path
+
+
+def load_gates(path, info: ModelInfo):
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no gate file at {path}; fit one with gates.fit_gates")
+    return gates_from_state(torch.load(path, weights_only=False), info)
+
+
+# ------------------------------------------------------------------------------------------
+# Fitting
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GateConfig:
+    """One gate fit. ``layers=None`` gates every layer."""
+
+    model: str
+    kind: str = "scalar"
+    corpus: str = "wikitext-2"
+    split: str = "train"
+    window: int = 128
+    n_train: int = 32
+    n_heldout: int = 8
+    batch_size: int = 4
+    steps: int = 40
+    lr: float = 0.1
+    eval_every: int = 5
+    patience: int = 3
+    theta_init: float = THETA_INIT
+    layers: Sequence[int] | None = None
+    seed: int = 0
+    bf16: bool = False
+
+    def checked(self, info: ModelInfo) -> "GateConfig":
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown gate kind {self.kind!r}; choose one of {KINDS}")
+        if info.name != self.model:
+            raise GateFileError(f"config is for {self.model!r} but the loaded model is {info.name!r}")
+        for name in ("n_train", "n_heldout", "batch_size", "steps", "eval_every", "patience"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        layers = list(range(info.n_layers)) if self.layers is None else [
+            info.check_layer(int(l)) for l in self.layers]
+        if len(set(layers)) != len(layers):
+            raise ValueError(f"layers has duplicates: {layers}")
+        d = asdict(self)
+        d["layers"] = tuple(sorted(layers))
+        return GateConfig(**d)
+
+    def key_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["layers"] = None if self.layers is None else [int(l) for l in self.layers]
+        return d
+
+
+def _autocast(enabled: bool):
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
+
+
+def mean_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    logits = logits.float()
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                           ids[:, 1:].reshape(-1).to(logits.device))
+
+
+def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, *, bf16: bool = False) -> float:
+    """One forward + backward through an nnsight trace; gradients land on the gate parameters."""
+    with _autocast(bf16):
+        with lm.trace(ids, remote=info.remote):
+            apply_gates(lm, info, gates)
+            logits = lm.output.logits
+            loss = mean_loss(logits, ids)
+            loss.backward()
+            saved = loss.detach().save()
+    return float(saved)
+
+
+def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batch_size: int = 8,
+                        bf16: bool = False) -> torch.Tensor:
+    """Per-window mean loss ``[n]`` with the gates applied (``gates=None``: unmodified model)."""
+    from .evaluate import window_losses
+
+    with _autocast(bf16):
+        loss = window_losses(lm, info, windows, batch_size=batch_size,
+                             intervene=None if gates is None else gate_intervention(gates))
+    return loss.mean(dim=1)
+
+
+def split_windows(cfg: GateConfig, tokenizer, info: ModelInfo) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded, disjoint train / held-out windows of ``cfg.corpus`` (BOS as the model expects)."""
+    from .data import token_windows
+
+    w = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
+                      n=cfg.n_train + cfg.n_heldout, seed=cfg.seed, prepend_bos=info.prepend_bos)
+    return w[:cfg.n_train], w[cfg.n_train:]
+
+
+def _batch(train: torch.Tensor, step: int, batch_size: int, seed: int) -> torch.Tensor:
+    """The batch of a given step: a seeded permutation per epoch, so a resumed fit sees the same data."""
+    per_epoch = max(1, math.ceil(len(train) / batch_size))
+    epoch, k = divmod(step, per_epoch)
+    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    order = torch.randperm(len(train), generator=g)
+    return train[order[k * batch_size:(k + 1) * batch_size]]
+
+
+def fit_gates_on(lm, info: ModelInfo, cfg: GateConfig, train: torch.Tensor, heldout: torch.Tensor, *,
+                 checkpoint: Path | None = None, stop_after: int | None = None,
+                 log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Fit gates on ``train`` windows with early stopping on ``heldout``; see the module docstring.
+
+    ``stop_after`` ends the call after that many steps (leaving the checkpoint to resume from):
+    the tests use it to interrupt a fit. Returns a dict with the best gates' state, the history
+    (train loss per step, held-out loss per evaluation) and the held-out loss before (unmodified
+    model) and at initialisation.
+    """
+    cfg = cfg.checked(info)
+    torch.manual_seed(cfg.seed)
+    gates = make_gates(cfg.kind, cfg.layers, info.d_model, cfg.theta_init)
+    opt = torch.optim.Adam(gates.parameters(), lr=cfg.lr)
+    state = None
+    if checkpoint is not None and Path(checkpoint).is_file():
+        state = torch.load(checkpoint, weights_only=False)
+        gates.load_state_dict(state["gates"])
+        opt.load_state_dict(state["opt"])
+    if state is None:
+        base = float(gated_window_losses(lm, info, None, heldout, bf16=cfg.bf16).mean())
+        init = float(gated_window_losses(lm, info, gates, heldout, bf16=cfg.bf16).mean())
+        state = {"step": 0, "train_loss": [], "heldout": [(0, init)], "best_loss": init,
+                 "best_step": 0, "best_gates": {k: v.clone() for k, v in gates.state_dict().items()},
+                 "bad_evals": 0, "stopped_early": False, "heldout_base": base, "heldout_init": init,
+                 "seconds": 0.0}
+    t0 = time.perf_counter()
+    done_here = 0
+    while state["step"] < cfg.steps and not state["stopped_early"]:
+        if stop_after is not None and done_here >= stop_after:
+            break
+        ids = _batch(train, state["step"], cfg.batch_size, cfg.seed)
+        opt.zero_grad(set_to_none=True)
+        loss = train_step(lm, info, gates, ids, bf16=cfg.bf16)
+        opt.step()
+        state["step"] += 1
+        done_here += 1
+        state["train_loss"].append(loss)
+        if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
+            with torch.no_grad():
+                h = float(gated_window_losses(lm, info, gates, heldout, bf16=cfg.bf16).mean())
+            state["heldout"].append((state["step"], h))
+            if h < state["best_loss"]:
+                state.update(best_loss=h, best_step=state["step"], bad_evals=0,
+                             best_gates={k: v.detach().clone() for k, v in gates.state_dict().items()})
+            else:
+                state["bad_evals"] += 1
+                if state["bad_evals"] >= cfg.patience:
+                    state["stopped_early"] = True
+            if log:
+                log(f"{info.name} {cfg.kind} seed {cfg.seed} step {state['step']}: train {loss:.4f} "
+                    f"held-out {h:.4f} (best {state['best_loss']:.4f} @ {state['best_step']})")
+            if checkpoint is not None:
+                state["seconds"] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                cache.atomic_torch_save({**state, "gates": gates.state_dict(), "opt": opt.state_dict()},
+                                        checkpoint)
+    state["seconds"] += time.perf_counter() - t0
+    finished = state["step"] >= cfg.steps or state["stopped_early"]
+    best = make_gates(cfg.kind, cfg.layers, info.d_model, cfg.theta_init)
+    best.load_state_dict(state["best_gates"])
+    return {"model": info.name, "config": cfg.key_dict(), "finished": finished,
+            "gates": gate_state(best, info), "alphas": best.alphas(), "layers": list(cfg.layers),
+            "steps": state["step"], "best_step": state["best_step"], "stopped_early": state["stopped_early"],
+            "train_loss": list(state["train_loss"]), "heldout": list(state["heldout"]),
+            "heldout_base": state["heldout_base"], "heldout_init": state["heldout_init"],
+            "heldout_best": state["best_loss"], "seconds": state["seconds"]}
+
+
+def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, log=None, refresh: bool = False):
+    """Cached, resumable :func:`fit_gates_on` on ``cfg.corpus`` windows."""
+    cfg = cfg.checked(info)
+    key = cfg.key_dict()
+    ckpt = cache.results_dir() / "gates-ckpt" / f"{cache.config_key(key)}.pt"
+
+    def compute():
+        train, heldout = split_windows(cfg, tokenizer, info)
+        return fit_gates_on(lm, info, cfg, train, heldout, checkpoint=ckpt, log=log)
+
+    return cache.cached("gates", key, compute, refresh=refresh)
+
+
+def fitted(result: dict[str, Any], info: ModelInfo):
+    """The best gates of a :func:`fit_gates` result, checked against ``info``."""
+    return gates_from_state(result["gates"], info)
