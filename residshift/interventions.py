@@ -21,6 +21,8 @@ from .models import ModelInfo
 
 
 def _alpha_ok(alpha, allow_amplify: bool) -> None:
+    if callable(alpha):  # a token-dependent gate alpha(x) (residshift.gates) keeps its own range
+        return
     if isinstance(alpha, torch.Tensor):
         if alpha.requires_grad:  # learned gates keep their own range (sigmoid)
             return
