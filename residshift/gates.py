@@ -369,3 +369,91 @@ def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, log=None, refr
 def fitted(result: dict[str, Any], info: ModelInfo):
     """The best gates of a :func:`fit_gates` result, checked against ``info``."""
     return gates_from_state(result["gates"], info)
+
+
+def concentration(alphas_by_seed: Sequence[Sequence[float]], layers: Sequence[int], n_layers: int,
+                  ) -> dict[str, Any]:
+    """Does the learned attenuation concentrate on the final layer (claim C3)? Computed verdict.
+
+    Attenuation of a layer is ``1 - alpha_l``. Per seed: the most attenuated layer, and the final
+    layer's share of the total attenuation. Reproduced if in every seed the final layer is the most
+    attenuated and holds more attenuation than twice the next most attenuated layer; not reproduced
+    if it is the most attenuated in no seed; inconclusive otherwise.
+    """
+    layers = list(layers)
+    if n_layers - 1 not in layers:
+        return {"verdict": "inconclusive", "why": "the final layer was not gated"}
+    last = layers.index(n_layers - 1)
+    per_seed = []
+    for alphas in alphas_by_seed:
+        att = 1 - torch.as_tensor(alphas, dtype=torch.float64)
+        order = torch.argsort(att, descending=True)
+        top, second = int(order[0]), (int(order[1]) if len(order) > 1 else None)
+        dominant = top == last and (second is None or float(att[last]) > 2 * float(att[second]))
+        per_seed.append({"most_attenuated_layer": layers[top], "final_is_top": top == last,
+                         "final_dominant": dominant, "final_alpha": float(1 - att[last]),
+                         "final_share": float(att[last] / att.sum()) if float(att.sum()) > 0 else 0.0})
+    if all(s["final_dominant"] for s in per_seed):
+        v = "reproduced"
+    elif not any(s["final_is_top"] for s in per_seed):
+        v = "not reproduced"
+    else:
+        v = "inconclusive"
+    return {"verdict": v, "per_seed": per_seed}
+
+
+# ------------------------------------------------------------------------------------------
+# Measuring fitted gates
+# ------------------------------------------------------------------------------------------
+
+
+def attenuation_map(gates) -> dict[int, Any]:
+    """``{layer: alpha}`` for the lens (``lens.collect_residuals(attenuation=...)``): floats for
+    scalar gates, callables ``alpha(x)`` for token gates."""
+    if gates.kind == "scalar":
+        return {l: float(a) for l, a in zip(gates.layers, gates.alphas())}
+    return {l: gates.alpha(i) for i, l in enumerate(gates.layers)}
+
+
+def token_alpha_stats(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batch_size: int = 4,
+                      ) -> dict[str, torch.Tensor]:
+    """Mean and std over tokens of each gated layer's alpha, with the gates applied (``[n_gated]``).
+
+    The gated model's residual states ``h_l`` (inputs of block ``l``) come from one nnsight trace
+    per batch (``lens.collect_residuals`` with every gate in place); ``alpha_l(t)`` is evaluated on
+    them. For scalar gates std is 0.
+    """
+    from .lens import collect_residuals
+
+    plan = attenuation_map(gates)
+    vals: list[list[torch.Tensor]] = [[] for _ in gates.layers]
+    with torch.no_grad():
+        for s in range(0, len(windows), batch_size):
+            hs = collect_residuals(lm, info, windows[s:s + batch_size], attenuation=plan)
+            for i, l in enumerate(gates.layers):
+                a = gates.alpha(i)
+                a = a(hs[l]) if callable(a) else a.expand(hs[l].shape[:-1]).unsqueeze(-1)
+                vals[i].append(a.reshape(-1).float())
+    flat = [torch.cat(v) for v in vals]
+    return {"mean": torch.stack([v.mean() for v in flat]), "std": torch.stack([v.std() for v in flat]),
+            "layers": list(gates.layers)}
+
+
+def gated_lens(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any], *, corpus: str, split: str,
+               window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1")):
+    """The logit-lens corpus pass (``lens.corpus_metrics``) with fitted gates in place, cached by the
+    fit's configuration (gates are identified by the config that produced them)."""
+    from . import lens
+    from .data import token_windows
+
+    g = fitted(fit_result, info)
+    key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
+           "n": int(n), "seed": int(seed), "metrics": list(metrics)}
+
+    def compute():
+        windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
+                                prepend_bos=info.prepend_bos)
+        return lens.corpus_metrics(lm, info, windows, batch=batch, attenuation=attenuation_map(g),
+                                   options=lens.LensOptions(metrics=tuple(metrics)))
+
+    return cache.cached("gated-lens", key, compute)

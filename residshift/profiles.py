@@ -42,7 +42,31 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "lens_windows": 512, "lens_batch": 16, "n_boot": 2000},
     },
     # 04-05: attenuation on pretrained models (harness, sweep, gates)
-    "attenuate": {"smoke": {}, "default": {}, "paper": {}},
+    "attenuate": {
+        "smoke": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 32,
+                  "sweep_windows": 4, "sweep_batch": 4, "sweep_alphas": [0.0, 0.25, 0.5, 0.75, 0.9, 1.0],
+                  "atten_boot": 100, "atten_lens_windows": 2, "atten_lens_window": 32,
+                  "gate_kinds": ["scalar", "token"], "gate_seeds": [0, 1], "gate_window": 32,
+                  "gate_train": 8, "gate_heldout": 4, "gate_batch": 4, "gate_steps": 2, "gate_lr": 0.1,
+                  "gate_eval_every": 1, "gate_patience": 2, "gate_bf16": False,
+                  "eval_windows": 4, "eval_window": 32, "eval_items": 4},
+        "default": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 128,
+                    "sweep_windows": 16, "sweep_batch": 8,
+                    "sweep_alphas": [0.0, 0.25, 0.5, 0.75, 0.9, 1.0],
+                    "atten_boot": 1000, "atten_lens_windows": 8, "atten_lens_window": 128,
+                    "gate_kinds": ["scalar", "token"], "gate_seeds": [0, 1, 2], "gate_window": 128,
+                    "gate_train": 48, "gate_heldout": 8, "gate_batch": 4, "gate_steps": 30,
+                    "gate_lr": 0.1, "gate_eval_every": 5, "gate_patience": 3, "gate_bf16": False,
+                    "eval_windows": 16, "eval_window": 128, "eval_items": 100},
+        "paper": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 512,
+                  "sweep_windows": 256, "sweep_batch": 8,
+                  "sweep_alphas": [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0],
+                  "atten_boot": 2000, "atten_lens_windows": 128, "atten_lens_window": 256,
+                  "gate_kinds": ["scalar", "token"], "gate_seeds": [0, 1, 2, 3, 4], "gate_window": 512,
+                  "gate_train": 2048, "gate_heldout": 128, "gate_batch": 8, "gate_steps": 1000,
+                  "gate_lr": 0.05, "gate_eval_every": 50, "gate_patience": 4, "gate_bf16": True,
+                  "eval_windows": 256, "eval_window": 512, "eval_items": None},
+    },
 }
 
 PROFILE_NAMES = ("smoke", "default", "paper")

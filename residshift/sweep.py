@@ -338,3 +338,62 @@ def c2_verdicts(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0,
     else:
         out["layer_sensitive"] = {"verdict": "inconclusive", "why": f"alpha {probe_alpha} not swept"}
     return out
+
+
+def best_late_cut(result: dict[str, Any], *, late_fraction: float = 2 / 3) -> tuple[int, float, float]:
+    """The (layer, alpha < 1) with the lowest mean dloss among late layers; returns (layer, alpha, dloss)."""
+    d, layers, alphas = result["dloss"], list(result["layers"]), list(result["alphas"])
+    n_layers = result.get("n_layers") or (max(layers) + 1)
+    best = None
+    for li, layer in enumerate(layers):
+        if layer < late_fraction * n_layers:
+            continue
+        for ai, a in enumerate(alphas):
+            if a < 1:
+                m = float(d[li, ai].mean())
+                if best is None or m < best[2]:
+                    best = (layer, a, m)
+    if best is None:
+        raise ValueError(f"no late layer (>= {late_fraction:.2f} x {n_layers}) with alpha < 1 was swept")
+    return best
+
+
+def paired_delta(after, before, *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
+    """Mean of ``after - before`` over paired units (windows / sequences) with a bootstrap CI."""
+    a = torch.as_tensor(after, dtype=torch.float64)
+    b = torch.as_tensor(before, dtype=torch.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired values need the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    m, lo, hi = bootstrap_mean(a - b, n_boot=n_boot, seed=seed)
+    n = a.numel()
+    se = float((a - b).std() / math.sqrt(n)) if n > 1 else float("nan")
+    return {"delta": m, "lo": lo, "hi": hi, "se": se, "n": n}
+
+
+def alignment_gap(lens_result, *, metric: str = "logprob", layers: Sequence[int] | None = None):
+    """Per sequence, mean over ``layers`` of (alignment with x_{t+1}) - (alignment with x_t).
+
+    Our measure of the misalignment the paper describes: the residual stream keeps carrying the
+    input token (through the skip path) into layers whose job is the next token. A larger gap in
+    late layers = less misaligned. ``layers`` index the lens's ``h_0..h_L`` (default: the last
+    third, ``h_l`` with ``l >= 2(L+1)/3``). ``metric`` is a paired lens metric where larger is more
+    aligned (logprob, prob, top1, cos_*, proj).
+    """
+    nxt = lens_result.per_seq[f"{metric}_next"].double()
+    inp = lens_result.per_seq[f"{metric}_input"].double()
+    n_h = nxt.shape[1]
+    idx = list(range(int(math.ceil(2 * n_h / 3)), n_h)) if layers is None else list(layers)
+    return (nxt[:, idx] - inp[:, idx]).mean(dim=1)
+
+
+def verdict_from_ci(lo: float, hi: float, *, better_if: str = "lower", n: int | None = None,
+                    min_n: int = 5) -> str:
+    """'reproduced' when the CI lies on the claimed side of 0, 'not reproduced' when on the other.
+
+    With fewer than ``min_n`` paired units a bootstrap CI means little: 'inconclusive'.
+    """
+    if n is not None and n < min_n:
+        return "inconclusive"
+    if better_if == "lower":
+        return "reproduced" if hi < 0 else ("not reproduced" if lo > 0 else "inconclusive")
+    return "reproduced" if lo > 0 else ("not reproduced" if hi < 0 else "inconclusive")
