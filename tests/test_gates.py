@@ -121,3 +121,40 @@ def test_errors_name_the_fix(tiny):
         _cfg("scalar", model="tiny-gpt2").checked(info)
     with pytest.raises(ValueError, match="steps must be >= 1"):
         _cfg("scalar", steps=0).checked(info)
+
+
+def test_token_alpha_stats_and_gated_lens(tiny, windows, tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    lm, tok, info = tiny
+    g = G.ScalarGates.from_alphas([1, 3], info.d_model, [0.3, 0.6])
+    st = G.token_alpha_stats(lm, info, g, windows[:3], batch_size=2)
+    assert torch.allclose(st["mean"], torch.tensor([0.3, 0.6]), atol=1e-6) and st["layers"] == [1, 3]
+    t = G.TokenGates([0, 2], info.d_model)
+    with torch.no_grad():
+        t.w.normal_(0, 1.0)
+    st = G.token_alpha_stats(lm, info, t, windows[:3], batch_size=2)
+    # Direct computation: the gated model's input to block 2 through forward pre-hooks.
+    seen = {}
+    def pre(mod, args, kwargs):
+        x = args[0] if args else kwargs["hidden_states"]
+        seen.setdefault(2, []).append(t.alpha(1)(x).reshape(-1))
+    h = info.layers[2].register_forward_pre_hook(pre, with_kwargs=True)
+    try:
+        G.gated_window_losses(lm, info, t, windows[:3], batch_size=2)
+    finally:
+        h.remove()
+    assert float(st["mean"][1]) == pytest.approx(float(torch.cat(seen[2]).mean()), abs=1e-5)
+    assert float(st["std"][1]) > 0
+    # The gated lens: last layer reproduces the gated model's own loss on the lens positions.
+    cfg = _cfg("token", corpus="tiny-shakespeare", window=16, n_train=4, n_heldout=2, steps=1,
+               batch_size=2, eval_every=1)
+    fit = G.fit_gates(lm, info, tok, cfg)
+    res = G.gated_lens(lm, info, tok, fit, corpus="tiny-shakespeare", split="train", window=16, n=2)
+    assert res.per_seq["logprob_next"].shape == (2, info.n_layers + 1)
+
+
+def test_concentration_verdicts():
+    assert G.concentration([[0.99, 0.98, 0.5], [0.9, 0.95, 0.6]], [0, 1, 2], 3)["verdict"] == "reproduced"
+    assert G.concentration([[0.5, 0.98, 0.9]], [0, 1, 2], 3)["verdict"] == "not reproduced"
+    assert G.concentration([[0.99, 0.98, 0.5], [0.5, 0.9, 0.6]], [0, 1, 2], 3)["verdict"] == "inconclusive"
+    assert G.concentration([[0.5, 0.9]], [0, 1], 3)["verdict"] == "inconclusive"

@@ -155,3 +155,28 @@ def test_bootstrap_and_verdicts_follow_the_data():
     best = sweep.best_alpha_per_layer(table)
     assert best.set_index("layer").loc[5, "alpha"] == 0.5
     assert best.set_index("layer").loc[0, "alpha"] == 1.0
+
+
+def test_paired_helpers():
+    res = {"dloss": torch.tensor([[[1.0, 1.0], [0.0, 0.0]], [[-0.2, -0.1], [0.0, 0.0]],
+                                  [[0.3, 0.3], [0.0, 0.0]]]), "layers": [0, 1, 2], "alphas": [0.5, 1.0],
+           "n_layers": 3}
+    assert sweep.best_late_cut(res) == (2, 0.5, pytest.approx(0.3))
+    assert sweep.best_late_cut(res, late_fraction=0.3)[:2] == (1, 0.5)
+    with pytest.raises(ValueError, match="no late layer"):
+        sweep.best_late_cut({**res, "layers": [0]}, late_fraction=0.9)
+    d = sweep.paired_delta(torch.arange(10.0) + 1, torch.arange(10.0))
+    assert d["delta"] == pytest.approx(1.0) and d["lo"] == pytest.approx(1.0) and d["n"] == 10
+    with pytest.raises(ValueError, match="same shape"):
+        sweep.paired_delta(torch.zeros(3), torch.zeros(4))
+    assert sweep.verdict_from_ci(-2, -1) == "reproduced"
+    assert sweep.verdict_from_ci(1, 2) == "not reproduced"
+    assert sweep.verdict_from_ci(-1, 1) == "inconclusive"
+    assert sweep.verdict_from_ci(1, 2, better_if="higher") == "reproduced"
+    assert sweep.verdict_from_ci(1, 2, better_if="higher", n=3) == "inconclusive"
+
+    class Fake:
+        per_seq = {"logprob_next": torch.tensor([[0.0, 0.0, 1.0, 2.0]]),
+                   "logprob_input": torch.tensor([[5.0, 5.0, 0.0, 1.0]])}
+    assert float(sweep.alignment_gap(Fake())[0]) == pytest.approx(1.0)  # states 3.. (last third)
+    assert float(sweep.alignment_gap(Fake(), layers=[0])[0]) == pytest.approx(-5.0)
