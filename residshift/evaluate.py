@@ -1,23 +1,74 @@
 """The evaluation harness: scores any causal LM that ``load_model`` returns.
 
-So far: mean next-token loss and perplexity over token windows (what notebook 00 uses as a
-sanity check of the dequantized models). The full harness (sliding-window perplexity per token and
-per word, LAMBADA, PIQA, ARC) extends this module.
+Every score comes with a standard error, every task can be subsampled (``limit``: the first n items
+after a seeded shuffle), every result is cached by configuration (resumable shard by shard), and
+every scoring function accepts ``intervene(model, info)``, run inside the nnsight trace, so an
+intervened model (``lambda m, i: attenuate(m, i, {20: 0.5})``, fitted gates, ...) is scored by the
+same code as the bare one.
+
+Tasks and our definitions (prompt formats follow lm-evaluation-harness, "lm-eval"):
+
+``wikitext-2-validation``, ``wikitext-2-test``, ``wikitext-103-validation``, ``wikitext-103-test``
+    The whole split as one detokenized text (``data.corpus_text``; articles joined by newlines),
+    tokenized once and scored with a sliding window of ``context`` tokens moved by ``stride``:
+    every token is scored exactly once, with at least ``context - stride`` tokens of context
+    except in the first window (HF "strided perplexity"; lm-eval instead scores each article with
+    disjoint windows). Models with ``prepend_bos`` get BOS at the start of EVERY window (it counts
+    in ``context``); without BOS the first token of the split is not scored. Reported:
+    ``loss`` (mean NLL per token, nats), ``ppl`` = exp(loss), ``word_loss`` = loss × tokens / words
+    and ``word_ppl`` = exp(word_loss) where words are whitespace-separated words of the detokenized
+    text (= total NLL / words when every window is scored; tokenizer-independent), and
+    ``bits_per_byte`` = loss × tokens / UTF-8 bytes / ln 2. The SE treats the windows as units
+    (ratio estimator: sum NLL / sum tokens); per-word and per-byte SEs scale it by the same
+    constant. Note: WikiText-2 and WikiText-103 share their validation and test articles; only the
+    ``<unk>`` replacement differs (WikiText-2's smaller vocabulary has ~6x more ``<unk>``).
+
+``lambada``
+    LAMBADA (OpenAI version). As lm-eval's ``lambada_openai``: the target is the last
+    SPACE-separated word (``text.split(" ")[-1]``, so in 7 of 5153 passages it keeps a newline
+    prefix), the continuation is ``" " + target`` (leading space included), the context the rest.
+    ``acc``: greedy match (every token of the continuation is the argmax); ``ppl`` = exp(mean NLL of
+    the continuation), i.e. per target word as in lm-eval; ``loss`` = that mean NLL (nats per word).
+
+``piqa`` (validation), ``arc-easy``, ``arc-challenge`` (test)
+    Zero-shot multiple choice by log-likelihood. Context ``"Question: {goal}\\nAnswer:"`` (PIQA)
+    and ``"Question: {question}\\nAnswer:"`` (ARC; the local file's query already starts with
+    ``"Question: "``); continuation ``" " + choice``. ``acc``: argmax of the summed log-likelihood;
+    ``acc_norm``: argmax of log-likelihood / number of CHARACTERS of the choice text (without the
+    leading space), exactly lm-eval's ``completion_len = len(choice)``.
+
+Tokenization of a (context, continuation) pair is lm-eval's: trailing spaces of the context move to
+the continuation, the pair is tokenized whole, and the continuation is the tokens past the
+context's own tokens; BOS is prepended per ``info.prepend_bos``. Accuracy SEs are
+sqrt(p (1 - p) / (n - 1)) (the sample SE of 0/1 scores, lm-eval's ``mean_stderr``); loss SEs are
+sample SE over items (or windows), and perplexity SEs follow by the delta method (ppl × SE(loss)).
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import math
-from typing import Any, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import cache as _cache
 from .models import ModelInfo
+
+Intervene = Callable[[Any, ModelInfo], None]
+
+
+# --------------------------------------------------------------------------------------------
+# What notebook 00 uses: per-token losses over fixed windows
+# --------------------------------------------------------------------------------------------
 
 
 def window_losses(model, info: ModelInfo, windows: torch.Tensor, *, batch_size: int = 8,
-                  intervene: Callable[[Any, ModelInfo], None] | None = None,
-                  progress: bool = False) -> torch.Tensor:
+                  intervene: Intervene | None = None, progress: bool = False) -> torch.Tensor:
     """Per-token next-token losses ``[n, length - 1]`` (nats) for a batch of windows.
 
     Position t is scored on predicting token t+1. ``intervene(model, info)``, when given, runs
@@ -56,3 +107,669 @@ def perplexity(losses: torch.Tensor) -> dict[str, float]:
     se = float(per_window.std(unbiased=True) / math.sqrt(n)) if n > 1 else float("nan")
     return {"loss": mean, "loss_se": se, "ppl": math.exp(mean), "ppl_se": math.exp(mean) * se,
             "windows": n, "tokens": int(losses.numel())}
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+
+def mean_se(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and its standard error (sample standard deviation, ddof=1, over sqrt(n))."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("cannot average zero values")
+    se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
+    return float(x.mean()), se
+
+
+def binomial_se(p: float, n: int) -> float:
+    """SE of an accuracy p over n items: sqrt(p (1 - p) / (n - 1)) (= mean_se of the 0/1 scores)."""
+    if n < 1:
+        raise ValueError(f"need at least one item, got n={n}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"an accuracy lies in [0, 1], got {p}")
+    return math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else float("nan")
+
+
+def ratio_se(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[float, float]:
+    """Ratio estimator R = sum(num) / sum(den) and its SE with the (num_i, den_i) pairs as units.
+
+    SE = sqrt(sum_i (num_i - R den_i)^2 / (n (n - 1))) / mean(den): the linearised SE of a ratio,
+    used for the per-token loss of a sliding-window pass (windows score different token counts).
+    """
+    num = np.asarray(numerators, dtype=np.float64)
+    den = np.asarray(denominators, dtype=np.float64)
+    if num.shape != den.shape or num.size == 0:
+        raise ValueError(f"need matching non-empty arrays, got {num.shape} and {den.shape}")
+    if den.sum() <= 0:
+        raise ValueError("the denominators sum to zero: nothing was scored")
+    r = float(num.sum() / den.sum())
+    n = num.size
+    if n < 2:
+        return r, float("nan")
+    resid = num - r * den
+    return r, float(math.sqrt((resid**2).sum() / (n * (n - 1))) / den.mean())
+
+
+def multiple_choice_metrics(loglikelihoods: Sequence[float], choices: Sequence[str],
+                            gold: int) -> dict[str, Any]:
+    """lm-eval's rule for one question: ``acc`` by raw log-likelihood, ``acc_norm`` by
+    log-likelihood per character of the choice text (``len(choice)``, no leading space)."""
+    ll = np.asarray(loglikelihoods, dtype=np.float64)
+    if len(ll) != len(choices) or len(ll) < 2:
+        raise ValueError(f"need one log-likelihood per choice (>= 2), got {len(ll)} for {len(choices)}")
+    lengths = np.asarray([float(len(c)) for c in choices])
+    if (lengths == 0).any():
+        raise ValueError("a choice is empty; acc_norm divides by its length")
+    if not 0 <= gold < len(choices):
+        raise ValueError(f"gold index {gold} out of range for {len(choices)} choices")
+    pred, pred_norm = int(np.argmax(ll)), int(np.argmax(ll / lengths))
+    return {"pred": pred, "pred_norm": pred_norm, "acc": float(pred == gold),
+            "acc_norm": float(pred_norm == gold)}
+
+
+# --------------------------------------------------------------------------------------------
+# Tokenization of (context, continuation) pairs
+# --------------------------------------------------------------------------------------------
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Token ids of ``text`` without special tokens."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_pair(tokenizer, context: str, continuation: str, *,
+                bos_id: int | None = None) -> tuple[list[int], list[int]]:
+    """lm-eval's split: trailing spaces of the context move to the continuation; the pair is
+    tokenized whole and the continuation is what follows the context's own tokens."""
+    if not continuation.strip():
+        raise ValueError(f"the continuation {continuation!r} is empty: nothing to score")
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        continuation = context[-n_spaces:] + continuation
+        context = context[:-n_spaces]
+    whole = encode(tokenizer, context + continuation)
+    ctx = encode(tokenizer, context) if context else []
+    cont = whole[len(ctx):]
+    if not cont:
+        raise ValueError(f"the continuation {continuation!r} produced no tokens after the context")
+    if bos_id is not None:
+        ctx = [int(bos_id)] + ctx
+    if not ctx:
+        raise ValueError("empty context and no BOS: the first continuation token has no predictor; "
+                         "give a context or load the model with prepend_bos=True")
+    return ctx, cont
+
+
+# --------------------------------------------------------------------------------------------
+# The one scoring core: sum log p(tokens[n_ctx:] | tokens[:n_ctx]) for many requests
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """Score ``tokens[n_ctx:]`` given ``tokens[:n_ctx]`` (n_ctx >= 1)."""
+
+    tokens: tuple[int, ...]
+    n_ctx: int
+
+    def __post_init__(self):
+        if not 1 <= self.n_ctx < len(self.tokens):
+            raise ValueError(f"a request needs 1 <= n_ctx < len(tokens), got n_ctx={self.n_ctx} for "
+                             f"{len(self.tokens)} tokens")
+
+
+def _max_positions(module) -> int | None:
+    cfg = getattr(module, "config", None)
+    for attr in ("max_position_embeddings", "n_positions"):
+        value = getattr(cfg, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _supports_keep(module) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def make_batches(lengths: Sequence[int], *, batch_size: int, max_tokens: int) -> list[list[int]]:
+    """Indices grouped into batches, longest first, of at most ``batch_size`` rows and at most
+    ``max_tokens`` padded tokens (a single longer row still gets its own batch)."""
+    if batch_size < 1 or max_tokens < 1:
+        raise ValueError(f"batch_size and max_tokens must be >= 1, got {batch_size}, {max_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]
+        if current and (len(current) >= batch_size or (len(current) + 1) * width > max_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _kept_logits(model, info: ModelInfo, ids: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor,
+                 intervene: Intervene | None) -> torch.Tensor:
+    """Logits ``[k, vocab]`` (float32) at the positions where ``keep`` ``[b, s]`` is True,
+    row-major. Uses ``logits_to_keep`` where the model supports it (the vocabulary projection is
+    most of the cost for Gemma-3's 262k vocabulary)."""
+    module = model._module
+    device = info.embedding.device
+    ids, mask, keep = ids.to(device), mask.to(device), keep.to(device)
+    use_keep = _supports_keep(module)
+    kwargs: dict[str, Any] = {"attention_mask": mask}
+    if use_keep:
+        kwargs["logits_to_keep"] = keep
+    with torch.no_grad():
+        if intervene is None:
+            logits = module(input_ids=ids, **kwargs).logits
+        else:
+            with model.trace(ids, remote=info.remote, **kwargs):
+                intervene(model, info)
+                logits = model.output.logits.save()
+    logits = logits.float()
+    if not use_keep or logits.ndim == 3:
+        logits = logits[keep]
+    return logits
+
+
+def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch_size: int = 16,
+                   max_batch_tokens: int = 8192, pad_id: int = 0,
+                   intervene: Intervene | None = None, progress: bool = False,
+                   desc: str = "score") -> dict[str, np.ndarray]:
+    """Sum of log-probabilities, token count and greedy match of each request's scored tokens.
+
+    Rows are right-padded (causal attention: padding after a row's tokens cannot change them;
+    the attention mask is passed anyway) and grouped by length. Requests longer than the model's
+    maximum positions are left-truncated (lm-eval's rule). Returns ``logprob`` (float64),
+    ``tokens`` (int) and ``greedy`` (bool: every scored token was the argmax).
+    """
+    max_len = _max_positions(model._module)
+    rows: list[tuple[list[int], int]] = []  # (input ids, number of scored positions)
+    for r in requests:
+        toks = list(r.tokens)
+        n_cont = len(toks) - r.n_ctx
+        if max_len is not None and len(toks) - 1 > max_len:
+            toks = toks[-(max_len + 1):]
+            if n_cont >= len(toks):
+                raise ValueError(f"a continuation of {n_cont} tokens exceeds the model's {max_len} positions")
+        rows.append((toks, n_cont))
+    n = len(rows)
+    logprob = np.zeros(n, dtype=np.float64)
+    count = np.zeros(n, dtype=np.int64)
+    greedy = np.zeros(n, dtype=bool)
+    batches = make_batches([len(t) - 1 for t, _ in rows], batch_size=batch_size, max_tokens=max_batch_tokens)
+    it: Iterable = batches
+    if progress:
+        from tqdm.auto import tqdm
+
+        it = tqdm(batches, desc=f"{info.name} {desc}", unit="batch")
+    for batch in it:
+        width = max(len(rows[i][0]) - 1 for i in batch)
+        ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        keep = torch.zeros((len(batch), width), dtype=torch.bool)
+        targets = []
+        for j, i in enumerate(batch):
+            toks, n_cont = rows[i]
+            inp = toks[:-1]
+            ids[j, : len(inp)] = torch.tensor(inp)
+            mask[j, : len(inp)] = 1
+            keep[j, len(inp) - n_cont : len(inp)] = True
+            targets.extend(toks[-n_cont:])
+        logits = _kept_logits(model, info, ids, mask, keep, intervene)
+        target = torch.tensor(targets, device=logits.device)
+        lp = torch.log_softmax(logits, dim=-1).gather(1, target[:, None])[:, 0].double().cpu()
+        hit = (logits.argmax(dim=-1) == target).cpu()
+        start = 0
+        for i in batch:
+            k = rows[i][1]
+            logprob[i] = float(lp[start : start + k].sum())
+            count[i] = k
+            greedy[i] = bool(hit[start : start + k].all())
+            start += k
+    return {"logprob": logprob, "tokens": count, "greedy": greedy}
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration, caching, subsampling
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How the harness runs (everything here that changes a number is part of the cache key).
+
+    ``context``/``stride``: the sliding window of the perplexity tasks, in tokens (BOS included).
+    ``batch_size``/``max_batch_tokens``: rows per forward and padded tokens per forward.
+    ``seed``: the shuffle that ``limit`` takes the first n items of.
+    ``shard_size``: items per cached shard (a killed run resumes at the first missing shard).
+    """
+
+    context: int = 512
+    stride: int = 256
+    batch_size: int = 16
+    max_batch_tokens: int = 8192
+    seed: int = 0
+    shard_size: int = 256
+
+    def __post_init__(self):
+        if self.context < 2:
+            raise ValueError(f"context must be >= 2 tokens, got {self.context}")
+        if not 1 <= self.stride <= self.context - 1:
+            raise ValueError(f"stride must lie in 1..context-1 = 1..{self.context - 1} (with BOS the "
+                             f"window holds context-1 text tokens), got {self.stride}")
+        if self.batch_size < 1 or self.max_batch_tokens < 1 or self.shard_size < 1:
+            raise ValueError("batch_size, max_batch_tokens and shard_size must be >= 1")
+
+    def key(self) -> dict[str, Any]:
+        """The parts of the configuration that change results (batching does not, up to float
+        rounding, so it is left out and cached results are shared across batch sizes)."""
+        return {"context": self.context, "stride": self.stride, "seed": self.seed}
+
+
+def model_fingerprint(model) -> str:
+    """A cheap hash of a model's weights (shapes and strided float64 sums of every parameter),
+    so a retrained model in the same folder never reuses stale cached scores."""
+    module = getattr(model, "_module", model)
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            flat = p.detach().reshape(-1)
+            h.update(f"{name}{tuple(p.shape)}{float(flat[::97].double().sum()):.10e}".encode())
+    return h.hexdigest()[:16]
+
+
+def select_items(n_total: int, limit: int | None, seed: int) -> np.ndarray:
+    """The items a run scores: the first ``limit`` of a seeded permutation (all when None)."""
+    if n_total < 1:
+        raise ValueError("the task has no items")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit <= 0:
+            raise ValueError(f"limit must be a positive int or None (all items), got {limit!r}")
+    order = np.random.default_rng(seed).permutation(n_total)
+    return order if limit is None else order[: min(int(limit), n_total)]
+
+
+def _cache_base(model, info: ModelInfo, tokenizer, task: str, config: EvalConfig,
+                intervene: Intervene | None, cache_tag: str | None) -> dict[str, Any] | None:
+    """The cache config of a task run, or None when it must not be cached (an intervention
+    without a tag: a callable cannot be hashed, so its results are never stored or reused)."""
+    from .data import tokenizer_fingerprint
+
+    if intervene is not None and not cache_tag:
+        return None
+    return {"task": task, "model": info.name, "source": info.source, "weights": model_fingerprint(model),
+            "tokenizer": tokenizer_fingerprint(tokenizer), "prepend_bos": info.prepend_bos,
+            "intervention": cache_tag if intervene is not None else None, **config.key()}
+
+
+def _sharded(base: dict[str, Any] | None, items: np.ndarray, shard_size: int,
+             compute: Callable[[np.ndarray], dict[str, np.ndarray]], *, refresh: bool = False
+             ) -> dict[str, np.ndarray]:
+    """Run ``compute`` shard by shard over ``items``, caching each shard under ``base`` + the
+    hash of its item indices (so runs with different limits share their common shards)."""
+    parts = []
+    for start in range(0, len(items), shard_size):
+        shard = np.asarray(items[start : start + shard_size])
+        if base is None:
+            parts.append(compute(shard))
+            continue
+        digest = hashlib.sha256(shard.astype(np.int64).tobytes()).hexdigest()[:16]
+        config = {**base, "items": digest, "n_items": int(len(shard))}
+        parts.append(_cache.cached(f"eval-{base['task']}", config, lambda: compute(shard), refresh=refresh))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskResult:
+    """One task's metrics ``{name: (value, se)}`` over ``n`` units (items, or windows for
+    perplexity), with the per-item scores in ``details``."""
+
+    task: str
+    n: int
+    metrics: dict[str, tuple[float, float]]
+    details: dict[str, Any] = field(default_factory=dict, repr=False)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"task": self.task, "metric": m, "value": v, "se": s, "n": self.n}
+                for m, (v, s) in self.metrics.items()]
+
+
+# --------------------------------------------------------------------------------------------
+# Perplexity with a sliding window
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """Stream tokens ``[begin, end)`` form the window body; tokens ``[first, end)`` are scored."""
+
+    begin: int
+    end: int
+    first: int
+
+
+def rolling_windows(n_tokens: int, *, context: int, stride: int, bos: bool) -> list[Window]:
+    """Windows covering a stream of ``n_tokens`` so that every token is scored exactly once.
+
+    The body holds ``context - 1`` stream tokens with BOS (prepended to every window), else
+    ``context``. The first window scores all its tokens (from token 1 without BOS); each next one
+    ends ``stride`` tokens later and scores only those new tokens, so every scored token after the
+    first window sees at least ``context - stride`` tokens (BOS counted). ``stride = context - 1``
+    gives disjoint windows (overlapping by one token without BOS, like lm-eval's rolling windows).
+    """
+    body = context - 1 if bos else context
+    if context < 2 or not 1 <= stride <= context - 1:
+        raise ValueError(f"need 1 <= stride <= context - 1 = {context - 1} (a window of {context} "
+                         f"tokens scores at most {context - 1}: BOS, or its first token, has no "
+                         f"predictor), got stride {stride}")
+    if n_tokens < (1 if bos else 2):
+        raise ValueError(f"a stream of {n_tokens} tokens has nothing to score")
+    end = min(body, n_tokens)
+    windows = [Window(0, end, 0 if bos else 1)]
+    while end < n_tokens:
+        new_end = min(end + stride, n_tokens)
+        windows.append(Window(max(0, new_end - body), new_end, end))
+        end = new_end
+    return windows
+
+
+def window_request(tokens: np.ndarray, w: Window, bos_id: int | None) -> Request:
+    body = [int(t) for t in tokens[w.begin : w.end]]
+    prefix = [int(bos_id)] if bos_id is not None else []
+    return Request(tuple(prefix + body), len(prefix) + w.first - w.begin)
+
+
+@dataclass(frozen=True)
+class TextStats:
+    tokens: int
+    words: int
+    bytes: int
+
+
+def text_stats(text: str, n_tokens: int) -> TextStats:
+    """Tokens, whitespace words and UTF-8 bytes of a text (the per-word and per-byte units)."""
+    words = len(text.split())
+    if words == 0:
+        raise ValueError("the text has no words")
+    return TextStats(n_tokens, words, len(text.encode("utf-8")))
+
+
+def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str = "text",
+                    limit: int | None = None, config: EvalConfig = EvalConfig(),
+                    intervene: Intervene | None = None, cache_tag: str | None = None,
+                    cache: bool = True, progress: bool = False) -> TaskResult:
+    """Sliding-window perplexity of ``text`` (definitions in the module docstring).
+
+    ``limit`` scores the first ``limit`` windows of a seeded shuffle (each window's loss does not
+    depend on which others are scored; per-word and per-byte values then use the whole text's
+    tokens-per-word and tokens-per-byte ratios).
+    """
+    from .data import tokenize_text
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{task}: the text is empty; nothing to score")
+    tokens = tokenize_text(text, tokenizer)
+    bos_id = info.bos_token_id if info.prepend_bos else None
+    if info.prepend_bos and bos_id is None:
+        raise ValueError(f"{info.name} has prepend_bos=True but no BOS token id")
+    windows = rolling_windows(len(tokens), context=config.context, stride=config.stride,
+                              bos=bos_id is not None)
+    items = select_items(len(windows), limit, config.seed)
+    base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+    if base is not None:
+        base["text"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
+        reqs = [window_request(tokens, windows[i], bos_id) for i in shard]
+        return score_requests(model, info, reqs, batch_size=config.batch_size,
+                              max_batch_tokens=config.max_batch_tokens, pad_id=_pad_id(tokenizer),
+                              intervene=intervene, progress=progress, desc=task)
+
+    scores = _sharded(base, items, config.shard_size, compute)
+    stats = text_stats(text, len(tokens))
+    nll, count = -scores["logprob"], scores["tokens"]
+    loss, se = ratio_se(nll, count)
+    per_word, per_byte = stats.tokens / stats.words, stats.tokens / stats.bytes
+    metrics = {
+        "loss": (loss, se),
+        "ppl": (math.exp(loss), math.exp(loss) * se),
+        "word_loss": (loss * per_word, se * per_word),
+        "word_ppl": (math.exp(loss * per_word), math.exp(loss * per_word) * se * per_word),
+        "bits_per_byte": (loss * per_byte / math.log(2), se * per_byte / math.log(2)),
+    }
+    return TaskResult(task, len(items), metrics,
+                      details={"window_nll": nll, "window_tokens": count, "windows": items,
+                               "scored_tokens": int(count.sum()), **asdict(stats)},
+                      config={**config.key(), "limit": limit, "windows_total": len(windows)})
+
+
+def _pad_id(tokenizer) -> int:
+    for attr in ("pad_token_id", "eos_token_id", "bos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def wikitext_perplexity(model, info: ModelInfo, tokenizer, corpus: str = "wikitext-103",
+                        split: str = "validation", **kwargs) -> TaskResult:
+    """Sliding-window perplexity of a WikiText split (detokenized; see the module docstring)."""
+    from .data import corpus_text
+
+    if corpus not in ("wikitext-2", "wikitext-103"):
+        raise ValueError(f"corpus must be 'wikitext-2' or 'wikitext-103', got {corpus!r}")
+    return text_perplexity(model, info, tokenizer, corpus_text(corpus, split),
+                           task=f"{corpus}-{split}", **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# LAMBADA
+# --------------------------------------------------------------------------------------------
+
+
+def lambada_split(text: str) -> tuple[str, str]:
+    """lm-eval's ``lambada_openai`` split: (context, " " + last space-separated word)."""
+    if not isinstance(text, str) or " " not in text.strip():
+        raise ValueError(f"a LAMBADA passage needs a context and a last word, got {text!r}")
+    context, target = text.rsplit(" ", 1)
+    if not target:
+        raise ValueError(f"the passage ends with a space, so it has no target word: {text[-40:]!r}")
+    return context, " " + target
+
+
+def lambada_score(model, info: ModelInfo, tokenizer, texts: Sequence[str], *, task: str = "lambada",
+                  limit: int | None = None, config: EvalConfig = EvalConfig(),
+                  intervene: Intervene | None = None, cache_tag: str | None = None,
+                  cache: bool = True, progress: bool = False) -> TaskResult:
+    """Last-word accuracy (greedy) and perplexity of the last word over ``texts``."""
+    if len(texts) == 0:
+        raise ValueError(f"{task}: no passages to score")
+    items = select_items(len(texts), limit, config.seed)
+    bos_id = info.bos_token_id if info.prepend_bos else None
+    base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+
+    def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
+        reqs = []
+        for i in shard:
+            ctx, cont = encode_pair(tokenizer, *lambada_split(texts[i]), bos_id=bos_id)
+            reqs.append(Request(tuple(ctx + cont), len(ctx)))
+        return score_requests(model, info, reqs, batch_size=config.batch_size,
+                              max_batch_tokens=config.max_batch_tokens, pad_id=_pad_id(tokenizer),
+                              intervene=intervene, progress=progress, desc=task)
+
+    scores = _sharded(base, items, config.shard_size, compute)
+    acc = float(scores["greedy"].mean())
+    loss, loss_se = mean_se(-scores["logprob"])
+    metrics = {"acc": (acc, binomial_se(acc, len(items))), "ppl": (math.exp(loss), math.exp(loss) * loss_se),
+               "loss": (loss, loss_se)}
+    return TaskResult(task, len(items), metrics, details={**scores, "items": items},
+                      config={**config.key(), "limit": limit})
+
+
+# --------------------------------------------------------------------------------------------
+# Multiple choice (PIQA, ARC)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Question:
+    context: str
+    choices: tuple[str, ...]
+    gold: int
+
+
+def piqa_questions() -> list[Question]:
+    from .data import load_corpus
+
+    ds = load_corpus("piqa", "validation")
+    return [Question(f"Question: {r['goal']}\nAnswer:", (r["sol1"], r["sol2"]), int(r["label"]))
+            for r in ds]
+
+
+def arc_questions(name: str) -> list[Question]:
+    from .data import load_corpus
+
+    out = []
+    for r in load_corpus(name, "test"):
+        query = r["query"] if r["query"].startswith("Question: ") else "Question: " + r["query"]
+        out.append(Question(f"{query}\nAnswer:", tuple(r["choices"]), int(r["gold"])))
+    return out
+
+
+def multiple_choice_score(model, info: ModelInfo, tokenizer, questions: Sequence[Question], *,
+                          task: str = "multiple-choice", limit: int | None = None,
+                          config: EvalConfig = EvalConfig(), intervene: Intervene | None = None,
+                          cache_tag: str | None = None, cache: bool = True,
+                          progress: bool = False) -> TaskResult:
+    """Zero-shot multiple choice by log-likelihood of ``" " + choice`` given the context."""
+    if len(questions) == 0:
+        raise ValueError(f"{task}: no questions to score")
+    items = select_items(len(questions), limit, config.seed)
+    bos_id = info.bos_token_id if info.prepend_bos else None
+    base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+
+    def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
+        reqs, owner = [], []
+        for i in shard:
+            q = questions[i]
+            for choice in q.choices:
+                ctx, cont = encode_pair(tokenizer, q.context, " " + choice, bos_id=bos_id)
+                reqs.append(Request(tuple(ctx + cont), len(ctx)))
+                owner.append(i)
+        s = score_requests(model, info, reqs, batch_size=config.batch_size,
+                           max_batch_tokens=config.max_batch_tokens, pad_id=_pad_id(tokenizer),
+                           intervene=intervene, progress=progress, desc=task)
+        out = {"pred": [], "pred_norm": [], "acc": [], "acc_norm": []}
+        start = 0
+        for i in shard:
+            q = questions[i]
+            m = multiple_choice_metrics(s["logprob"][start : start + len(q.choices)], q.choices, q.gold)
+            start += len(q.choices)
+            for k in out:
+                out[k].append(m[k])
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    scores = _sharded(base, items, config.shard_size, compute)
+    metrics = {}
+    for name in ("acc", "acc_norm"):
+        p = float(scores[name].mean())
+        metrics[name] = (p, binomial_se(p, len(items)))
+    return TaskResult(task, len(items), metrics, details={**scores, "items": items},
+                      config={**config.key(), "limit": limit})
+
+
+# --------------------------------------------------------------------------------------------
+# The task registry and the summary
+# --------------------------------------------------------------------------------------------
+
+
+def _wikitext_task(corpus: str, split: str):
+    def run(model, info, tokenizer, **kw):
+        return wikitext_perplexity(model, info, tokenizer, corpus, split, **kw)
+    return run
+
+
+def _lambada_task(model, info, tokenizer, **kw):
+    from .data import load_corpus
+
+    return lambada_score(model, info, tokenizer, load_corpus("lambada", "test")["text"], **kw)
+
+
+def _mc_task(name: str, questions: Callable[[], list[Question]]):
+    def run(model, info, tokenizer, **kw):
+        return multiple_choice_score(model, info, tokenizer, questions(), task=name, **kw)
+    return run
+
+
+TASKS: dict[str, Callable[..., TaskResult]] = {
+    "wikitext-2-validation": _wikitext_task("wikitext-2", "validation"),
+    "wikitext-2-test": _wikitext_task("wikitext-2", "test"),
+    "wikitext-103-validation": _wikitext_task("wikitext-103", "validation"),
+    "wikitext-103-test": _wikitext_task("wikitext-103", "test"),
+    "lambada": _lambada_task,
+    "piqa": _mc_task("piqa", piqa_questions),
+    "arc-easy": _mc_task("arc-easy", lambda: arc_questions("arc-easy")),
+    "arc-challenge": _mc_task("arc-challenge", lambda: arc_questions("arc-challenge")),
+}
+
+DEFAULT_TASKS = ("wikitext-103-validation", "lambada", "piqa", "arc-easy", "arc-challenge")
+
+
+def run_task(model, info: ModelInfo, task: str, *, tokenizer=None, **kwargs) -> TaskResult:
+    """Score one named task (``TASKS``); keyword arguments as in the task functions."""
+    if task not in TASKS:
+        raise KeyError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
+    tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError("pass tokenizer= (the model carries none)")
+    return TASKS[task](model, info, tokenizer, **kwargs)
+
+
+def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *,
+                 limits: dict[str, int | None] | int | None = None, tokenizer=None,
+                 config: EvalConfig = EvalConfig(), intervene: Intervene | None = None,
+                 cache_tag: str | None = None, cache: bool = True, progress: bool = False):
+    """Score ``tasks`` and return a ``pandas.DataFrame`` with columns task, metric, value, se, n
+    (plus model and intervention). ``limits`` is one limit for all tasks or ``{task: limit}``
+    (missing tasks: all items)."""
+    import pandas as pd
+
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown:
+        raise KeyError(f"unknown tasks {unknown}; known: {', '.join(TASKS)}")
+    if isinstance(limits, dict):
+        extra = [t for t in limits if t not in TASKS]
+        if extra:
+            raise KeyError(f"limits name unknown tasks {extra}; known: {', '.join(TASKS)}")
+    rows = []
+    for task in tasks:
+        limit = limits.get(task) if isinstance(limits, dict) else limits
+        result = run_task(model, info, task, tokenizer=tokenizer, limit=limit, config=config,
+                          intervene=intervene, cache_tag=cache_tag, cache=cache, progress=progress)
+        rows.extend(result.rows())
+    frame = pd.DataFrame(rows, columns=["task", "metric", "value", "se", "n"])
+    frame.insert(0, "model", info.name)
+    frame["intervention"] = cache_tag if intervene is not None else None
+    return frame
+
+
+def results_json(frame) -> str:
+    """A DataFrame from ``evaluate_all`` as JSON records (for save_numbers or a report)."""
+    return json.dumps(frame.to_dict(orient="records"), indent=2, default=float)

@@ -1,0 +1,368 @@
+"""The evaluation harness on tiny in-process models, checked against slow direct computations."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from residshift import evaluate as ev
+from residshift.interventions import attenuate
+from residshift.models import load_model
+
+CFG = ev.EvalConfig(context=16, stride=8, batch_size=3, max_batch_tokens=64, shard_size=4)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_model("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def tiny_bos():
+    return load_model("tiny-gemma3", prepend_bos=True)
+
+
+def direct_logprobs(module, ids: list[int]) -> torch.Tensor:
+    """log p(ids[t+1] | ids[:t+1]) for every t, from one plain forward of the whole sequence."""
+    with torch.no_grad():
+        logits = module(torch.tensor([ids])).logits[0].float()
+    return torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+# ------------------------------------------------------------------------------------------
+# Statistics and the multiple-choice rule
+# ------------------------------------------------------------------------------------------
+
+
+def test_multiple_choice_rule_by_hand():
+    # raw: -5 > -6 picks choice 1; per character: -6/6 = -1 > -5/1 picks choice 0
+    m = ev.multiple_choice_metrics([-6.0, -5.0], ["aaaaaa", "b"], gold=0)
+    assert (m["pred"], m["pred_norm"], m["acc"], m["acc_norm"]) == (1, 0, 0.0, 1.0)
+    m = ev.multiple_choice_metrics([-1.0, -9.0, -3.0], ["x", "yyy", "zz"], gold=0)
+    assert (m["pred"], m["pred_norm"], m["acc"], m["acc_norm"]) == (0, 0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="gold"):
+        ev.multiple_choice_metrics([-1.0, -2.0], ["a", "b"], gold=2)
+    with pytest.raises(ValueError, match="empty"):
+        ev.multiple_choice_metrics([-1.0, -2.0], ["a", ""], gold=0)
+
+
+def test_standard_errors():
+    scores = np.array([1, 0, 1, 1, 0, 1, 1, 1], dtype=float)
+    p = scores.mean()
+    assert ev.binomial_se(p, len(scores)) == pytest.approx(ev.mean_se(scores)[1], rel=1e-12)
+    assert ev.binomial_se(p, len(scores)) == pytest.approx(math.sqrt(p * (1 - p) / 7))
+    x = np.array([1.0, 2.0, 4.0])
+    assert ev.mean_se(x) == pytest.approx((7 / 3, np.std(x, ddof=1) / math.sqrt(3)))
+    # equal denominators: the ratio estimator reduces to the mean of num/den and its SE
+    num, den = np.array([2.0, 4.0, 9.0]), np.array([2.0, 2.0, 2.0])
+    assert ev.ratio_se(num, den) == pytest.approx(ev.mean_se(num / den))
+    # unequal denominators, by hand: R = 15/6; residuals num - R den
+    num, den = np.array([2.0, 4.0, 9.0]), np.array([1.0, 2.0, 3.0])
+    r = 15 / 6
+    se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(num, den)) / (3 * 2)) / 2.0
+    assert ev.ratio_se(num, den) == pytest.approx((r, se))
+    with pytest.raises(ValueError):
+        ev.binomial_se(0.5, 0)
+    with pytest.raises(ValueError):
+        ev.mean_se([])
+
+
+# ------------------------------------------------------------------------------------------
+# The scoring core
+# ------------------------------------------------------------------------------------------
+
+
+def test_encode_pair_moves_trailing_space(tiny):
+    _, tok, _ = tiny
+    ctx, cont = ev.encode_pair(tok, "Answer: ", "yes")
+    assert tok.decode(ctx) == "Answer:" and tok.decode(cont) == " yes"
+    ctx, cont = ev.encode_pair(tok, "Answer:", " yes", bos_id=tok.bos_token_id)
+    assert ctx[0] == tok.bos_token_id and tok.decode(cont) == " yes"
+    with pytest.raises(ValueError, match="empty"):
+        ev.encode_pair(tok, "Answer:", "  ")
+    with pytest.raises(ValueError, match="no BOS"):
+        ev.encode_pair(tok, "", "yes")
+
+
+def test_score_requests_matches_direct_forward_in_any_batch(tiny):
+    lm, tok, info = tiny
+    seqs = [[5, 9, 33, 70, 71], [100, 101, 102, 103, 104, 105, 106, 107, 108], [40, 41, 42]]
+    reqs = [ev.Request(tuple(s), n) for s, n in zip(seqs, (2, 5, 1))]
+    for batch_size in (1, 2, 3):
+        got = ev.score_requests(lm, info, reqs, batch_size=batch_size, pad_id=tok.pad_token_id)
+        for s, r, lp, n in zip(seqs, reqs, got["logprob"], got["tokens"]):
+            ref = direct_logprobs(lm._module, s)[r.n_ctx - 1 :]
+            assert n == len(s) - r.n_ctx
+            assert lp == pytest.approx(float(ref.sum()), abs=1e-4)
+
+
+def test_greedy_flag_by_hand(tiny):
+    lm, tok, info = tiny
+    ids = [10, 20, 30]
+    for _ in range(3):  # the model's own greedy chain
+        with torch.no_grad():
+            ids.append(int(lm._module(torch.tensor([ids])).logits[0, -1].argmax()))
+    wrong = ids[:-1] + [(ids[-1] + 1) % info.vocab_size]
+    got = ev.score_requests(lm, info, [ev.Request(tuple(ids), 3), ev.Request(tuple(wrong), 3)])
+    assert got["greedy"].tolist() == [True, False]
+
+
+def test_intervened_scores_go_through_nnsight(tiny):
+    lm, tok, info = tiny
+    reqs = [ev.Request((5, 6, 7, 8, 9), 2), ev.Request((11, 12, 13), 1)]
+    bare = ev.score_requests(lm, info, reqs)
+    same = ev.score_requests(lm, info, reqs, intervene=lambda m, i: attenuate(m, i, {1: 1.0}))
+    cut = ev.score_requests(lm, info, reqs, intervene=lambda m, i: attenuate(m, i, {1: 0.5}))
+    np.testing.assert_allclose(same["logprob"], bare["logprob"], atol=1e-5)
+    assert np.abs(cut["logprob"] - bare["logprob"]).max() > 1e-3
+    # and the intervened value is what a hand-made edit of the block gives
+    block = info.layers[1]
+    def hook(mod, args, kwargs, out):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        return out - 0.5 * hidden
+
+    handle = block.register_forward_hook(hook, with_kwargs=True)
+    try:
+        hooked = ev.score_requests(lm, info, reqs)
+    finally:
+        handle.remove()
+    np.testing.assert_allclose(cut["logprob"], hooked["logprob"], atol=1e-4)
+
+
+def test_make_batches_respects_limits():
+    batches = ev.make_batches([5, 50, 7, 3, 60, 2], batch_size=2, max_tokens=100)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len(b) <= 2 for b in batches)
+    assert batches[0] == [4]  # 60 tokens: a second row would pad to 120 > 100
+    assert all(len(b) * max([5, 50, 7, 3, 60, 2][i] for i in b) <= 100 for b in batches)
+
+
+# ------------------------------------------------------------------------------------------
+# Sliding-window perplexity
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bos", [False, True])
+@pytest.mark.parametrize("n,context,stride", [(50, 16, 8), (37, 10, 3), (9, 16, 15), (64, 16, 16), (64, 16, 15)])
+def test_rolling_windows_score_each_token_once(n, context, stride, bos):
+    if stride > context - 1:
+        with pytest.raises(ValueError):
+            ev.rolling_windows(n, context=context, stride=stride, bos=bos)
+        return
+    body = context - 1 if bos else context
+    windows = ev.rolling_windows(n, context=context, stride=stride, bos=bos)
+    scored = [t for w in windows for t in range(w.first, w.end)]
+    assert scored == list(range(0 if bos else 1, n))  # each token once, in order
+    for k, w in enumerate(windows):
+        assert 0 <= w.begin and w.end - w.begin <= body and w.begin <= w.first - (0 if bos else 1)
+        if k > 0:
+            assert w.first - w.begin + bos >= context - stride  # the promised minimum context
+
+
+def _text(n_words=40):
+    rng = np.random.default_rng(0)
+    words = ["the", "cat", "sat", "on", "a", "mat", "and", "then", "slept", "well"]
+    return " ".join(rng.choice(words, n_words))
+
+
+def test_perplexity_equals_full_context_loss_when_text_fits(tiny):
+    lm, tok, info = tiny
+    text = "the quick brown fox jumps over the lazy dog"
+    ids = ev.encode(tok, text)
+    cfg = ev.EvalConfig(context=len(ids), stride=len(ids) - 1)
+    r = ev.text_perplexity(lm, info, tok, text, config=cfg, cache=False)
+    full = -direct_logprobs(lm._module, ids).mean()
+    assert r.n == 1 and r.details["scored_tokens"] == len(ids) - 1
+    assert r.metrics["loss"][0] == pytest.approx(float(full), abs=1e-5)
+    assert r.metrics["ppl"][0] == pytest.approx(math.exp(float(full)), rel=1e-5)
+
+
+def test_strided_perplexity_matches_naive_windows(tiny_bos):
+    lm, tok, info = tiny_bos
+    text = _text(30)
+    ids = ev.encode(tok, text)
+    r = ev.text_perplexity(lm, info, tok, text, config=CFG, cache=False)
+    # naive: each window alone, BOS + body, summing the losses of its scored tokens
+    total, count = 0.0, 0
+    for w in ev.rolling_windows(len(ids), context=CFG.context, stride=CFG.stride, bos=True):
+        seq = [info.bos_token_id] + ids[w.begin : w.end]
+        lp = direct_logprobs(lm._module, seq)  # lp[j] predicts seq[j + 1] = ids[w.begin + j]
+        scored = lp[w.first - w.begin :]
+        total -= float(scored.sum())
+        count += len(scored)
+    assert count == len(ids)  # with BOS every token is scored
+    assert r.metrics["loss"][0] == pytest.approx(total / count, abs=1e-5)
+    # per word: total NLL / whitespace words; per byte: bytes = tokens for a byte tokenizer
+    assert r.metrics["word_loss"][0] == pytest.approx(total / len(text.split()), abs=1e-4)
+    assert r.metrics["bits_per_byte"][0] == pytest.approx(total / count / math.log(2), abs=1e-5)
+    assert r.metrics["word_ppl"][0] == pytest.approx(math.exp(total / len(text.split())), rel=1e-4)
+    assert r.metrics["loss"][1] > 0
+
+
+def test_limit_subsamples_windows_reproducibly(tiny):
+    lm, tok, info = tiny
+    text = _text(60)
+    full = ev.text_perplexity(lm, info, tok, text, config=CFG, cache=False)
+    part = ev.text_perplexity(lm, info, tok, text, config=CFG, cache=False, limit=5)
+    again = ev.text_perplexity(lm, info, tok, text, config=CFG, cache=False, limit=5)
+    assert part.n == 5 and full.n == full.config["windows_total"] > 5
+    assert part.metrics == again.metrics
+    chosen = part.details["windows"]
+    np.testing.assert_allclose(part.details["window_nll"],
+                               full.details["window_nll"][np.argsort(full.details["windows"])][chosen],
+                               atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------
+# LAMBADA and multiple choice
+# ------------------------------------------------------------------------------------------
+
+
+def test_lambada_split_follows_lm_eval():
+    assert ev.lambada_split("he said hello to Anna") == ("he said hello to", " Anna")
+    assert ev.lambada_split("a\nb c\n\nword") == ("a\nb", " c\n\nword")  # split on spaces only
+    with pytest.raises(ValueError):
+        ev.lambada_split("single")
+    with pytest.raises(ValueError):
+        ev.lambada_split("ends with space ")
+
+
+def test_lambada_greedy_on_a_memorised_passage():
+    lm, tok, info = load_model("tiny-llama", seed=3)
+    passage = "the cat sat on the mat and the dog sat on the rug"
+    ids = torch.tensor([ev.encode(tok, passage)])
+    module = lm._module
+    module.requires_grad_(True)
+    opt = torch.optim.Adam(module.parameters(), lr=3e-3)
+    for _ in range(150):  # memorise the passage
+        opt.zero_grad()
+        module(ids, labels=ids).loss.backward()
+        opt.step()
+    module.requires_grad_(False)
+    texts = [passage, passage[: -len("rug")] + "cup"]
+    r = ev.lambada_score(lm, info, tok, texts, cache=False)
+    order = np.argsort(r.details["items"])
+    assert r.details["greedy"][order].tolist() == [True, False]
+    assert r.metrics["acc"][0] == 0.5
+    # the word perplexity is exp(mean NLL of " rug" / " cup"), computed directly
+    nlls = []
+    for t in texts:
+        ctx, cont = ev.encode_pair(tok, *ev.lambada_split(t))
+        nlls.append(-float(direct_logprobs(module, ctx + cont)[len(ctx) - 1 :].sum()))
+    assert r.metrics["loss"][0] == pytest.approx(np.mean(nlls), abs=1e-4)
+    assert r.metrics["ppl"][0] == pytest.approx(math.exp(np.mean(nlls)), rel=1e-4)
+
+
+def test_multiple_choice_exact_case_by_hand(tiny_bos):
+    lm, tok, info = tiny_bos
+    q = ev.Question("Question: which is bigger?\nAnswer:", ("an elephant", "a mouse", "ok"), gold=1)
+    r = ev.multiple_choice_score(lm, info, tok, [q], cache=False)
+    # by hand: BOS + context bytes, then " " + choice bytes; sum their log-probabilities
+    ctx = [info.bos_token_id] + list(tok(q.context, add_special_tokens=False)["input_ids"])
+    lls = []
+    for choice in q.choices:
+        cont = list(tok(" " + choice, add_special_tokens=False)["input_ids"])
+        assert len(cont) == len(choice) + 1  # one token per byte
+        lls.append(float(direct_logprobs(lm._module, ctx + cont)[len(ctx) - 1 :].sum()))
+    lls = np.array(lls)
+    pred, pred_norm = int(np.argmax(lls)), int(np.argmax(lls / np.array([11.0, 7.0, 2.0])))
+    assert r.details["pred"].tolist() == [pred] and r.details["pred_norm"].tolist() == [pred_norm]
+    assert r.metrics["acc"][0] == float(pred == 1) and r.metrics["acc_norm"][0] == float(pred_norm == 1)
+
+
+def test_multiple_choice_aggregates_questions(tiny):
+    lm, tok, info = tiny
+    qs = [ev.Question(f"Question: q{i}\nAnswer:", ("yes", "no", "maybe"), i % 3) for i in range(7)]
+    r = ev.multiple_choice_score(lm, info, tok, qs, config=CFG, cache=False)
+    acc = r.details["acc"].mean()
+    assert r.n == 7 and r.metrics["acc"] == pytest.approx((acc, ev.binomial_se(acc, 7)), nan_ok=True)
+
+
+# ------------------------------------------------------------------------------------------
+# Caching, the summary and bad input
+# ------------------------------------------------------------------------------------------
+
+
+def test_cache_keys_follow_the_intervention_tag(tiny, tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    lm, tok, info = tiny
+    qs = [ev.Question(f"Question: q{i}\nAnswer:", ("yes", "no"), i % 2) for i in range(5)]
+    run = lambda **kw: ev.multiple_choice_score(lm, info, tok, qs, task="toy", config=CFG, **kw)
+    half = lambda m, i: attenuate(m, i, {0: 0.5})
+    stored = lambda: sorted(p.name for p in (tmp_path / "eval-toy").glob("*.pt")) if (tmp_path / "eval-toy").exists() else []
+    run(intervene=half)  # an intervention without a tag is never cached
+    assert stored() == []
+    bare = run()
+    n_bare = len(stored())
+    assert n_bare == 2  # 5 questions in shards of 4
+    a = run(intervene=half, cache_tag="alpha0.5@0")
+    assert len(stored()) == 2 * n_bare
+    run(intervene=lambda m, i: attenuate(m, i, {0: 0.0}), cache_tag="alpha0@0")
+    assert len(stored()) == 3 * n_bare
+    # the tag IS the key: a different callable under a known tag returns the stored result
+    again = run(intervene=lambda m, i: attenuate(m, i, {0: 0.0}), cache_tag="alpha0.5@0")
+    np.testing.assert_array_equal(again.details["pred"], a.details["pred"])
+    assert ev.model_fingerprint(lm) == ev.model_fingerprint(lm._module)
+    assert bare.metrics == run().metrics
+
+
+def test_evaluate_all_frame(tiny):
+    lm, tok, info = tiny
+    frame = ev.evaluate_all(lm, info, ["lambada", "piqa", "arc-challenge", "wikitext-2-test"],
+                            limits={"lambada": 3, "piqa": 3, "arc-challenge": 2, "wikitext-2-test": 2},
+                            config=ev.EvalConfig(context=64, stride=32), cache=False)
+    assert list(frame.columns) == ["model", "task", "metric", "value", "se", "n", "intervention"]
+    got = {(t, m) for t, m in zip(frame.task, frame.metric)}
+    assert {("lambada", "acc"), ("piqa", "acc_norm"), ("arc-challenge", "acc"),
+            ("wikitext-2-test", "word_ppl"), ("wikitext-2-test", "bits_per_byte")} <= got
+    assert frame.set_index(["task", "metric"]).loc[("arc-challenge", "acc"), "n"] == 2
+    assert np.isfinite(frame.value).all()
+
+
+def test_bad_input_names_the_fix(tiny):
+    lm, tok, info = tiny
+    with pytest.raises(KeyError, match="unknown task"):
+        ev.run_task(lm, info, "hellaswag")
+    with pytest.raises(KeyError, match="unknown task"):
+        ev.evaluate_all(lm, info, ["piqa"], limits={"boolq": 3})
+    with pytest.raises(ValueError, match="empty"):
+        ev.text_perplexity(lm, info, tok, "   ", cache=False)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="limit"):
+            ev.select_items(10, bad, seed=0)
+    with pytest.raises(ValueError, match="stride"):
+        ev.EvalConfig(context=16, stride=16)
+    with pytest.raises(ValueError, match="no passages"):
+        ev.lambada_score(lm, info, tok, [], cache=False)
+    with pytest.raises(ValueError, match="no questions"):
+        ev.multiple_choice_score(lm, info, tok, [], cache=False)
+    with pytest.raises(ValueError, match="corpus"):
+        ev.wikitext_perplexity(lm, info, tok, "wikitext-5")
+    with pytest.raises(ValueError, match="n_ctx"):
+        ev.Request((1, 2), 2)
+
+
+# ------------------------------------------------------------------------------------------
+# Real models (slow)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_real_model_scores_are_sane_and_match_nnsight(name):
+    lm, tok, info = load_model(name)
+    qs = ev.piqa_questions()[:4]
+    bare = ev.multiple_choice_score(lm, info, tok, qs, cache=False)
+    traced = ev.multiple_choice_score(lm, info, tok, qs, cache=False,
+                                      intervene=lambda m, i: attenuate(m, i, {3: 1.0}))
+    np.testing.assert_array_equal(bare.details["pred"], traced.details["pred"])
+    r = ev.lambada_score(lm, info, tok, ev_lambada_texts()[:40], cache=False)
+    assert 0.15 < r.metrics["acc"][0] < 0.8  # random would be ~0; published ~0.3-0.5
+    assert r.metrics["ppl"][0] < 200
+
+
+def ev_lambada_texts():
+    from residshift.data import load_corpus
+
+    return load_corpus("lambada", "test")["text"]
