@@ -266,11 +266,14 @@ class LensOptions:
     metrics: tuple[str, ...] = tuple(METRICS)
     chunk_elems: int = 1 << 24  # max positions × vocab in one unembedding chunk
     matmul_dtype: str = "float32"  # "bfloat16" for a faster unembedding matmul on CPUs with BF16
-    token_table: tuple[str, ...] = TOKEN_TABLE_DEFAULT
+    token_table: tuple[str, ...] | None = None  # None: the computed ones of TOKEN_TABLE_DEFAULT
 
     def __post_init__(self):
         self.metrics = check_metrics(self.metrics)
         cols = metric_columns(self.metrics)
+        if self.token_table is None:
+            self.token_table = tuple(c for c in TOKEN_TABLE_DEFAULT if c in cols)
+        self.token_table = tuple(self.token_table)
         missing = [c for c in self.token_table if c not in cols]
         if missing:
             raise LensError(f"token_table columns {missing} are not computed; computed: {cols}")

@@ -1,0 +1,260 @@
+"""The lens on tiny in-process models, checked against slow direct computations."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from residshift import lens
+from residshift.models import load_model
+
+TINY = ["tiny-llama", "tiny-gpt2", "tiny-gemma3"]
+
+
+@pytest.fixture(scope="module", params=TINY)
+def model(request):
+    return load_model(request.param)
+
+
+def _ids(info, b=3, t=14, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, min(info.vocab_size, 256), (b, t), generator=g)
+
+
+def _reference(info, hs, ids, decoder=None):
+    """Slow, direct: full logits per layer, ranks by argsort, torch's own softmax/KL/cosine."""
+    L1 = hs.shape[0]
+    cur, nxt = ids[:, 1:-1], ids[:, 2:]
+    E = info.embedding.detach().float()
+    out = {}
+    with torch.no_grad():
+        final = info.final_norm(hs[-1]).float() @ E.T
+        if info.logit_softcap:
+            final = info.logit_softcap * torch.tanh(final / info.logit_softcap)
+        final_lp = torch.log_softmax(final[:, 1:-1], -1)
+        mu = hs[:, :, 1:].mean(dim=(1, 2))
+        for l in range(L1):
+            h = hs[l]
+            z = info.final_norm(decoder(l, h) if decoder else h).float()
+            logits = z @ E.T
+            if info.logit_softcap:
+                logits = info.logit_softcap * torch.tanh(logits / info.logit_softcap)
+            lp = torch.log_softmax(logits[:, 1:-1], -1)
+            order = torch.argsort(logits[:, 1:-1], dim=-1, descending=True, stable=True)
+            for which, tok in (("input", cur), ("next", nxt)):
+                # rank = 1 + number strictly greater: position of the first tie in the sorted list
+                sorted_vals = torch.gather(logits[:, 1:-1], -1, order)
+                tgt = logits[:, 1:-1].gather(-1, tok[..., None])
+                rank = (sorted_vals > tgt).sum(-1) + 1
+                out.setdefault(f"rank_{which}", []).append(rank.float())
+                out.setdefault(f"logrank_{which}", []).append(torch.log10(rank.float()))
+                out.setdefault(f"logprob_{which}", []).append(lp.gather(-1, tok[..., None])[..., 0])
+                out.setdefault(f"prob_{which}", []).append(lp.exp().gather(-1, tok[..., None])[..., 0])
+                top = order[..., 0]
+                ties = sorted_vals[..., 0] == tgt[..., 0]
+                out.setdefault(f"top1_{which}", []).append(((top == tok) | ties).float())
+                e = E[tok]
+                out.setdefault(f"cos_raw_{which}", []).append(F.cosine_similarity(h[:, 1:-1], e, dim=-1))
+                out.setdefault(f"cos_norm_{which}", []).append(F.cosine_similarity(z[:, 1:-1], e, dim=-1))
+                out.setdefault(f"cos_centred_{which}", []).append(
+                    F.cosine_similarity(h[:, 1:-1] - mu[l], e - E.mean(0), dim=-1))
+                out.setdefault(f"proj_{which}", []).append((z[:, 1:-1] * e).sum(-1) / e.norm(dim=-1))
+            out.setdefault("entropy", []).append(-(lp.exp() * lp).sum(-1))
+            kl = F.kl_div(lp, final_lp, log_target=True, reduction="none").sum(-1)
+            out.setdefault("kl_final", []).append(kl)
+    return {k: torch.stack(v) for k, v in out.items()}
+
+
+def test_residuals_match_hidden_states(model):
+    lm, tok, info = model
+    ids = _ids(info)
+    hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+    assert hs.shape == (info.n_layers + 1, 3, 14, info.d_model)
+    with torch.no_grad():
+        ref = lm._module(ids, output_hidden_states=True)
+    # transformers' last hidden state is taken after the final norm; compare the others
+    for l in range(info.n_layers):
+        torch.testing.assert_close(hs[l], ref.hidden_states[l].float())
+    torch.testing.assert_close(logits, ref.logits.float())
+
+
+def test_last_layer_lens_equals_model_logits(model):
+    lm, tok, info = model
+    ids = _ids(info)
+    hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+    ll = lens.lens_logits(info, hs[-1], info.n_layers)
+    torch.testing.assert_close(ll, logits, rtol=1e-5, atol=1e-5)
+    if info.logit_softcap:  # the soft-cap is applied: no logit beyond the cap
+        assert ll.abs().max() <= info.logit_softcap
+
+
+def test_softcap_is_exercised():
+    lm, tok, info = load_model("tiny-gemma3")
+    assert info.logit_softcap == 30.0
+    ids = _ids(info)
+    hs = lens.collect_residuals(lm, info, ids)
+    raw = info.final_norm(hs[-1]) @ info.embedding.T
+    capped = lens.lens_logits(info, hs[-1], info.n_layers)
+    assert not torch.allclose(raw, capped)  # would fail if the cap were skipped
+
+
+@pytest.mark.parametrize("chunk_elems", [1 << 24, 300])  # one chunk, and many (rows=1)
+def test_metrics_match_slow_reference(model, chunk_elems):
+    lm, tok, info = model
+    ids = _ids(info)
+    hs = lens.collect_residuals(lm, info, ids)
+    got = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(chunk_elems=chunk_elems))
+    ref = _reference(info, hs, ids)
+    assert set(got) == set(ref) == set(lens.metric_columns(lens.METRICS))
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=2e-5, msg=k)
+    # identities: KL of the last layer to itself is 0; h_0 is the embedding row up to scale
+    assert got["kl_final"][-1].abs().max() < 1e-5
+    if info.family != "gpt2":  # GPT-2 adds position embeddings to h_0
+        torch.testing.assert_close(got["cos_raw_input"][0], torch.ones_like(got["cos_raw_input"][0]))
+
+
+def test_decoder_hook_is_applied_before_the_norm():
+    lm, tok, info = load_model("tiny-llama")
+    ids = _ids(info)
+    hs = lens.collect_residuals(lm, info, ids)
+    W = torch.randn(info.d_model, info.d_model, generator=torch.Generator().manual_seed(1)) * 0.3
+    calls = []
+
+    def decoder(layer, h):
+        calls.append(layer)
+        return h + h @ W if layer < info.n_layers else h
+
+    got = lens.residual_metrics(info, hs, ids, decoder=decoder)
+    ref = _reference(info, hs, ids, decoder=decoder)
+    for k in ("logprob_next", "rank_input", "entropy", "cos_norm_next", "proj_input"):
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=2e-5, msg=k)
+    plain = lens.residual_metrics(info, hs, ids)
+    assert not torch.allclose(got["logprob_next"][1], plain["logprob_next"][1])
+    torch.testing.assert_close(got["cos_raw_next"], plain["cos_raw_next"])  # raw h: untouched
+    assert set(calls) == set(range(info.n_layers + 1))
+
+
+def test_bf16_matmul_changes_little():
+    lm, tok, info = load_model("tiny-llama")
+    ids = _ids(info, b=4, t=32)
+    hs = lens.collect_residuals(lm, info, ids)
+    a = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["logprob", "top1"]))
+    b = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(
+        metrics=["logprob", "top1"], matmul_dtype="bfloat16", token_table=()))
+    assert (a["logprob_next"] - b["logprob_next"]).abs().max() < 0.1
+    assert (a["top1_next"] != b["top1_next"]).float().mean() < 0.05
+
+
+def test_attenuation_inside_the_layer_loop(model):
+    lm, tok, info = model
+    from residshift.interventions import attenuated_logits
+
+    ids = _ids(info)
+    plain = lens.collect_residuals(lm, info, ids)
+    hs, logits = lens.collect_residuals(lm, info, ids, attenuation={1: 0.25}, return_logits=True)
+    torch.testing.assert_close(hs[:2], plain[:2])  # before the edited block: unchanged
+    # block 1 output becomes block_1(h_1) - (1 - alpha) h_1, with block_1(h_1) the plain output
+    torch.testing.assert_close(hs[2], plain[2] - 0.75 * plain[1], rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(hs[3], plain[3])  # and the change propagates
+    ref = attenuated_logits(lm, info, ids, {1: 0.25})
+    torch.testing.assert_close(logits, ref.float())
+    torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits,
+                               rtol=1e-5, atol=1e-5)
+    same = lens.collect_residuals(lm, info, ids, attenuation={1: 1.0})
+    torch.testing.assert_close(same, plain)
+
+
+def test_corpus_metrics_aggregates_and_streams():
+    lm, tok, info = load_model("tiny-llama")
+    windows = _ids(info, b=5, t=12, seed=3)
+    opt = lens.LensOptions()
+    res = lens.corpus_metrics(lm, info, windows, batch=2, options=opt)
+    assert res.n_seq == 5 and res.n_layers == info.n_layers
+    direct = lens.residual_metrics(info, lens.collect_residuals(lm, info, windows), windows, options=opt)
+    for c in res.columns:
+        if c.startswith("cos_centred"):
+            continue  # centred on the batch mean: depends on the batch by definition
+        torch.testing.assert_close(res.per_seq[c], direct[c].mean(-1).T, rtol=1e-4, atol=1e-5, msg=c)
+    torch.testing.assert_close(res.per_seq_median["rank_next"], direct["rank_next"].median(-1).values.T)
+    n_tok = 5 * 10
+    assert res.tokens["cur"].shape == (n_tok,)
+    assert res.tokens["layers"]["rank_input"].shape == (info.n_layers + 1, n_tok)
+    torch.testing.assert_close(res.tokens["layers"]["logprob_next"],
+                               direct["logprob_next"].reshape(info.n_layers + 1, -1), rtol=1e-4, atol=1e-5)
+    assert torch.equal(res.tokens["next"].long(), windows[:, 2:].reshape(-1))
+    assert res.tokens["seq"].tolist() == [i for i in range(5) for _ in range(10)]
+
+
+def test_errors_name_the_fix():
+    lm, tok, info = load_model("tiny-llama")
+    with pytest.raises(lens.LensError, match="known metrics: rank"):
+        lens.check_metrics(["rank", "perplexity"])
+    with pytest.raises(lens.LensError, match="empty"):
+        lens.encode(tok, info, "   ")
+    with pytest.raises(lens.LensError, match="too short|at least 3"):
+        lens.encode(tok, info, "a")
+    with pytest.raises(lens.LensError, match="too short"):
+        lens.residual_metrics(info, torch.zeros(info.n_layers + 1, 1, 2, info.d_model),
+                              torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(lens.LensError, match="out of range"):
+        lens.lens_logits(info, torch.zeros(1, info.d_model), info.n_layers + 1)
+    with pytest.raises(lens.LensError, match="0..258"):
+        lens.check_ids(torch.tensor([[1, 2, 999]]), info)
+    with pytest.raises(IndexError, match="out of range"):
+        lens.collect_residuals(lm, info, _ids(info), attenuation={info.n_layers: 0.5})
+    with pytest.raises(lens.LensError, match="decoder_id"):
+        lens.run_lens(lm, info, tok, corpus="wikitext-2", split="validation", window=16, n=2,
+                      decoder=lambda l, h: h)
+    with pytest.raises(lens.LensError, match="token_table"):
+        lens.LensOptions(metrics=["entropy"], token_table=("rank_input",))
+    assert lens.LensOptions(metrics=["logprob"]).token_table == ("logprob_input", "logprob_next")
+
+
+def test_decode_top_first_and_last_layer():
+    lm, tok, info = load_model("tiny-gemma3")
+    ids = lens.encode(tok, info, "The cat sat on the mat.")
+    out = lens.decode_top(lm, info, ids, k=3)
+    assert out["ids"].shape == (info.n_layers + 1, 1, ids.shape[1], 3)
+    # last layer: the model's own argmax
+    assert torch.equal(out["ids"][-1, ..., 0], out["model_logits"].argmax(-1))
+    assert torch.all(out["probs"][..., 0] >= out["probs"][..., 1])
+
+
+def test_run_lens_is_cached(tmp_path, monkeypatch):
+    lm, tok, info = load_model("tiny-llama")
+    kw = dict(corpus="wikitext-2", split="validation", window=16, n=3, batch=2, metrics=["top1", "rank", "logprob"])
+    a = lens.run_lens(lm, info, tok, **kw)
+    calls = []
+    monkeypatch.setattr(lens, "corpus_metrics", lambda *a, **k: calls.append(1))
+    b = lens.run_lens(lm, info, tok, **kw)
+    assert not calls
+    torch.testing.assert_close(a.per_seq["top1_next"], b.per_seq["top1_next"])
+    assert a.config["window"] == 16 and a.per_seq["rank_input"].shape == (3, info.n_layers + 1)
+
+
+def test_token_kinds_and_frequency_bins():
+    assert lens.token_kind(" \n") == "whitespace"
+    assert lens.token_kind(" ,") == "punctuation"
+    assert lens.token_kind("@-@") == "punctuation"
+    assert lens.token_kind(" 1984") == "number"
+    assert lens.token_kind(" Paris") == "word"
+    counts = np.array([5, 50, 0, 7, 1])
+    bins, labels = lens.frequency_bins(counts, np.array([1, 3, 0, 4, 2]), edges=(1, 3))
+    # ranks: id1 -> 1, id3 -> 2, id0 -> 3, id4 -> 4, id2 -> 5
+    assert bins.tolist() == [0, 1, 1, 2, 2]
+    assert labels == ["rank 1-1", "rank 2-3", "rank >3"]
+    lm, tok, info = load_model("tiny-llama")
+    kinds = lens.token_kinds(tok, tok(" a, 1\n").input_ids)
+    assert sorted(set(kinds.values())) == ["number", "punctuation", "whitespace", "word"]
+
+
+@pytest.mark.slow
+def test_real_model_last_layer_and_regimes():
+    """SmolLM2: the lens at L is the model; h_0 decodes to the input, h_L beats it on the next token."""
+    lm, tok, info = load_model("smollm2-135m")
+    ids = lens.encode(tok, info, "The capital of France is Paris, and the capital of Italy is Rome.")
+    hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+    torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits, rtol=1e-4, atol=1e-4)
+    m = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["top1"], token_table=()))
+    assert m["top1_input"][0].mean() > 0.9
+    assert m["top1_next"][-1].mean() > m["top1_input"][-1].mean()
