@@ -67,6 +67,28 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "gate_lr": 0.05, "gate_eval_every": 50, "gate_patience": 4, "gate_bf16": True,
                   "eval_windows": 256, "eval_window": 512, "eval_items": None},
     },
+    # the evaluation harness (evaluate.py; benchmarks/bench_evaluate.py): tasks, items per task
+    # (None = the full set), sliding-window context/stride for perplexity, rows per forward
+    "harness": {
+        "smoke": {"harness_tasks": ["wikitext-103-validation", "lambada", "piqa", "arc-easy",
+                                    "arc-challenge"],
+                  "harness_limits": {"wikitext-103-validation": 2, "lambada": 8, "piqa": 8,
+                                     "arc-easy": 8, "arc-challenge": 8},
+                  "harness_context": 64, "harness_stride": 32, "harness_batch": 8},
+        "default": {"harness_tasks": ["wikitext-103-validation", "lambada", "piqa", "arc-easy",
+                                      "arc-challenge"],
+                    "harness_limits": {"wikitext-103-validation": 40, "lambada": 500, "piqa": 500,
+                                       "arc-easy": 500, "arc-challenge": 500},
+                    "harness_context": 512, "harness_stride": 256, "harness_batch": 16},
+        "paper": {"harness_tasks": ["wikitext-2-validation", "wikitext-2-test",
+                                    "wikitext-103-validation", "wikitext-103-test", "lambada", "piqa",
+                                    "arc-easy", "arc-challenge"],
+                  "harness_limits": {"wikitext-2-validation": None, "wikitext-2-test": None,
+                                     "wikitext-103-validation": None, "wikitext-103-test": None,
+                                     "lambada": None, "piqa": None, "arc-easy": None,
+                                     "arc-challenge": None},
+                  "harness_context": 1024, "harness_stride": 512, "harness_batch": 32},
+    },
 }
 
 PROFILE_NAMES = ("smoke", "default", "paper")
