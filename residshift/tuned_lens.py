@@ -1,0 +1,425 @@
+"""A tuned lens (Belrose et al. 2023): one learned affine translator per layer, model frozen.
+
+Definitions (ours, following the tuned-lens paper):
+
+- ``h_l(t)`` is the residual stream entering block ``l`` (``h_0`` the scaled embedding) and
+  ``h_L`` the output of the last block, as in :class:`residshift.models.ModelInfo`.
+- The logit lens decodes ``logits_l = softcap(E · N(h_l))``; the tuned lens decodes
+  ``softcap(E · N(T_l(h_l)))`` with the translator ``T_l(h) = h + W_l h + b_l``. ``W_l`` and
+  ``b_l`` start at zero, so an unfitted tuned lens *is* the logit lens, bit for bit, and
+  ``T_L`` is the identity (the last layer must reproduce the model's own logits).
+- Each ``T_l`` (``l < L``) is fitted with the model frozen to minimise the KL divergence
+  ``KL(p_L || q_l)`` from the model's final next-token distribution ``p_L`` to the lens's ``q_l``,
+  averaged over positions of WikiText-2 *train* windows; the report uses held-out WikiText-2
+  *validation* windows, which also select each layer's best translator (early stopping).
+- Position 0 (BOS, or the first token, which most models use as an attention sink with huge
+  activations) is excluded from fitting and from the report (``skip_first``).
+- ``train_vocab = K`` (optional) restricts the *training* objective to the K most frequent tokens of
+  the training windows (both distributions renormalised over that set), which makes fitting on a
+  262k-token vocabulary affordable on a CPU. The *reported* KL is always over the full vocabulary,
+  and the report states how much final-distribution mass lay outside the training set.
+
+Fitting is resumable (translators, optimizer, step, best states and history are checkpointed
+atomically under ``results/tuned-lens-ckpt``) and cached (:func:`fit_cached`). Batches are drawn from
+a generator seeded by ``(seed, step)``, so an interrupted fit resumed from its checkpoint ends in
+exactly the state of an uninterrupted one.
+
+>>> lens, report = fit_cached(lm, info, TunedLensConfig(steps=60))
+>>> logits = lens.decode(info, layer, h)       # or use lens.transform as a decoder hook
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import cache
+from .models import ModelInfo
+from .paths import results_dir
+
+FORMAT = "residshift-tuned-lens/1"
+
+
+class TunedLensError(RuntimeError):
+    """Raised for a lens that does not fit the model it is used with; the message names the fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TunedLensConfig:
+    """Everything that determines a fitted tuned lens (the cache key is built from it)."""
+
+    corpus: str = "wikitext-2"
+    train_split: str = "train"
+    val_split: str = "validation"
+    window: int = 128  # tokens per window (BOS included where the model prepends one)
+    train_windows: int = 256  # pool of training windows; batches are drawn from it with replacement
+    val_windows: int = 8  # held-out windows for the report
+    es_windows: int = 4  # held-out windows (disjoint from the report's) for early stopping
+    batch: int = 4  # windows per optimisation step
+    steps: int = 60
+    lr: float = 1e-3  # Adam
+    weight_decay: float = 0.0
+    eval_every: int = 20  # early-stopping evaluation period (steps); 0 = never, keep the last state
+    checkpoint_every: int = 10
+    train_vocab: int | None = None  # K most frequent training tokens for the objective; None = all
+    skip_first: int = 1  # positions excluded from fitting and report (attention sink / BOS)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("window", "train_windows", "val_windows", "batch", "steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TunedLensConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.window < self.skip_first + 2:
+            raise ValueError(f"window={self.window} leaves no scored position after skip_first="
+                             f"{self.skip_first}; use a window of at least {self.skip_first + 2}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr}")
+        if self.train_vocab is not None and self.train_vocab < 2:
+            raise ValueError("train_vocab must be None (full vocabulary) or at least 2")
+
+    @classmethod
+    def from_profile(cls, P: Any) -> "TunedLensConfig":
+        """The config of a resolved profile (``profiles.resolve``): the ``tuned_*`` keys."""
+        return cls(corpus=P.tuned_corpus, window=P.tuned_window, train_windows=P.tuned_train_windows,
+                   val_windows=P.tuned_val_windows, es_windows=P.tuned_es_windows,
+                   batch=P.tuned_batch, steps=P.tuned_steps, lr=P.tuned_lr,
+                   eval_every=P.tuned_eval_every, train_vocab=P.tuned_vocab, seed=P.seed)
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding
+# --------------------------------------------------------------------------------------------
+
+
+def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap · tanh(logits / cap)`` where the model soft-caps its final logits, else unchanged."""
+    return logits if not cap else cap * torch.tanh(logits / cap)
+
+
+def decode_logits(info: ModelInfo, h: torch.Tensor, vocab: torch.Tensor | None = None) -> torch.Tensor:
+    """Logit-lens logits ``softcap(E · N(h))`` of residuals ``h`` [..., d] (optionally on a vocab subset)."""
+    E = info.embedding if vocab is None else info.embedding[vocab]
+    normed = info.final_norm(h)
+    return softcap(normed @ E.T.to(normed.dtype), info.logit_softcap)
+
+
+class TunedLens(nn.Module):
+    """Per-layer translators ``T_l(h) = h + W_l h + b_l`` for ``l = 0..L-1``; ``T_L`` is the identity."""
+
+    def __init__(self, info: ModelInfo):
+        super().__init__()
+        self.model_name = info.name
+        self.n_layers = info.n_layers
+        self.d_model = info.d_model
+        self.translators = nn.ModuleList(nn.Linear(info.d_model, info.d_model) for _ in range(info.n_layers))
+        for t in self.translators:
+            nn.init.zeros_(t.weight)
+            nn.init.zeros_(t.bias)
+
+    def _check_layer(self, layer: int) -> int:
+        if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer <= self.n_layers:
+            raise IndexError(f"residual index {layer!r} is out of range for {self.model_name}: use "
+                             f"0..{self.n_layers} (0 = embedding, {self.n_layers} = last block's output)")
+        return layer
+
+    def transform(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """``T_layer(h)``: the decoder hook ``(layer, h) -> h'`` applied before the final norm."""
+        if self._check_layer(layer) == self.n_layers:
+            return h
+        if h.shape[-1] != self.d_model:
+            raise ValueError(f"h has width {h.shape[-1]} but this lens was fitted on {self.model_name} "
+                             f"(d_model {self.d_model})")
+        t = self.translators[layer]
+        return h + F.linear(h.to(t.weight.dtype), t.weight, t.bias).to(h.dtype)
+
+    def decode(self, info: ModelInfo, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """Tuned-lens logits ``softcap(E · N(T_layer(h)))``."""
+        self.check_model(info)
+        return decode_logits(info, self.transform(layer, h))
+
+    def check_model(self, info: ModelInfo) -> None:
+        if info.name != self.model_name or info.d_model != self.d_model or info.n_layers != self.n_layers:
+            raise TunedLensError(
+                f"this tuned lens was fitted on {self.model_name!r} ({self.n_layers} layers, d "
+                f"{self.d_model}) but is being used with {info.name!r} ({info.n_layers} layers, d "
+                f"{info.d_model}): fit one for {info.name!r} with fit_cached(lm, info, config)")
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self, path: str | Path, *, config: TunedLensConfig | None = None,
+             report: dict | None = None) -> Path:
+        """Write the translators (and what produced them) atomically to ``path``."""
+        payload = {"format": FORMAT, "model": self.model_name, "n_layers": self.n_layers,
+                   "d_model": self.d_model, "state": {k: v.detach().cpu() for k, v in self.state_dict().items()},
+                   "config": asdict(config) if config is not None else None, "report": report}
+        cache.atomic_torch_save(payload, Path(path))
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path, info: ModelInfo) -> "TunedLens":
+        """Read a lens saved by :meth:`save`; refuse one fitted on another model."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no tuned lens at {path}; fit one with fit_cached(lm, info, config)")
+        payload = torch.load(path, weights_only=False)
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+            raise TunedLensError(f"{path} is not a residshift tuned lens (format {FORMAT!r})")
+        if (payload["model"], payload["n_layers"], payload["d_model"]) != (info.name, info.n_layers, info.d_model):
+            raise TunedLensError(
+                f"{path} holds a tuned lens fitted on {payload['model']!r} ({payload['n_layers']} "
+                f"layers, d {payload['d_model']}), not on {info.name!r} ({info.n_layers} layers, d "
+                f"{info.d_model}): load the lens fitted on {info.name!r} or fit one with fit_cached")
+        lens = cls(info)
+        lens.load_state_dict(payload["state"])
+        return lens
+
+
+# --------------------------------------------------------------------------------------------
+# Residuals (one nnsight trace per batch)
+# --------------------------------------------------------------------------------------------
+
+
+def collect_residuals(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tensor]:
+    """``[h_0, ..., h_L]``, each ``[batch, seq, d]``, from one nnsight trace (no grad).
+
+    ``h_0`` is the input of block 0 and ``h_l`` the output of block ``l - 1``; the final norm is
+    not applied. (A small private collector: ``lens.collect_residuals`` is the shared one.)
+    """
+    layers = info.layer_envoys(lm)
+    saved: list = []
+    with torch.no_grad():
+        with lm.trace(ids, remote=info.remote):
+            saved.append(layers[0].input.save())
+            for layer in layers:
+                saved.append(layer.output.save())
+    return [s.detach() for s in saved]
+
+
+# --------------------------------------------------------------------------------------------
+# Objective and evaluation
+# --------------------------------------------------------------------------------------------
+
+
+def _kl(target_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Per-row ``KL(p || q)`` with ``p = exp(target_logp)``, ``q = softmax(logits)``."""
+    logq = torch.log_softmax(logits.float(), dim=-1)
+    return (target_logp.exp() * (target_logp - logq)).sum(-1)
+
+
+def _flat(h: torch.Tensor, skip_first: int) -> torch.Tensor:
+    return h[:, skip_first:].reshape(-1, h.shape[-1])
+
+
+@torch.no_grad()
+def evaluate_kl(lm, info: ModelInfo, lens: TunedLens | None, windows: torch.Tensor, *,
+                batch: int = 4, skip_first: int = 1, vocab: torch.Tensor | None = None,
+                chunk: int = 256) -> dict[str, torch.Tensor]:
+    """Per-window mean ``KL(p_L || q_l)`` for the logit lens and (if given) the tuned lens.
+
+    Returns ``{"logit": [n, L+1], "tuned": [n, L+1]}`` (nats; column ``l`` is residual ``h_l``;
+    column L is 0 by construction) and ``"outside_mass"`` [n]: mean final-distribution mass outside
+    ``vocab`` (0 without one). With ``vocab`` both distributions are renormalised over it.
+    """
+    if lens is not None:
+        lens.check_model(info)
+    L = info.n_layers
+    out = {"logit": [], "tuned": [], "outside_mass": []}
+    for start in range(0, len(windows), batch):
+        ids = windows[start:start + batch]
+        hs = collect_residuals(lm, info, ids)
+        B = ids.shape[0]
+        n_pos = ids.shape[1] - skip_first
+        final = _flat(hs[L], skip_first)
+        rows = {"logit": torch.zeros(B * n_pos, L + 1), "tuned": torch.zeros(B * n_pos, L + 1)}
+        outside = torch.zeros(B * n_pos)
+        for c in range(0, final.shape[0], chunk):
+            sl = slice(c, c + chunk)
+            full_logp = torch.log_softmax(decode_logits(info, final[sl]).float(), -1)
+            if vocab is not None:
+                outside[sl] = 1 - full_logp[:, vocab].exp().sum(-1)
+                target = torch.log_softmax(full_logp[:, vocab], -1)
+            else:
+                target = full_logp
+            for l in range(L + 1):
+                h = _flat(hs[l], skip_first)[sl]
+                rows["logit"][sl, l] = _kl(target, decode_logits(info, h, vocab))
+                if lens is not None:
+                    rows["tuned"][sl, l] = _kl(target, decode_logits(info, lens.transform(l, h), vocab))
+        for key in ("logit", "tuned"):
+            out[key].append(rows[key].view(B, n_pos, L + 1).mean(1))
+        out["outside_mass"].append(outside.view(B, n_pos).mean(1))
+    res = {k: torch.cat(v) for k, v in out.items()}
+    if lens is None:
+        del res["tuned"]
+    return res
+
+
+def training_vocab(windows: torch.Tensor, k: int | None) -> torch.Tensor | None:
+    """The ``k`` most frequent token ids of ``windows`` (ties broken by id), sorted; None = all."""
+    if k is None:
+        return None
+    ids, counts = torch.unique(windows.reshape(-1), return_counts=True)
+    order = sorted(range(len(ids)), key=lambda i: (-int(counts[i]), int(ids[i])))[:k]
+    return torch.sort(ids[order]).values
+
+
+# --------------------------------------------------------------------------------------------
+# Fitting (resumable)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    step: int = 0
+    best_kl: list = field(default_factory=list)  # per layer, early-stopping KL of the best state
+    best_state: dict | None = None
+    history: list = field(default_factory=list)  # [{"step", "train_kl": [L], "es_kl": [L] | None}]
+    seconds: float = 0.0
+
+
+def _batch_indices(cfg: TunedLensConfig, step: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
+    return torch.randint(0, n, (cfg.batch,), generator=g)
+
+
+def train_step(lm, info: ModelInfo, lens: TunedLens, opt: torch.optim.Optimizer, ids: torch.Tensor,
+               *, skip_first: int, vocab: torch.Tensor | None) -> list[float]:
+    """One optimisation step on one batch; returns each layer's mean training KL (before the step).
+
+    Layers are independent (each translator only sees its own layer), so each layer's loss is
+    back-propagated on its own, which keeps only one layer's vocabulary-sized tensors alive.
+    """
+    L = info.n_layers
+    hs = collect_residuals(lm, info, ids)
+    with torch.no_grad():
+        target = torch.log_softmax(decode_logits(info, _flat(hs[L], skip_first), vocab).float(), -1)
+    opt.zero_grad(set_to_none=True)
+    kls = []
+    for l in range(L):
+        h = _flat(hs[l], skip_first)
+        loss = _kl(target, decode_logits(info, lens.transform(l, h), vocab)).mean()
+        loss.backward()
+        kls.append(float(loss.detach()))
+    opt.step()
+    return kls
+
+
+def checkpoint_path(info: ModelInfo, cfg: TunedLensConfig) -> Path:
+    return results_dir() / "tuned-lens-ckpt" / f"{cache.config_key(cache_config(info, cfg))}.pt"
+
+
+def cache_config(info: ModelInfo, cfg: TunedLensConfig) -> dict:
+    return {"model": info.name, "source": info.source, "version": FORMAT, **asdict(cfg)}
+
+
+def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: torch.Tensor | None,
+        checkpoint: Path | None = None, stop_after: int | None = None,
+        progress: Callable[[str], None] | None = None) -> tuple[TunedLens, dict]:
+    """Fit a tuned lens on ``train`` windows; resume from ``checkpoint`` when it exists.
+
+    ``stop_after`` ends the run after that many steps *of this call* (what an interruption does;
+    tests use it), leaving the checkpoint to resume from. Returns the lens (each layer's best
+    early-stopping state when ``es`` is given, else the last) and a dict with the history.
+    """
+    lens = TunedLens(info)
+    opt = torch.optim.Adam(lens.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    state = _State()
+    if checkpoint is not None and Path(checkpoint).is_file():
+        saved = torch.load(checkpoint, weights_only=False)
+        if saved["config"] != asdict(cfg) or saved["model"] != info.name:
+            raise TunedLensError(f"checkpoint {checkpoint} belongs to another fit "
+                                 f"({saved['model']}, {saved['config']}); delete it to start over")
+        lens.load_state_dict(saved["lens"])
+        opt.load_state_dict(saved["opt"])
+        state = saved["state"]
+    vocab = training_vocab(train, cfg.train_vocab)
+    done_here = 0
+    while state.step < cfg.steps:
+        if stop_after is not None and done_here >= stop_after:
+            return lens, {"interrupted_at": state.step}
+        t0 = time.perf_counter()
+        ids = train[_batch_indices(cfg, state.step, len(train))]
+        kls = train_step(lm, info, lens, opt, ids, skip_first=cfg.skip_first, vocab=vocab)
+        state.step += 1
+        done_here += 1
+        record = {"step": state.step, "train_kl": kls, "es_kl": None}
+        last = state.step == cfg.steps
+        if es is not None and cfg.eval_every and (state.step % cfg.eval_every == 0 or last):
+            es_kl = evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
+                                vocab=vocab)["tuned"].mean(0)[:-1].tolist()
+            record["es_kl"] = es_kl
+            if state.best_state is None:
+                state.best_kl = [math.inf] * info.n_layers
+                state.best_state = {k: v.clone() for k, v in lens.state_dict().items()}
+            for l, value in enumerate(es_kl):
+                if value < state.best_kl[l]:
+                    state.best_kl[l] = value
+                    for part in ("weight", "bias"):
+                        key = f"translators.{l}.{part}"
+                        state.best_state[key] = lens.state_dict()[key].clone()
+        state.history.append(record)
+        state.seconds += time.perf_counter() - t0
+        if progress is not None:
+            progress(f"step {state.step}/{cfg.steps}: mean train KL {sum(kls) / len(kls):.4f}")
+        if checkpoint is not None and (state.step % cfg.checkpoint_every == 0 or last):
+            cache.atomic_torch_save({"config": asdict(cfg), "model": info.name, "lens": lens.state_dict(),
+                                     "opt": opt.state_dict(), "state": state}, Path(checkpoint))
+    if state.best_state is not None:
+        lens.load_state_dict(state.best_state)
+    return lens, {"history": state.history, "best_es_kl": state.best_kl, "fit_seconds": state.seconds,
+                  "vocab_size": None if vocab is None else len(vocab)}
+
+
+def windows_for(tokenizer, info: ModelInfo, cfg: TunedLensConfig) -> dict[str, torch.Tensor]:
+    """Training windows (``train_split``) and disjoint early-stopping / report windows (``val_split``)."""
+    from .data import token_windows
+
+    train = token_windows(cfg.corpus, cfg.train_split, tokenizer, length=cfg.window,
+                          n=cfg.train_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)
+    val = token_windows(cfg.corpus, cfg.val_split, tokenizer, length=cfg.window,
+                        n=cfg.val_windows + cfg.es_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)
+    return {"train": train, "val": val[:cfg.val_windows], "es": val[cfg.val_windows:] if cfg.es_windows else None}
+
+
+def fit_cached(lm, info: ModelInfo, cfg: TunedLensConfig, tokenizer=None, *, refresh: bool = False,
+               progress: Callable[[str], None] | None = None) -> tuple[TunedLens, dict]:
+    """Fit (or load the cached) tuned lens of ``info.name`` for ``cfg``, and its held-out report.
+
+    The report holds ``kl_logit`` and ``kl_tuned``: ``[val_windows, L+1]`` per-window mean KL (nats)
+    on the validation windows, for bootstrapping over windows, plus the fitting history, the time it
+    took and the final-distribution mass outside the training vocabulary.
+    """
+    tokenizer = tokenizer if tokenizer is not None else lm.tokenizer
+    key = cache_config(info, cfg)
+
+    def compute() -> dict:
+        wins = windows_for(tokenizer, info, cfg)
+        ckpt = checkpoint_path(info, cfg)
+        lens, fit_info = fit(lm, info, cfg, train=wins["train"], es=wins["es"], checkpoint=ckpt,
+                             progress=progress)
+        t0 = time.perf_counter()
+        ev = evaluate_kl(lm, info, lens, wins["val"], batch=cfg.batch, skip_first=cfg.skip_first)
+        vocab = training_vocab(wins["train"], cfg.train_vocab)
+        outside = (evaluate_kl(lm, info, None, wins["val"][:2], batch=cfg.batch, skip_first=cfg.skip_first,
+                               vocab=vocab)["outside_mass"].mean().item() if vocab is not None else 0.0)
+        report = {"model": info.name, "config": asdict(cfg), "kl_logit": ev["logit"], "kl_tuned": ev["tuned"],
+                  "eval_seconds": time.perf_counter() - t0, "outside_mass": outside, **fit_info}
+        value = {"state": {k: v.detach().cpu() for k, v in lens.state_dict().items()}, "report": report}
+        return value
+
+    value = cache.cached("tuned-lens", key, compute, refresh=refresh)
+    ckpt = checkpoint_path(info, cfg)
+    ckpt.unlink(missing_ok=True)  # the cached result supersedes the checkpoint
+    lens = TunedLens(info)
+    lens.load_state_dict(value["state"])
+    return lens, value["report"]
