@@ -564,3 +564,27 @@ def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str) -> 
 
     tokens = tokenize_text(corpus_text(corpus, split), tokenizer)
     return np.bincount(tokens, minlength=info.vocab_size)
+
+
+# --------------------------------------------------------------------------------------------
+# The three regimes of a decoded trajectory
+# --------------------------------------------------------------------------------------------
+
+REGIMES = ("other", "input", "next")
+
+
+def classify_decoded(top1: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Label each decoded top-1 token: 1 = the input token ``x_t``, 2 = the next token ``x_{t+1}``,
+    0 = other (:data:`REGIMES`).
+
+    ``top1 [L+1, T]`` and ``ids [T]`` of one sequence. Where ``x_t == x_{t+1}`` a match counts as
+    "input" (the earlier regime). The last position has no next token, so it is never "next".
+    """
+    top1, ids = torch.as_tensor(top1), torch.as_tensor(ids)
+    if top1.ndim != 2 or ids.ndim != 1 or top1.shape[1] != ids.shape[0]:
+        raise LensError(f"expected top1 [L+1, T] and ids [T], got {tuple(top1.shape)} and {tuple(ids.shape)}")
+    nxt = torch.cat([ids[1:], torch.tensor([-1])])
+    out = torch.zeros_like(top1)
+    out[top1 == nxt] = 2
+    out[top1 == ids] = 1
+    return out

@@ -35,11 +35,19 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     # 01-03: localizing the shift (lens, metrics, causal profile, tuned lens)
     "localize": {
         "smoke": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 32,
-                  "lens_windows": 4, "lens_batch": 2, "n_boot": 50},
+                  "lens_windows": 4, "lens_batch": 2, "n_boot": 50, "lens_matmul": "float32",
+                  "lens_sentences": ["The Eiffel Tower is in Paris, the capital of France.",
+                                     "One, two, three, four, five, six, seven, eight."]},
         "default": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 128,
-                    "lens_windows": 64, "lens_batch": 8, "n_boot": 1000},
+                    "lens_windows": 64, "lens_batch": 8, "n_boot": 1000, "lens_matmul": "bfloat16",
+                    "lens_sentences": ["The Eiffel Tower is in Paris, the capital of France.",
+                                       "One, two, three, four, five, six, seven, eight.",
+                                       "She opened the door, looked outside and saw that it was raining."]},
         "paper": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 256,
-                  "lens_windows": 512, "lens_batch": 16, "n_boot": 2000},
+                  "lens_windows": 512, "lens_batch": 16, "n_boot": 2000, "lens_matmul": "float32",
+                  "lens_sentences": ["The Eiffel Tower is in Paris, the capital of France.",
+                                     "One, two, three, four, five, six, seven, eight.",
+                                     "She opened the door, looked outside and saw that it was raining."]},
     },
     # 04-05: attenuation on pretrained models (harness, sweep, gates)
     "attenuate": {

@@ -258,3 +258,14 @@ def test_real_model_last_layer_and_regimes():
     m = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["top1"], token_table=()))
     assert m["top1_input"][0].mean() > 0.9
     assert m["top1_next"][-1].mean() > m["top1_input"][-1].mean()
+
+
+def test_classify_decoded():
+    ids = torch.tensor([5, 6, 6, 7])
+    top1 = torch.tensor([[5, 6, 6, 7],    # all input
+                         [6, 6, 7, 9],    # next, input (6 == 6), next, other
+                         [1, 2, 3, 4]])
+    got = lens.classify_decoded(top1, ids)
+    assert got.tolist() == [[1, 1, 1, 1], [2, 1, 2, 0], [0, 0, 0, 0]]
+    with pytest.raises(lens.LensError, match="expected"):
+        lens.classify_decoded(top1, ids[:3])
