@@ -1,0 +1,351 @@
+"""Causal localization of the shift: nnsight interventions per layer, scored by next-token loss.
+
+The decoding view (``lens``) asks what a hidden state *looks like* through the unembedding; this
+module asks what the model *uses*: edit the residual stream at one layer, run the rest of the model,
+and measure the change in next-token loss. Definitions (ours):
+
+- Residual index ``l = 0..L``: ``h_0`` is the input of block 0 (the scaled embedding, plus
+  position embeddings where the model adds them), ``h_l`` (``l >= 1``) the output of block ``l-1``.
+- Scored positions: ``t = skip_first .. T-2`` of each window; the loss at ``t`` is the
+  cross-entropy of the model's prediction of ``x_{t+1}``. A sequence's loss is the mean over its
+  scored positions; ``Δloss = loss(edited) - loss(clean)`` per sequence, so confidence intervals
+  bootstrap over sequences. Position 0 (BOS, or the first token) is neither edited nor scored:
+  models use it as an attention sink with huge activations, so editing it measures sink
+  disruption, not token identity.
+
+(a) **Skip-path ablation** (:func:`skip_ablation_profile`): for each block ``l`` and each ``alpha``,
+    the edit of :func:`residshift.interventions.attenuate`:
+    ``h_{l+1} = block_l(h_l) - (1 - alpha) h_l`` (``alpha = 1`` is the unmodified model).
+(b) **Token-direction ablation** (:func:`direction_ablation_profile`): at residual index ``l``
+    only, at every edited position ``t``, remove the component of ``h_l(t)`` along a unit token
+    direction ``u(t) = e_k / ||e_k||`` (``e_k`` a row of the tied matrix ``E``):
+    ``h'_l(t) = h_l(t) - (h_l(t) · u(t)) u(t)``. The projection is taken on the residual as the model
+    carries it; Gemma's ``sqrt(d)`` embedding scale changes the length of ``h_0 = sqrt(d) e_{x_t}``
+    but not its direction, so at ``l = 0`` the edit removes the token embedding entirely (up to
+    position embeddings in GPT-2). Directions, per position ``t``:
+
+    - ``"input"``: ``k = x_t`` (the current token);
+    - ``"next"``: ``k = x_{t+1}`` (the token the loss at ``t`` asks for; nothing at the last position);
+    - ``"random"``: the control, ``k`` = the token of a random other position of the same windows
+      (so it follows the corpus's unigram distribution), redrawn where it equals ``x_t`` or ``x_{t+1}``.
+
+    All positions are edited at once, in one pass per layer (edits at earlier positions reach ``t``
+    through attention too: that is part of what "the model uses this direction at layer l" means).
+    Where the input-direction ablation stops mattering and the next-direction ablation starts to
+    matter is a causal analogue of the decoding-based shift layer (:func:`causal_crossover`).
+
+All edits run inside nnsight traces; results are cached (:func:`run_cached`) as per-sequence ×
+per-layer tensors plus metadata, for the bootstrap in the notebooks.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from . import cache
+from .evaluate import window_losses
+from .interventions import attenuate
+from .models import ModelInfo
+
+VERSION = "residshift-causal/1"
+DIRECTIONS = ("input", "next", "random")
+
+
+@dataclass(frozen=True)
+class CausalConfig:
+    """What determines a causal profile (the cache key is built from it and the model)."""
+
+    corpus: str = "wikitext-103"
+    split: str = "validation"
+    window: int = 128
+    n_windows: int = 16
+    batch: int = 8
+    alphas: tuple[float, ...] = (0.0, 0.5)
+    directions: tuple[str, ...] = DIRECTIONS
+    skip_first: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alphas", tuple(float(a) for a in self.alphas))
+        object.__setattr__(self, "directions", tuple(self.directions))
+        bad = [d for d in self.directions if d not in DIRECTIONS]
+        if bad:
+            raise ValueError(f"unknown direction(s) {bad}; choose from {DIRECTIONS}")
+        for a in self.alphas:
+            if not 0.0 <= a <= 1.0:
+                raise ValueError(f"alphas must lie in [0, 1] (1 = unmodified skip path), got {a}")
+        if self.n_windows < 1 or self.batch < 1:
+            raise ValueError("n_windows and batch must be >= 1")
+        check_window(self.window, self.skip_first)
+
+    @classmethod
+    def from_profile(cls, P: Any) -> "CausalConfig":
+        """The config of a resolved profile (``profiles.resolve``): the ``causal_*`` keys."""
+        return cls(corpus=P.causal_corpus, split=P.causal_split, window=P.causal_window,
+                   n_windows=P.causal_windows, batch=P.causal_batch, alphas=tuple(P.causal_alphas),
+                   directions=tuple(P.causal_directions), seed=P.seed)
+
+
+def check_window(length: int, skip_first: int) -> None:
+    if skip_first < 0:
+        raise ValueError(f"skip_first must be >= 0, got {skip_first}")
+    if length < skip_first + 2:
+        raise ValueError(f"windows of {length} tokens leave no scored position after skip_first="
+                         f"{skip_first}: use windows of at least {skip_first + 2} tokens")
+
+
+# --------------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------------
+
+
+def sequence_losses(logits: torch.Tensor, ids: torch.Tensor, skip_first: int = 1) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats) over positions ``skip_first .. T-2``, per sequence [B]."""
+    check_window(ids.shape[1], skip_first)
+    logits = logits.float()
+    ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(logits.device),
+                         reduction="none").view(ids.shape[0], -1)
+    return ce[:, skip_first:].mean(1).cpu()
+
+
+def _check_windows(windows: torch.Tensor, skip_first: int) -> None:
+    if not isinstance(windows, torch.Tensor) or windows.ndim != 2:
+        raise ValueError(f"windows must be a [n, length] tensor of token ids, got {getattr(windows, 'shape', windows)}")
+    check_window(windows.shape[1], skip_first)
+
+
+# --------------------------------------------------------------------------------------------
+# (a) Skip-path ablation
+# --------------------------------------------------------------------------------------------
+
+
+def skip_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *, alphas: Sequence[float] = (0.0, 0.5),
+                          layers: Sequence[int] | None = None, batch: int = 8, skip_first: int = 1,
+                          progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Δ next-token loss per sequence when block ``l``'s skip path is scaled by ``alpha``.
+
+    Returns ``{"clean": [n], "delta": [len(alphas), n, len(layers)], "alphas", "layers"}``; column
+    ``j`` of ``delta`` is block ``layers[j]`` (whose skip path carries ``h_{layers[j]}``).
+    """
+    _check_windows(windows, skip_first)
+    layers = list(range(info.n_layers)) if layers is None else [info.check_layer(l) for l in layers]
+    clean = window_losses(lm, info, windows, batch_size=batch)[:, skip_first:].mean(1)
+    delta = torch.zeros(len(alphas), len(windows), len(layers))
+    for i, alpha in enumerate(alphas):
+        for j, layer in enumerate(layers):
+            edited = window_losses(lm, info, windows, batch_size=batch,
+                                   intervene=lambda m, inf, l=layer, a=alpha: attenuate(m, inf, l, a))
+            delta[i, :, j] = edited[:, skip_first:].mean(1) - clean
+            if progress is not None:
+                progress(f"skip alpha={alpha} block {layer}: mean Δloss {delta[i, :, j].mean():+.4f}")
+    return {"clean": clean, "delta": delta, "alphas": [float(a) for a in alphas], "layers": layers}
+
+
+# --------------------------------------------------------------------------------------------
+# (b) Token-direction ablation
+# --------------------------------------------------------------------------------------------
+
+
+def random_control_tokens(ids: torch.Tensor, *, skip_first: int = 1, seed: int = 0, tries: int = 20) -> torch.Tensor:
+    """Per position, the token of a random other edited position of ``ids`` (≠ ``x_t``, ≠ ``x_{t+1}``).
+
+    Positions before ``skip_first`` get -1 (not edited). Draws come from a generator seeded by ``seed``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    B, T = ids.shape
+    pool = ids[:, skip_first:].reshape(-1)
+    nxt = torch.cat([ids[:, 1:], torch.full((B, 1), -1, dtype=ids.dtype)], 1)
+    out = torch.full_like(ids, -1)
+    body = out[:, skip_first:]
+    body.copy_(pool[torch.randint(0, len(pool), body.shape, generator=g)])
+    for _ in range(tries):
+        clash = (body == ids[:, skip_first:]) | (body == nxt[:, skip_first:])
+        if not clash.any():
+            break
+        body[clash] = pool[torch.randint(0, len(pool), (int(clash.sum()),), generator=g)]
+    return out
+
+
+def direction_tokens(ids: torch.Tensor, kind: str, *, skip_first: int = 1, seed: int = 0) -> torch.Tensor:
+    """Token id whose embedding direction is removed at each position (-1 = no edit) [B, T]."""
+    if kind not in DIRECTIONS:
+        raise ValueError(f"unknown direction {kind!r}; choose from {DIRECTIONS}")
+    B = ids.shape[0]
+    if kind == "input":
+        tok = ids.clone()
+    elif kind == "next":
+        tok = torch.cat([ids[:, 1:], torch.full((B, 1), -1, dtype=ids.dtype)], 1)
+    else:
+        tok = random_control_tokens(ids, skip_first=skip_first, seed=seed)
+    tok[:, :skip_first] = -1
+    return tok
+
+
+def unit_directions(info: ModelInfo, tokens: torch.Tensor) -> torch.Tensor:
+    """``e_k / ||e_k||`` for each token id in ``tokens`` [B, T] -> [B, T, d]; zero where ``k = -1``."""
+    E = info.embedding.detach()
+    safe = tokens.clamp(min=0)
+    u = F.normalize(E[safe].float(), dim=-1)
+    return u * (tokens >= 0).unsqueeze(-1)
+
+
+def remove_direction(h: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """``h - (h · u) u`` along the last dim, for unit (or zero) ``u`` broadcastable to ``h``."""
+    u = u.to(h.dtype).to(h.device)
+    return h - (h * u).sum(-1, keepdim=True) * u
+
+
+def check_residual_index(info: ModelInfo, residual: int) -> int:
+    if not isinstance(residual, int) or isinstance(residual, bool) or not 0 <= residual <= info.n_layers:
+        raise IndexError(f"residual index {residual!r} is out of range for {info.name}: use 0..{info.n_layers} "
+                         f"(0 = input of block 0, l = output of block l-1)")
+    return residual
+
+
+def edit_residual(lm, info: ModelInfo, residual: int, edit: Callable[[Any], Any]) -> None:
+    """Inside a trace: replace ``h_residual`` by ``edit(h_residual)`` (block input or output)."""
+    layers = info.layer_envoys(lm)
+    if residual == 0:
+        layers[0].input = edit(layers[0].input)
+    else:
+        layers[residual - 1].output = edit(layers[residual - 1].output)
+
+
+def direction_ablated_logits(lm, info: ModelInfo, ids: torch.Tensor, residual: int,
+                             units: torch.Tensor) -> torch.Tensor:
+    """Logits of ``ids`` with the component along ``units`` [B, T, d] removed from ``h_residual``."""
+    check_residual_index(info, residual)
+    with torch.no_grad():
+        with lm.trace(ids, remote=info.remote):
+            edit_residual(lm, info, residual, lambda h: remove_direction(h, units))
+            logits = lm.output.logits.save()
+    return logits
+
+
+def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
+                               directions: Sequence[str] = DIRECTIONS, residuals: Sequence[int] | None = None,
+                               batch: int = 8, skip_first: int = 1, seed: int = 0,
+                               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Δ next-token loss per sequence when a token direction is removed at one residual index.
+
+    Returns ``{"clean": [n], "delta": [len(directions), n, len(residuals)], "directions",
+    "residuals"}``; column ``j`` of ``delta`` is residual index ``residuals[j]``.
+    """
+    _check_windows(windows, skip_first)
+    residuals = list(range(info.n_layers + 1)) if residuals is None else [check_residual_index(info, r) for r in residuals]
+    clean = window_losses(lm, info, windows, batch_size=batch)[:, skip_first:].mean(1)
+    delta = torch.zeros(len(directions), len(windows), len(residuals))
+    for i, kind in enumerate(directions):
+        for start in range(0, len(windows), batch):
+            ids = windows[start:start + batch]
+            units = unit_directions(info, direction_tokens(ids, kind, skip_first=skip_first, seed=seed + start))
+            for j, r in enumerate(residuals):
+                logits = direction_ablated_logits(lm, info, ids, r, units)
+                delta[i, start:start + len(ids), j] = sequence_losses(logits, ids, skip_first) - clean[start:start + len(ids)]
+        if progress is not None:
+            progress(f"direction {kind}: mean Δloss per layer {[round(float(x), 4) for x in delta[i].mean(0)]}")
+    return {"clean": clean, "delta": delta, "directions": list(directions), "residuals": residuals}
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries with bootstrap CIs (over sequences)
+# --------------------------------------------------------------------------------------------
+
+
+def bootstrap_mean(x: torch.Tensor, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, torch.Tensor]:
+    """Mean over dim 0 with a percentile bootstrap CI (resampling rows = sequences)."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, x.shape[0], (n_boot, x.shape[0]), generator=g)
+    boots = x.double()[idx].mean(1)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    lo, hi = torch.quantile(boots, q, dim=0)
+    return {"mean": x.double().mean(0), "lo": lo, "hi": hi}
+
+
+def _crossover(effect_next: torch.Tensor, effect_input: torch.Tensor) -> float:
+    """First index where mean next-effect exceeds mean input-effect (nan if never)."""
+    above = (effect_next.mean(0) > effect_input.mean(0)).nonzero()
+    return float(above[0, 0]) if len(above) else float("nan")
+
+
+def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """The causal shift: the first residual index where removing the next-token direction hurts more
+    than removing the input-token direction (both relative to the random-direction control).
+
+    Also: ``input_last_significant``, the last index whose input-minus-control Δloss CI excludes 0
+    from above, and ``next_first_significant``, the first index whose next-minus-control CI does.
+    Bootstrap over sequences gives a percentile CI on the crossover index.
+    """
+    d = result["directions"]
+    if not {"input", "next", "random"} <= set(d):
+        raise ValueError("causal_crossover needs the 'input', 'next' and 'random' directions in the result")
+    delta = result["delta"]
+    inp = delta[d.index("input")] - delta[d.index("random")]
+    nxt = delta[d.index("next")] - delta[d.index("random")]
+    point = _crossover(nxt, inp)
+    g = torch.Generator().manual_seed(seed)
+    n = inp.shape[0]
+    boots = []
+    for _ in range(n_boot):
+        idx = torch.randint(0, n, (n,), generator=g)
+        boots.append(_crossover(nxt[idx], inp[idx]))
+    boots_t = torch.tensor(boots, dtype=torch.float64)
+    finite = boots_t[~boots_t.isnan()]
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    lo, hi = (torch.quantile(finite, q).tolist() if len(finite) else [float("nan")] * 2)
+    ci_in, ci_nx = bootstrap_mean(inp, n_boot=n_boot, seed=seed, level=level), bootstrap_mean(nxt, n_boot=n_boot, seed=seed, level=level)
+    sig_in = (ci_in["lo"] > 0).nonzero()
+    sig_nx = (ci_nx["lo"] > 0).nonzero()
+    residuals = result["residuals"]
+    L = result.get("n_layers", max(residuals))
+    to_res = lambda i: residuals[int(i)] if i == i else float("nan")  # noqa: E731
+    return {"crossover": to_res(point), "crossover_ci": [to_res(lo) if lo == lo else lo, to_res(hi) if hi == hi else hi],
+            "crossover_rel": to_res(point) / L if point == point else float("nan"),
+            "crossover_defined_frac": float(len(finite)) / n_boot,
+            "input_last_significant": residuals[int(sig_in[-1, 0])] if len(sig_in) else None,
+            "next_first_significant": residuals[int(sig_nx[0, 0])] if len(sig_nx) else None,
+            "input_effect": ci_in, "next_effect": ci_nx}
+
+
+# --------------------------------------------------------------------------------------------
+# The cached entry point
+# --------------------------------------------------------------------------------------------
+
+
+def cache_config(info: ModelInfo, cfg: CausalConfig) -> dict:
+    return {"model": info.name, "source": info.source, "version": VERSION, **asdict(cfg)}
+
+
+def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refresh: bool = False,
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Both profiles for ``info.name`` on ``cfg``'s windows, computed once per config.
+
+    Returns ``{"skip": skip_ablation_profile(...), "direction": direction_ablation_profile(...),
+    "model", "n_layers", "config", "seconds", "tokens"}``.
+    """
+    from .data import token_windows
+
+    tokenizer = tokenizer if tokenizer is not None else lm.tokenizer
+
+    def compute() -> dict[str, Any]:
+        windows = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window, n=cfg.n_windows,
+                                seed=cfg.seed, prepend_bos=info.prepend_bos)
+        out: dict[str, Any] = {"model": info.name, "n_layers": info.n_layers, "config": asdict(cfg),
+                               "tokens": int(windows.numel())}
+        t0 = time.perf_counter()
+        out["skip"] = skip_ablation_profile(lm, info, windows, alphas=cfg.alphas, batch=cfg.batch,
+                                            skip_first=cfg.skip_first, progress=progress)
+        out["skip"]["n_layers"] = info.n_layers
+        t1 = time.perf_counter()
+        out["direction"] = direction_ablation_profile(lm, info, windows, directions=cfg.directions,
+                                                      batch=cfg.batch, skip_first=cfg.skip_first,
+                                                      seed=cfg.seed, progress=progress)
+        out["direction"]["n_layers"] = info.n_layers
+        out["seconds"] = {"skip": t1 - t0, "direction": time.perf_counter() - t1}
+        return out
+
+    return cache.cached("causal-profile", cache_config(info, cfg), compute, refresh=refresh)
