@@ -49,6 +49,27 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                                      "One, two, three, four, five, six, seven, eight.",
                                      "She opened the door, looked outside and saw that it was raining."]},
     },
+    # 03 (causal/tuned): tuned lens (tuned_lens.py) and causal localization (causal.py)
+    "causal": {
+        "smoke": {"tuned_corpus": "wikitext-2", "tuned_window": 32, "tuned_train_windows": 16,
+                  "tuned_val_windows": 2, "tuned_es_windows": 1, "tuned_batch": 2, "tuned_steps": 4,
+                  "tuned_lr": 1e-3, "tuned_eval_every": 2, "tuned_vocab": None,
+                  "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 32,
+                  "causal_windows": 4, "causal_batch": 2, "causal_alphas": [0.0, 0.5],
+                  "causal_directions": ["input", "next", "random"]},
+        "default": {"tuned_corpus": "wikitext-2", "tuned_window": 128, "tuned_train_windows": 512,
+                    "tuned_val_windows": 6, "tuned_es_windows": 2, "tuned_batch": 4, "tuned_steps": 60,
+                    "tuned_lr": 1e-3, "tuned_eval_every": 20, "tuned_vocab": 8192,
+                    "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 64,
+                    "causal_windows": 12, "causal_batch": 12, "causal_alphas": [0.0, 0.5],
+                    "causal_directions": ["input", "next", "random"]},
+        "paper": {"tuned_corpus": "wikitext-2", "tuned_window": 512, "tuned_train_windows": 4096,
+                  "tuned_val_windows": 64, "tuned_es_windows": 16, "tuned_batch": 16, "tuned_steps": 500,
+                  "tuned_lr": 1e-3, "tuned_eval_every": 50, "tuned_vocab": None,
+                  "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 256,
+                  "causal_windows": 256, "causal_batch": 16, "causal_alphas": [0.0, 0.5],
+                  "causal_directions": ["input", "next", "random"]},
+    },
     # 04-05: attenuation on pretrained models (harness, sweep, gates)
     "attenuate": {
         "smoke": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 32,

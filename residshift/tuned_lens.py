@@ -190,19 +190,14 @@ class TunedLens(nn.Module):
 
 
 def collect_residuals(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tensor]:
-    """``[h_0, ..., h_L]``, each ``[batch, seq, d]``, from one nnsight trace (no grad).
+    """``[h_0, ..., h_L]``, each ``[batch, seq, d]`` fp32, from one nnsight trace (no grad).
 
     ``h_0`` is the input of block 0 and ``h_l`` the output of block ``l - 1``; the final norm is
-    not applied. (A small private collector: ``lens.collect_residuals`` is the shared one.)
+    not applied. Delegates to the shared collector :func:`residshift.lens.collect_residuals`.
     """
-    layers = info.layer_envoys(lm)
-    saved: list = []
-    with torch.no_grad():
-        with lm.trace(ids, remote=info.remote):
-            saved.append(layers[0].input.save())
-            for layer in layers:
-                saved.append(layer.output.save())
-    return [s.detach() for s in saved]
+    from .lens import collect_residuals as shared
+
+    return list(shared(lm, info, ids).unbind(0))
 
 
 # --------------------------------------------------------------------------------------------
