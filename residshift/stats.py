@@ -15,6 +15,7 @@ difference changes sign, giving a sub-layer position; the relative depth is ``l 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -186,13 +187,13 @@ def paired_difference_ci(x, y, *, n_boot: int = 1000, seed: int = 0, level: floa
 
 
 def grouped_curve_ci(values, seq, group, *, n_groups: int, n_boot: int = 1000, seed: int = 0,
-                     level: float = 0.95) -> dict[str, np.ndarray]:
+                     level: float = 0.95, return_boots: bool = False) -> dict[str, np.ndarray]:
     """Per-group, per-layer token means with a bootstrap over sequences (ratio estimator).
 
     ``values [L+1, n_tok]``, ``seq [n_tok]`` (sequence index), ``group [n_tok]`` (0..n_groups-1).
     Each resample draws sequences with replacement and pools their tokens, so the interval reflects
     between-sequence variation. Returns ``estimate``, ``lo``, ``hi`` (``[n_groups, L+1]``) and
-    ``count`` (tokens per group).
+    ``count`` (tokens per group); with ``return_boots`` also ``boots`` (``[n_boot, n_groups, L+1]``).
     """
     v = _np(values)
     seq = np.asarray(seq, dtype=np.int64)
@@ -210,8 +211,45 @@ def grouped_curve_ci(values, seq, group, *, n_groups: int, n_boot: int = 1000, s
             boots.append(sums[i].sum(0) / counts[i].sum(0)[:, None])
     boots = np.stack(boots)
     q = (1 - level) / 2
-    return {"estimate": est, "lo": np.nanquantile(boots, q, axis=0),
-            "hi": np.nanquantile(boots, 1 - q, axis=0), "count": counts.sum(0)}
+    with warnings.catch_warnings():  # an empty group is all-NaN: its interval is NaN, by design
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, hi = np.nanquantile(boots, q, axis=0), np.nanquantile(boots, 1 - q, axis=0)
+    out = {"estimate": est, "lo": lo, "hi": hi, "count": counts.sum(0)}
+    if return_boots:
+        out["boots"] = boots
+    return out
+
+
+def grouped_shift(values_in, values_next, seq, group, *, n_groups: int, metric: str, n_layers: int,
+                  n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> list[ShiftEstimate]:
+    """Shift estimate per token group from per-token tables ``[L+1, n_tok]`` (bootstrap over sequences).
+
+    The input and next tables are resampled with the same sequences (same seed), so the pair stays
+    paired. Groups without tokens get ``layer=None`` and ``frac_never=1``.
+    """
+    o = ORIENTATION[metric]
+    a = grouped_curve_ci(values_in, seq, group, n_groups=n_groups, n_boot=n_boot, seed=seed,
+                         level=level, return_boots=True)
+    b = grouped_curve_ci(values_next, seq, group, n_groups=n_groups, n_boot=n_boot, seed=seed,
+                         level=level, return_boots=True)
+    out = []
+    q = (1 - level) / 2
+    for g in range(n_groups):
+        if not a["count"][g]:
+            out.append(ShiftEstimate(metric, n_layers, None, None, None, None, 1.0, "first", "mean", level))
+            continue
+        layer = shift_layer(a["estimate"][g], b["estimate"][g], orientation=o)
+        cross = crossing_point(a["estimate"][g], b["estimate"][g], orientation=o)
+        boots = [crossing_point(x, y, orientation=o) for x, y in zip(a["boots"][:, g], b["boots"][:, g])
+                 if not (np.isnan(x).any() or np.isnan(y).any())]
+        found = np.array([x for x in boots if x is not None])
+        frac_never = 1 - found.size / max(1, len(boots))
+        lo = hi = None
+        if found.size:
+            lo, hi = float(np.quantile(found, q)), float(np.quantile(found, 1 - q))
+        out.append(ShiftEstimate(metric, n_layers, layer, cross, lo, hi, float(frac_never), "first",
+                                 "mean", level))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -141,3 +141,18 @@ def test_shift_table_uses_medians_for_rank():
 def test_format_ci():
     assert stats.format_ci(0.654, 0.6, 0.71) == "0.65 [0.60, 0.71]"
     assert stats.format_ci(None, None, None) == "never"
+
+
+def test_grouped_shift_finds_each_groups_crossing():
+    rng = np.random.default_rng(2)
+    L, n_seq, per = 8, 40, 20
+    layers = np.arange(L + 1)[:, None]
+    seq = np.repeat(np.arange(n_seq), per)
+    group = np.tile(np.arange(per) % 2, n_seq)  # group 0 crosses near 2.5, group 1 near 5.5
+    cross = np.where(group == 0, 2.5, 5.5)[None, :]
+    a = (layers < cross).astype(float) * 0.8 + rng.normal(0, 0.05, size=(L + 1, seq.size))
+    b = (layers > cross).astype(float) * 0.6 + rng.normal(0, 0.05, size=(L + 1, seq.size))
+    est = stats.grouped_shift(a, b, seq, group, n_groups=3, metric="top1", n_layers=L, n_boot=100)
+    assert est[0].layer == 3 and est[1].layer == 6
+    assert 2 <= est[0].lo <= est[0].hi <= 3 and 5 <= est[1].lo <= est[1].hi <= 6
+    assert est[2].layer is None and est[2].frac_never == 1.0  # an empty group
