@@ -252,63 +252,79 @@ def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
 
 
 # --------------------------------------------------------------------------------------------
-# Summaries with bootstrap CIs (over sequences)
+# Summaries with bootstrap CIs (over sequences), with the shift-layer rules of ``stats``
 # --------------------------------------------------------------------------------------------
 
 
-def bootstrap_mean(x: torch.Tensor, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, torch.Tensor]:
-    """Mean over dim 0 with a percentile bootstrap CI (resampling rows = sequences)."""
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, x.shape[0], (n_boot, x.shape[0]), generator=g)
-    boots = x.double()[idx].mean(1)
-    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    lo, hi = torch.quantile(boots, q, dim=0)
-    return {"mean": x.double().mean(0), "lo": lo, "hi": hi}
+def direction_effects(result: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """Per-sequence effects ``[n, L+1]`` of removing the input / next direction, net of the control.
 
-
-def _crossover(effect_next: torch.Tensor, effect_input: torch.Tensor) -> float:
-    """First index where mean next-effect exceeds mean input-effect (nan if never)."""
-    above = (effect_next.mean(0) > effect_input.mean(0)).nonzero()
-    return float(above[0, 0]) if len(above) else float("nan")
-
-
-def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
-    """The causal shift: the first residual index where removing the next-token direction hurts more
-    than removing the input-token direction (both relative to the random-direction control).
-
-    Also: ``input_last_significant``, the last index whose input-minus-control Δloss CI excludes 0
-    from above, and ``next_first_significant``, the first index whose next-minus-control CI does.
-    Bootstrap over sequences gives a percentile CI on the crossover index.
+    ``effect_k(l) = Δloss(remove e_k at l) - Δloss(remove a random token's direction at l)``.
     """
     d = result["directions"]
     if not {"input", "next", "random"} <= set(d):
-        raise ValueError("causal_crossover needs the 'input', 'next' and 'random' directions in the result")
+        raise ValueError("the causal shift needs the 'input', 'next' and 'random' directions in the result; "
+                         "run with directions=('input', 'next', 'random')")
     delta = result["delta"]
-    inp = delta[d.index("input")] - delta[d.index("random")]
-    nxt = delta[d.index("next")] - delta[d.index("random")]
-    point = _crossover(nxt, inp)
-    g = torch.Generator().manual_seed(seed)
-    n = inp.shape[0]
-    boots = []
-    for _ in range(n_boot):
-        idx = torch.randint(0, n, (n,), generator=g)
-        boots.append(_crossover(nxt[idx], inp[idx]))
-    boots_t = torch.tensor(boots, dtype=torch.float64)
-    finite = boots_t[~boots_t.isnan()]
-    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
-    lo, hi = (torch.quantile(finite, q).tolist() if len(finite) else [float("nan")] * 2)
-    ci_in, ci_nx = bootstrap_mean(inp, n_boot=n_boot, seed=seed, level=level), bootstrap_mean(nxt, n_boot=n_boot, seed=seed, level=level)
-    sig_in = (ci_in["lo"] > 0).nonzero()
-    sig_nx = (ci_nx["lo"] > 0).nonzero()
-    residuals = result["residuals"]
-    L = result.get("n_layers", max(residuals))
-    to_res = lambda i: residuals[int(i)] if i == i else float("nan")  # noqa: E731
-    return {"crossover": to_res(point), "crossover_ci": [to_res(lo) if lo == lo else lo, to_res(hi) if hi == hi else hi],
-            "crossover_rel": to_res(point) / L if point == point else float("nan"),
-            "crossover_defined_frac": float(len(finite)) / n_boot,
-            "input_last_significant": residuals[int(sig_in[-1, 0])] if len(sig_in) else None,
-            "next_first_significant": residuals[int(sig_nx[0, 0])] if len(sig_nx) else None,
-            "input_effect": ci_in, "next_effect": ci_nx}
+    control = delta[d.index("random")]
+    return {"input": delta[d.index("input")] - control, "next": delta[d.index("next")] - control,
+            "control": control}
+
+
+def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                     rule: str = "first") -> dict[str, Any]:
+    """The causal shift layer, with the same rules as the decoding-based one (:mod:`residshift.stats`).
+
+    With ``a_in(l)``, ``a_next(l)`` the mean control-corrected effects of :func:`direction_effects`
+    (how much the model *uses* each direction at residual index ``l``), the causal shift is the
+    first ``l`` where ``a_next(l) > a_in(l)`` (``rule="first"``; ``"sustained"`` = from there on),
+    interpolated to a sub-layer crossing, with a percentile bootstrap CI over sequences (resamples
+    that never cross are counted in ``frac_never``). Also reported: ``input_last_significant``, the
+    last index whose input-effect CI lies above 0, and ``next_first_significant``, the first index
+    whose next-effect CI does.
+    """
+    import numpy as np
+
+    from . import stats
+
+    residuals = list(result["residuals"])
+    if residuals != list(range(len(residuals))):
+        raise ValueError("causal_crossover needs the profile at every residual index 0..L (residuals=None)")
+    n_layers = int(result.get("n_layers", len(residuals) - 1))
+    eff = direction_effects(result)
+    a, b = eff["input"].double().numpy(), eff["next"].double().numpy()
+    layer = stats.shift_layer(a.mean(0), b.mean(0), rule=rule)
+    crossing = stats.crossing_point(a.mean(0), b.mean(0), rule=rule)
+    boots = [stats.crossing_point(a[i].mean(0), b[i].mean(0), rule=rule)
+             for i in stats.bootstrap_indices(a.shape[0], n_boot, seed)]
+    found = np.array([x for x in boots if x is not None])
+    lo = hi = None
+    if found.size:
+        q = (1 - level) / 2
+        lo, hi = float(np.quantile(found, q)), float(np.quantile(found, 1 - q))
+    ci = {k: stats.curve_ci(v, n_boot=n_boot, seed=seed, level=level) for k, v in eff.items()}
+    sig_in = np.flatnonzero(ci["input"].lo > 0)
+    sig_nx = np.flatnonzero(ci["next"].lo > 0)
+    rel = lambda x: None if x is None else x / n_layers  # noqa: E731
+    return {"layer": layer, "crossing": crossing, "lo": lo, "hi": hi, "frac_never": 1 - found.size / len(boots),
+            "relative": rel(crossing), "relative_lo": rel(lo), "relative_hi": rel(hi), "n_layers": n_layers,
+            "rule": rule, "level": level,
+            "input_last_significant": int(sig_in[-1]) if sig_in.size else None,
+            "next_first_significant": int(sig_nx[0]) if sig_nx.size else None,
+            "effects": {k: v.as_dict() for k, v in ci.items()}}
+
+
+def skip_summary(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """Per alpha: mean Δloss per block with bootstrap CIs, and the most / least harmful blocks."""
+    from . import stats
+
+    out = {}
+    for i, alpha in enumerate(result["alphas"]):
+        ci = stats.curve_ci(result["delta"][i], n_boot=n_boot, seed=seed, level=level)
+        out[alpha] = {"ci": ci.as_dict(), "most_harmful": result["layers"][int(ci.estimate.argmax())],
+                      "least_harmful": result["layers"][int(ci.estimate.argmin())],
+                      "n_harmless": int((ci.lo <= 0).sum())}
+    return out
 
 
 # --------------------------------------------------------------------------------------------

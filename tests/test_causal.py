@@ -155,13 +155,26 @@ def test_causal_crossover_on_a_known_profile():
     rnd = 0.05 * torch.randn(n, L1, generator=g)
     # means: input 3,2,1,0,0,0,0 ; next 0,0,0,.8,1.6,2.4,3.2 -> next > input first at index 3
     out = C.causal_crossover(_synthetic(inp, nxt, rnd), n_boot=200)
-    assert out["crossover"] == 3
-    assert out["crossover_ci"] == [3, 3]
+    assert out["layer"] == 3
+    # the difference next - input is -1 at index 2 and +0.8 at 3: crossing at 2 + 1/1.8
+    assert out["crossing"] == pytest.approx(2 + 1 / 1.8, abs=0.05)
+    assert 2.4 < out["lo"] <= out["crossing"] <= out["hi"] < 2.7 and out["frac_never"] == 0
     assert out["input_last_significant"] == 2
     assert out["next_first_significant"] == 3
-    assert out["crossover_rel"] == pytest.approx(3 / 6)
+    assert out["relative"] == pytest.approx(out["crossing"] / 6)
+    eff = out["effects"]["input"]["estimate"]
+    assert eff[0] == pytest.approx(3.0, abs=0.05)
     with pytest.raises(ValueError, match="random"):
         C.causal_crossover({"directions": ["input", "next"], "delta": torch.zeros(2, 3, 4), "residuals": [0, 1, 2, 3]})
+    never = C.causal_crossover(_synthetic(inp, torch.full((n, L1), -1.0), rnd), n_boot=50)
+    assert never["layer"] is None and never["frac_never"] == 1.0
+
+
+def test_skip_summary():
+    res = {"alphas": [0.0], "layers": [0, 1, 2], "delta": torch.tensor([[[0.1, 2.0, -0.01], [0.2, 3.0, 0.01]]])}
+    s = C.skip_summary(res, n_boot=50)[0.0]
+    assert s["most_harmful"] == 1 and s["least_harmful"] == 2 and s["n_harmless"] == 1
+    assert s["ci"]["estimate"] == pytest.approx([0.15, 2.5, 0.0])
 
 
 def test_run_cached_caches_per_config(tiny, tmp_path, monkeypatch):
@@ -175,4 +188,5 @@ def test_run_cached_caches_per_config(tiny, tmp_path, monkeypatch):
     again = C.run_cached(lm, info, cfg, tok)
     assert torch.equal(again["direction"]["delta"], out["direction"]["delta"])
     summary = C.causal_crossover(out["direction"], n_boot=20)
-    assert set(summary) >= {"crossover", "crossover_ci", "input_last_significant", "next_first_significant"}
+    assert set(summary) >= {"layer", "crossing", "lo", "hi", "input_last_significant", "next_first_significant"}
+    assert set(C.skip_summary(out["skip"], n_boot=20)) == {0.0}
