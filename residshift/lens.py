@@ -360,7 +360,8 @@ def _cos(a: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor) -> torch.Tensor
 
 def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final) -> None:
     """All distribution metrics of one ``[rows, V]`` logit chunk, with O(1) extra V-wide passes."""
-    lse = torch.logsumexp(logits, -1)
+    need_lse = bool(metrics & {"logprob", "prob", "entropy"}) or final is not None
+    lse = torch.logsumexp(logits, -1) if need_lse else None
     for which, idx in (("input", c_ids), ("next", n_ids)):
         tgt = logits.gather(1, idx)  # [rows, 1]
         if metrics & {"rank", "logrank", "top1"}:
@@ -371,6 +372,8 @@ def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final) -> None:
                 out[f"logrank_{which}"][l, sl] = torch.log10(rank.float())
             if "top1" in metrics:
                 out[f"top1_{which}"][l, sl] = (rank == 1).float()
+        if lse is None:
+            continue
         lp = tgt[:, 0] - lse
         if "logprob" in metrics:
             out[f"logprob_{which}"][l, sl] = lp
