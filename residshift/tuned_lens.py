@@ -29,7 +29,6 @@ exactly the state of an uninterrupted one.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -278,7 +277,7 @@ class _State:
     step: int = 0
     best_kl: list = field(default_factory=list)  # per layer, early-stopping KL of the best state
     best_state: dict | None = None
-    history: list = field(default_factory=list)  # [{"step", "train_kl": [L], "es_kl": [L] | None}]
+    history: list = field(default_factory=list)  # [{"step", "train_kl": [L] | None, "es_kl": [L] | None}]
     seconds: float = 0.0
 
 
@@ -338,6 +337,12 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
         opt.load_state_dict(saved["opt"])
         state = saved["state"]
     vocab = training_vocab(train, cfg.train_vocab)
+    if es is not None and cfg.eval_every and state.step == 0 and state.best_state is None:
+        # step 0 (the logit lens) is a candidate too: early stopping may keep a layer's identity
+        state.best_kl = evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
+                                    vocab=vocab)["tuned"].mean(0)[:-1].tolist()
+        state.best_state = {k: v.clone() for k, v in lens.state_dict().items()}
+        state.history.append({"step": 0, "train_kl": None, "es_kl": list(state.best_kl)})
     done_here = 0
     while state.step < cfg.steps:
         if stop_after is not None and done_here >= stop_after:
@@ -353,9 +358,6 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
             es_kl = evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
                                 vocab=vocab)["tuned"].mean(0)[:-1].tolist()
             record["es_kl"] = es_kl
-            if state.best_state is None:
-                state.best_kl = [math.inf] * info.n_layers
-                state.best_state = {k: v.clone() for k, v in lens.state_dict().items()}
             for l, value in enumerate(es_kl):
                 if value < state.best_kl[l]:
                     state.best_kl[l] = value
