@@ -21,10 +21,10 @@ def windows(tiny):
 def test_init_is_close_to_identity_and_applies_the_shared_edit(tiny, windows):
     lm, _, info = tiny
     g = G.ScalarGates(range(info.n_layers), info.d_model)
-    assert torch.allclose(g.alphas(), torch.full((info.n_layers,), 0.98201379), atol=1e-6)
+    assert torch.allclose(g.alphas(), torch.full((info.n_layers,), 0.99752738), atol=1e-6)
     t = G.TokenGates(range(info.n_layers), info.d_model)
     x = torch.randn(2, 5, info.d_model)
-    assert torch.allclose(t.alpha(1)(x), torch.full((2, 5, 1), 0.98201379), atol=1e-6)
+    assert torch.allclose(t.alpha(1)(x), torch.full((2, 5, 1), 0.99752738), atol=1e-6)
     # Scalar gates at the same alphas as a fixed plan give the same losses.
     from residshift.evaluate import window_losses
     from residshift.interventions import attenuate
@@ -45,11 +45,11 @@ def test_fitting_lowers_the_training_loss(tiny, windows, kind):
     lm, _, info = tiny
     r = G.fit_gates_on(lm, info, _cfg(kind), windows, windows)
     assert r["finished"] and r["steps"] == 12
-    assert r["heldout_best"] < r["heldout_init"] - (1e-4 if kind == "scalar" else 1e-2)
+    assert r["heldout_best"] < r["heldout_init"] - (1e-5 if kind == "scalar" else 1e-2)
     g = G.fitted(r, info)
     again = float(G.gated_window_losses(lm, info, g, windows).mean())
     assert again == pytest.approx(r["heldout_best"], abs=1e-5)
-    assert not torch.allclose(g.alphas(), torch.full((info.n_layers,), 0.98201379), atol=1e-4)
+    assert not torch.allclose(g.alphas(), torch.full((info.n_layers,), 0.99752738), atol=1e-4)
 
 
 def test_gradients_reach_every_gate(tiny, windows):
