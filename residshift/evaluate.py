@@ -369,10 +369,14 @@ class EvalConfig:
         if self.batch_size < 1 or self.max_batch_tokens < 1 or self.shard_size < 1:
             raise ValueError("batch_size, max_batch_tokens and shard_size must be >= 1")
 
-    def key(self) -> dict[str, Any]:
-        """The parts of the configuration that change results (batching does not, up to float
-        rounding, so it is left out and cached results are shared across batch sizes)."""
-        return {"context": self.context, "stride": self.stride, "seed": self.seed}
+    def key(self, windows: bool = True) -> dict[str, Any]:
+        """The parts of the configuration that change results: the seed, and the window only for
+        the perplexity tasks (``windows``). Batching does not (up to float rounding), so it is
+        left out and cached results are shared across batch sizes."""
+        out: dict[str, Any] = {"seed": self.seed}
+        if windows:
+            out.update(context=self.context, stride=self.stride)
+        return out
 
 
 def model_fingerprint(model) -> str:
@@ -399,7 +403,8 @@ def select_items(n_total: int, limit: int | None, seed: int) -> np.ndarray:
 
 
 def _cache_base(model, info: ModelInfo, tokenizer, task: str, config: EvalConfig,
-                intervene: Intervene | None, cache_tag: str | None) -> dict[str, Any] | None:
+                intervene: Intervene | None, cache_tag: str | None, *,
+                windows: bool = False) -> dict[str, Any] | None:
     """The cache config of a task run, or None when it must not be cached (an intervention
     without a tag: a callable cannot be hashed, so its results are never stored or reused)."""
     from .data import tokenizer_fingerprint
@@ -408,7 +413,7 @@ def _cache_base(model, info: ModelInfo, tokenizer, task: str, config: EvalConfig
         return None
     return {"task": task, "model": info.name, "source": info.source, "weights": model_fingerprint(model),
             "tokenizer": tokenizer_fingerprint(tokenizer), "prepend_bos": info.prepend_bos,
-            "intervention": cache_tag if intervene is not None else None, **config.key()}
+            "intervention": cache_tag if intervene is not None else None, **config.key(windows)}
 
 
 def _sharded(base: dict[str, Any] | None, items: np.ndarray, shard_size: int,
@@ -530,7 +535,8 @@ def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str =
     windows = rolling_windows(len(tokens), context=config.context, stride=config.stride,
                               bos=bos_id is not None)
     items = select_items(len(windows), limit, config.seed)
-    base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+    base = (_cache_base(model, info, tokenizer, task, config, intervene, cache_tag, windows=True)
+            if cache else None)
     if base is not None:
         base["text"] = hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -618,7 +624,7 @@ def lambada_score(model, info: ModelInfo, tokenizer, texts: Sequence[str], *, ta
     metrics = {"acc": (acc, binomial_se(acc, len(items))), "ppl": (math.exp(loss), math.exp(loss) * loss_se),
                "loss": (loss, loss_se)}
     return TaskResult(task, len(items), metrics, details={**scores, "items": items},
-                      config={**config.key(), "limit": limit})
+                      config={**config.key(False), "limit": limit})
 
 
 # --------------------------------------------------------------------------------------------
@@ -690,7 +696,7 @@ def multiple_choice_score(model, info: ModelInfo, tokenizer, questions: Sequence
         p = float(scores[name].mean())
         metrics[name] = (p, binomial_se(p, len(items)))
     return TaskResult(task, len(items), metrics, details={**scores, "items": items},
-                      config={**config.key(), "limit": limit})
+                      config={**config.key(False), "limit": limit})
 
 
 # --------------------------------------------------------------------------------------------
