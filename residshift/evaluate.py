@@ -236,20 +236,29 @@ def _supports_keep(module) -> bool:
         return False
 
 
-def make_batches(lengths: Sequence[int], *, batch_size: int, max_tokens: int) -> list[list[int]]:
-    """Indices grouped into batches, longest first, of at most ``batch_size`` rows and at most
-    ``max_tokens`` padded tokens (a single longer row still gets its own batch)."""
-    if batch_size < 1 or max_tokens < 1:
-        raise ValueError(f"batch_size and max_tokens must be >= 1, got {batch_size}, {max_tokens}")
+def make_batches(lengths: Sequence[int], *, batch_size: int, max_tokens: int,
+                 scored: Sequence[int] | None = None, max_scored: int | None = None) -> list[list[int]]:
+    """Indices grouped into batches, longest first, of at most ``batch_size`` rows, at most
+    ``max_tokens`` padded tokens and at most ``max_scored`` scored positions (each one costs a
+    vocabulary-sized row of logits); a single row over a limit still gets its own batch."""
+    if batch_size < 1 or max_tokens < 1 or (max_scored is not None and max_scored < 1):
+        raise ValueError(f"batch_size, max_tokens and max_scored must be >= 1, got {batch_size}, "
+                         f"{max_tokens}, {max_scored}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
+    n_scored = 0
     for i in order:
         width = lengths[current[0]] if current else lengths[i]
-        if current and (len(current) >= batch_size or (len(current) + 1) * width > max_tokens):
+        extra = scored[i] if scored is not None else 0
+        over_scored = max_scored is not None and n_scored + extra > max_scored
+        if current and (len(current) >= batch_size or (len(current) + 1) * width > max_tokens
+                        or over_scored):
             batches.append(current)
             current = []
+            n_scored = 0
         current.append(i)
+        n_scored += extra
     if current:
         batches.append(current)
     return batches
@@ -281,13 +290,14 @@ def _kept_logits(model, info: ModelInfo, ids: torch.Tensor, mask: torch.Tensor, 
 
 
 def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch_size: int = 16,
-                   max_batch_tokens: int = 8192, pad_id: int = 0,
+                   max_batch_tokens: int = 8192, max_logits: int = 2**27, pad_id: int = 0,
                    intervene: Intervene | None = None, progress: bool = False,
                    desc: str = "score") -> dict[str, np.ndarray]:
     """Sum of log-probabilities, token count and greedy match of each request's scored tokens.
 
     Rows are right-padded (causal attention: padding after a row's tokens cannot change them;
-    the attention mask is passed anyway) and grouped by length. Requests longer than the model's
+    the attention mask is passed anyway) and grouped by length; a batch keeps at most
+    ``max_logits`` logits (scored positions × vocabulary, float32) in memory. Requests longer than the model's
     maximum positions are left-truncated (lm-eval's rule). Returns ``logprob`` (float64),
     ``tokens`` (int) and ``greedy`` (bool: every scored token was the argmax).
     """
@@ -305,7 +315,9 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
     logprob = np.zeros(n, dtype=np.float64)
     count = np.zeros(n, dtype=np.int64)
     greedy = np.zeros(n, dtype=bool)
-    batches = make_batches([len(t) - 1 for t, _ in rows], batch_size=batch_size, max_tokens=max_batch_tokens)
+    batches = make_batches([len(t) - 1 for t, _ in rows], batch_size=batch_size,
+                           max_tokens=max_batch_tokens, scored=[k for _, k in rows],
+                           max_scored=max(1, max_logits // info.vocab_size))
     it: Iterable = batches
     if progress:
         from tqdm.auto import tqdm
@@ -326,8 +338,10 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
             targets.extend(toks[-n_cont:])
         logits = _kept_logits(model, info, ids, mask, keep, intervene)
         target = torch.tensor(targets, device=logits.device)
-        lp = torch.log_softmax(logits, dim=-1).gather(1, target[:, None])[:, 0].double().cpu()
+        picked = logits.gather(1, target[:, None])[:, 0]
         hit = (logits.argmax(dim=-1) == target).cpu()
+        lp = (picked - torch.logsumexp(logits, dim=-1)).double().cpu()
+        del logits
         start = 0
         for i in batch:
             k = rows[i][1]
@@ -348,7 +362,8 @@ class EvalConfig:
     """How the harness runs (everything here that changes a number is part of the cache key).
 
     ``context``/``stride``: the sliding window of the perplexity tasks, in tokens (BOS included).
-    ``batch_size``/``max_batch_tokens``: rows per forward and padded tokens per forward.
+    ``batch_size``/``max_batch_tokens``/``max_logits``: rows, padded tokens and kept logits
+    (scored positions × vocabulary; 2**27 floats = 512 MiB) per forward.
     ``seed``: the shuffle that ``limit`` takes the first n items of.
     ``shard_size``: items per cached shard (a killed run resumes at the first missing shard).
     """
@@ -357,6 +372,7 @@ class EvalConfig:
     stride: int = 256
     batch_size: int = 16
     max_batch_tokens: int = 8192
+    max_logits: int = 2**27
     seed: int = 0
     shard_size: int = 256
 
@@ -366,8 +382,8 @@ class EvalConfig:
         if not 1 <= self.stride <= self.context - 1:
             raise ValueError(f"stride must lie in 1..context-1 = 1..{self.context - 1} (with BOS the "
                              f"window holds context-1 text tokens), got {self.stride}")
-        if self.batch_size < 1 or self.max_batch_tokens < 1 or self.shard_size < 1:
-            raise ValueError("batch_size, max_batch_tokens and shard_size must be >= 1")
+        if min(self.batch_size, self.max_batch_tokens, self.max_logits, self.shard_size) < 1:
+            raise ValueError("batch_size, max_batch_tokens, max_logits and shard_size must be >= 1")
 
     def key(self, windows: bool = True) -> dict[str, Any]:
         """The parts of the configuration that change results: the seed, and the window only for
@@ -543,7 +559,8 @@ def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str =
     def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
         reqs = [window_request(tokens, windows[i], bos_id) for i in shard]
         return score_requests(model, info, reqs, batch_size=config.batch_size,
-                              max_batch_tokens=config.max_batch_tokens, pad_id=_pad_id(tokenizer),
+                              max_batch_tokens=config.max_batch_tokens,
+                              max_logits=config.max_logits, pad_id=_pad_id(tokenizer),
                               intervene=intervene, progress=progress, desc=task)
 
     scores = _sharded(base, items, config.shard_size, compute)
@@ -615,7 +632,8 @@ def lambada_score(model, info: ModelInfo, tokenizer, texts: Sequence[str], *, ta
             ctx, cont = encode_pair(tokenizer, *lambada_split(texts[i]), bos_id=bos_id)
             reqs.append(Request(tuple(ctx + cont), len(ctx)))
         return score_requests(model, info, reqs, batch_size=config.batch_size,
-                              max_batch_tokens=config.max_batch_tokens, pad_id=_pad_id(tokenizer),
+                              max_batch_tokens=config.max_batch_tokens,
+                              max_logits=config.max_logits, pad_id=_pad_id(tokenizer),
                               intervene=intervene, progress=progress, desc=task)
 
     scores = _sharded(base, items, config.shard_size, compute)
@@ -678,7 +696,8 @@ def multiple_choice_score(model, info: ModelInfo, tokenizer, questions: Sequence
                 reqs.append(Request(tuple(ctx + cont), len(ctx)))
                 owner.append(i)
         s = score_requests(model, info, reqs, batch_size=config.batch_size,
-                           max_batch_tokens=config.max_batch_tokens, pad_id=_pad_id(tokenizer),
+                           max_batch_tokens=config.max_batch_tokens,
+                           max_logits=config.max_logits, pad_id=_pad_id(tokenizer),
                            intervene=intervene, progress=progress, desc=task)
         out = {"pred": [], "pred_norm": [], "acc": [], "acc_norm": []}
         start = 0

@@ -104,7 +104,8 @@ def test_greedy_flag_by_hand(tiny):
         with torch.no_grad():
             ids.append(int(lm._module(torch.tensor([ids])).logits[0, -1].argmax()))
     wrong = ids[:-1] + [(ids[-1] + 1) % info.vocab_size]
-    got = ev.score_requests(lm, info, [ev.Request(tuple(ids), 3), ev.Request(tuple(wrong), 3)])
+    got = ev.score_requests(lm, info, [ev.Request(tuple(ids), 3), ev.Request(tuple(wrong), 3)],
+                            max_logits=info.vocab_size)  # one scored position per forward
     assert got["greedy"].tolist() == [True, False]
 
 
@@ -136,6 +137,12 @@ def test_make_batches_respects_limits():
     assert all(len(b) <= 2 for b in batches)
     assert batches[0] == [4]  # 60 tokens: a second row would pad to 120 > 100
     assert all(len(b) * max([5, 50, 7, 3, 60, 2][i] for i in b) <= 100 for b in batches)
+    # the logits budget: at most 10 scored positions per batch
+    scored = [4, 4, 4, 12, 3, 3]
+    batches = ev.make_batches([5, 50, 7, 3, 60, 2], batch_size=6, max_tokens=10**6, scored=scored,
+                              max_scored=10)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(sum(scored[i] for i in b) <= 10 or len(b) == 1 for b in batches)
 
 
 # ------------------------------------------------------------------------------------------
