@@ -770,7 +770,8 @@ def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *
                  config: EvalConfig = EvalConfig(), intervene: Intervene | None = None,
                  cache_tag: str | None = None, cache: bool = True, progress: bool = False):
     """Score ``tasks`` and return a ``pandas.DataFrame`` with columns task, metric, value, se, n
-    (plus model and intervention). ``limits`` is one limit for all tasks or ``{task: limit}``
+    (plus model, and intervention: None for the bare model, else ``cache_tag`` or
+    "intervened (untagged)"). ``limits`` is one limit for all tasks or ``{task: limit}``
     (missing tasks: all items)."""
     import pandas as pd
 
@@ -791,7 +792,7 @@ def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *
         rows.extend(result.rows())
     frame = pd.DataFrame(rows, columns=["task", "metric", "value", "se", "n"])
     frame.insert(0, "model", info.name)
-    frame["intervention"] = cache_tag if intervene is not None else None
+    frame["intervention"] = None if intervene is None else (cache_tag or "intervened (untagged)")
     return frame
 
 

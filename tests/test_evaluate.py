@@ -324,7 +324,10 @@ def test_evaluate_all_frame(tiny):
     assert {("lambada", "acc"), ("piqa", "acc_norm"), ("arc-challenge", "acc"),
             ("wikitext-2-test", "word_ppl"), ("wikitext-2-test", "bits_per_byte")} <= got
     assert frame.set_index(["task", "metric"]).loc[("arc-challenge", "acc"), "n"] == 2
-    assert np.isfinite(frame.value).all()
+    assert np.isfinite(frame.value).all() and frame.intervention.isna().all()
+    cut = ev.evaluate_all(lm, info, ["piqa"], limits=2, cache=False,
+                          intervene=lambda m, i: attenuate(m, i, {0: 0.5}))
+    assert (cut.intervention == "intervened (untagged)").all()
 
 
 def test_bad_input_names_the_fix(tiny):
