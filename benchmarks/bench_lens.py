@@ -67,6 +67,7 @@ def peak_rss(box: dict, key: str, interval: float = 0.005):
         peak[0] = max(peak[0], rss_bytes())
         box[key + "_peak_mib"] = round((peak[0] - start) / 2**20, 1)
         box[key + "_peak_rss_mib"] = round(peak[0] / 2**20, 1)
+        print(f"[bench_lens] {key}: {box[key + '_s']} s, peak +{box[key + '_peak_mib']} MiB", flush=True)
 
 
 def residuals(lm, info, windows, batch):

@@ -30,7 +30,10 @@ and two that do not depend on ``x``: ``entropy`` of the lens distribution (nats)
 
 Analysed positions: ``t = 1 .. T-2`` of every window (0-based). Position 0 is dropped because it
 is the BOS token (Gemma) or a context-free attention-sink position (SmolLM2); the last position
-has no next token.
+has no next token. Optionally (``positions=k``) only a seeded random subset of ``k`` of those
+positions is analysed in every window (the same subset in every window), with the full window as
+context: the forward pass is cheap and the unembedding is not, so more windows with fewer analysed
+positions give a better bootstrap over windows for the same compute.
 
 Streaming: :func:`corpus_metrics` runs one nnsight trace per batch to save ``h_0..h_L`` (small:
 ``(L+1)·B·T·d``), then unembeds one layer and one chunk of positions at a time, so no
@@ -267,6 +270,8 @@ class LensOptions:
     chunk_elems: int = 1 << 24  # max positions × vocab in one unembedding chunk
     matmul_dtype: str = "float32"  # "bfloat16" for a faster unembedding matmul on CPUs with BF16
     token_table: tuple[str, ...] | None = None  # None: the computed ones of TOKEN_TABLE_DEFAULT
+    positions: int | None = None  # analyse this many positions per window (None: all of 1..T-2)
+    seed: int = 0  # which positions, when ``positions`` is set
 
     def __post_init__(self):
         self.metrics = check_metrics(self.metrics)
@@ -280,14 +285,30 @@ class LensOptions:
         _matmul_dtype(self.matmul_dtype)
         if self.chunk_elems < 1:
             raise LensError("chunk_elems must be positive")
+        if self.positions is not None and self.positions < 1:
+            raise LensError("positions must be None (all) or at least 1")
+
+    def position_index(self, T: int) -> torch.Tensor:
+        """The analysed positions of a window of ``T`` tokens (sorted; shared by all windows).
+
+        All of ``1..T-2``, or, with ``positions = k``, ``k`` of them drawn without replacement with
+        ``seed``: the forward pass is cheap and the unembedding is not, so analysing a random subset
+        of positions of many windows buys a better bootstrap over windows for the same compute.
+        """
+        every = torch.arange(1, T - 1)
+        if self.positions is None or self.positions >= every.numel():
+            return every
+        g = torch.Generator().manual_seed(self.seed)
+        return every[torch.randperm(every.numel(), generator=g)[: self.positions]].sort().values
 
 
 def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
                      decoder: Decoder | None = None, options: LensOptions | None = None,
                      ) -> dict[str, torch.Tensor]:
-    """Per-token metrics ``{column: [L+1, B, T-2]}`` from saved residuals ``hs = [L+1, B, T, d]``.
+    """Per-token metrics ``{column: [L+1, B, P]}`` from saved residuals ``hs = [L+1, B, T, d]``.
 
-    Analysed positions ``t = 1..T-2`` (see the module docstring). Streams over layers and chunks
+    Analysed positions: ``t = 1..T-2`` (``P = T-2``; see the module docstring), or the seeded subset
+    of ``options.positions`` of them. Streams over layers and chunks
     of positions; the largest temporary is ``chunk × vocab``.
     """
     opt = options or LensOptions()
@@ -298,10 +319,12 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
     ids = check_ids(ids, info)
     if ids.shape != (B, T):
         raise LensError(f"ids {tuple(ids.shape)} do not match residuals {(B, T)}")
-    cur = ids[:, 1:-1].reshape(-1)
-    nxt = ids[:, 2:].reshape(-1)
+    where = opt.position_index(T)
+    P_ = where.numel()
+    cur = ids[:, where].reshape(-1)
+    nxt = ids[:, where + 1].reshape(-1)
     n = cur.numel()
-    h_pos = hs[:, :, 1:-1, :].reshape(L1, n, d)
+    h_pos = hs[:, :, where, :].reshape(L1, n, d)
     out = {c: torch.empty(L1, n) for c in metric_columns(opt.metrics)}
 
     E = info.embedding.detach().float()
@@ -327,8 +350,10 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
                 lf = unembed(info.final_norm(h_pos[-1, sl]).float())
                 lse_f = torch.logsumexp(lf, -1, keepdim=True)
                 pf = (lf - lse_f).exp_()
-                neg_hf = torch.linalg.vecdot(pf, lf) - lse_f[:, 0]  # sum pf log pf
-                final = (pf, neg_hf)
+                neg_hf = _rowdot(pf, lf) - lse_f[:, 0]  # sum pf log pf
+                # no soft-cap: logits are linear in z, so sum_v pf_v logits_v = z · (pf E)
+                pf_E = None if info.logit_softcap else pf @ E
+                final = (pf, neg_hf, pf_E)
                 del lf
             for l in range(L1):
                 h = h_pos[l, sl]
@@ -349,23 +374,42 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
                 if not need_logits:
                     continue
                 logits = unembed(z)
-                _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final)
+                _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final, z)
                 del logits
-    return {k: v.reshape(L1, B, T - 2) for k, v in out.items()}
+    return {k: v.reshape(L1, B, P_) for k, v in out.items()}
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(-1) / (a.norm(dim=-1) * b_norm).clamp_min(1e-12)
 
 
-def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final) -> None:
-    """All distribution metrics of one ``[rows, V]`` logit chunk, with O(1) extra V-wide passes."""
+def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Row-wise dot product ``[rows, V] x [rows, V] -> [rows]`` (bmm: one pass, no temporary)."""
+    return torch.bmm(a.unsqueeze(1), b.unsqueeze(2))[:, 0, 0]
+
+
+def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final, z=None) -> None:
+    """All distribution metrics of one ``[rows, V]`` logit chunk, with few vocab-wide passes.
+
+    ``lse`` and the entropy share one exponential pass: with ``m = max logits``,
+    ``S = sum exp(logits - m)``, ``lse = m + log S`` and ``H = lse - sum exp(logits - m) logits / S``.
+    ``KL(p_L || p_l) = sum p_L log p_L - sum p_L logits_l + lse_l``; without a soft-cap the cross term
+    is computed in model space, ``z_l · (p_L E)``, since ``logits_l = E z_l``.
+    """
     need_lse = bool(metrics & {"logprob", "prob", "entropy"}) or final is not None
-    lse = torch.logsumexp(logits, -1) if need_lse else None
+    lse = None
+    if need_lse:
+        m = logits.max(-1, keepdim=True).values
+        e = (logits - m).exp_()
+        S = e.sum(-1)
+        lse = m[:, 0] + S.log()
+        if "entropy" in metrics:
+            out["entropy"][l, sl] = lse - _rowdot(e, logits) / S
+        del e
     for which, idx in (("input", c_ids), ("next", n_ids)):
         tgt = logits.gather(1, idx)  # [rows, 1]
         if metrics & {"rank", "logrank", "top1"}:
-            rank = (logits > tgt).sum(-1) + 1
+            rank = torch.count_nonzero(logits > tgt, dim=-1) + 1
             if "rank" in metrics:
                 out[f"rank_{which}"][l, sl] = rank.float()
             if "logrank" in metrics:
@@ -379,15 +423,10 @@ def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final) -> None:
             out[f"logprob_{which}"][l, sl] = lp
         if "prob" in metrics:
             out[f"prob_{which}"][l, sl] = lp.exp()
-    if metrics & {"entropy"}:
-        # H = lse - sum p * logits, with p = exp(logits - lse)
-        p = (logits - lse[:, None]).exp_()
-        out["entropy"][l, sl] = lse - torch.linalg.vecdot(p, logits)
-        del p
     if final is not None:
-        pf, neg_hf = final
-        # KL(pf || p_l) = sum pf log pf - sum pf logits_l + lse_l
-        out["kl_final"][l, sl] = neg_hf - torch.linalg.vecdot(pf, logits) + lse
+        pf, neg_hf, pf_E = final
+        cross = (z * pf_E).sum(-1) if pf_E is not None else _rowdot(pf, logits)
+        out["kl_final"][l, sl] = neg_hf - cross + lse
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,13 +483,14 @@ def corpus_metrics(lm, info: ModelInfo, windows: torch.Tensor, *, batch: int = 8
             per_seq[c].append(m[c].mean(-1).T)  # [B, L+1]
         for c in per_med:
             per_med[c].append(m[c].median(-1).values.T)
-        b, tt = ids.shape[0], ids.shape[1] - 2
+        where = opt.position_index(ids.shape[1])
+        b, tt = ids.shape[0], where.numel()
         for c in table:
             table[c].append(m[c].reshape(m[c].shape[0], -1).to(torch.float32))
-        cur.append(ids[:, 1:-1].reshape(-1).to(torch.int32))
-        nxt.append(ids[:, 2:].reshape(-1).to(torch.int32))
+        cur.append(ids[:, where].reshape(-1).to(torch.int32))
+        nxt.append(ids[:, where + 1].reshape(-1).to(torch.int32))
         seq.append(torch.arange(start, start + b, dtype=torch.int32).repeat_interleave(tt))
-        pos.append(torch.arange(1, tt + 1, dtype=torch.int16).repeat(b))
+        pos.append(where.to(torch.int16).repeat(b))
         if progress:
             progress(min(n, start + batch), n)
     tokens = {"cur": torch.cat(cur), "next": torch.cat(nxt), "seq": torch.cat(seq),
@@ -467,11 +507,11 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
              seed: int = 0, batch: int = 8, metrics: Iterable[str] | None = None,
              decoder: Decoder | None = None, decoder_id: str | None = None,
              attenuation: Mapping[int, float] | None = None, matmul_dtype: str = "float32",
-             remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
+             positions: int | None = None, remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
     """The cached corpus-level pass: windows of a named corpus through :func:`corpus_metrics`.
 
     Cached under ``results/lens-metrics`` by (model, corpus, split, window, n, seed, metrics,
-    decoder id, attenuation, matmul dtype). A decoder needs a ``decoder_id`` that names it
+    decoder id, attenuation, matmul dtype, positions). A decoder needs a ``decoder_id`` that names it
     (e.g. the tuned lens's cache key), so a cached result is never reused for another decoder.
     """
     from . import cache
@@ -479,7 +519,8 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
 
     if decoder is not None and not decoder_id:
         raise LensError("a decoder needs decoder_id= (a string naming it) so results can be cached")
-    opt = LensOptions(metrics=check_metrics(metrics), matmul_dtype=matmul_dtype)
+    opt = LensOptions(metrics=check_metrics(metrics), matmul_dtype=matmul_dtype, positions=positions,
+                      seed=seed)
     plan = attenuation_plan(info, dict(attenuation)) if attenuation else {}
     config = {
         "model": info.name, "source": info.source, "corpus": corpus, "split": split,
@@ -487,6 +528,7 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
         "decoder": decoder_id if decoder is not None else None,
         "attenuation": {str(k): float(v) for k, v in plan.items()},
         "matmul_dtype": matmul_dtype, "token_table": list(opt.token_table),
+        "positions": positions,
     }
 
     def compute() -> LensResult:

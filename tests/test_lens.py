@@ -269,3 +269,23 @@ def test_classify_decoded():
     assert got.tolist() == [[1, 1, 1, 1], [2, 1, 2, 0], [0, 0, 0, 0]]
     with pytest.raises(lens.LensError, match="expected"):
         lens.classify_decoded(top1, ids[:3])
+
+
+def test_position_subset_matches_full_pass():
+    lm, tok, info = load_model("tiny-llama")
+    windows = _ids(info, b=4, t=20, seed=5)
+    full = lens.LensOptions(metrics=["logprob", "rank", "cos_raw"])
+    sub = lens.LensOptions(metrics=["logprob", "rank", "cos_raw"], positions=6, seed=3)
+    where = sub.position_index(20)
+    assert where.numel() == 6 and where.min() >= 1 and where.max() <= 18
+    assert torch.equal(where, where.sort().values) and where.unique().numel() == 6
+    assert not torch.equal(where, lens.LensOptions(positions=6, seed=4).position_index(20))
+    hs = lens.collect_residuals(lm, info, windows)
+    a = lens.residual_metrics(info, hs, windows, options=full)
+    b = lens.residual_metrics(info, hs, windows, options=sub)
+    for k in b:
+        torch.testing.assert_close(b[k], a[k][:, :, where - 1], msg=k)  # column j of `a` is t = j + 1
+    res = lens.corpus_metrics(lm, info, windows, batch=3, options=sub)
+    assert res.tokens["pos"].tolist() == where.tolist() * 4
+    assert torch.equal(res.tokens["cur"].long(), windows[:, where].reshape(-1))
+    torch.testing.assert_close(res.per_seq["logprob_next"], b["logprob_next"].mean(-1).T)
