@@ -131,6 +131,19 @@ def test_intervened_scores_go_through_nnsight(tiny):
     np.testing.assert_allclose(cut["logprob"], hooked["logprob"], atol=1e-4)
 
 
+def test_bf16_autocast_stays_close_and_keys_the_cache(tiny):
+    lm, tok, info = tiny
+    reqs = [ev.Request((5, 6, 7, 8, 9, 10, 11), 2), ev.Request((11, 12, 13), 1)]
+    full = ev.score_requests(lm, info, reqs)
+    half = ev.score_requests(lm, info, reqs, bf16=True)
+    half_traced = ev.score_requests(lm, info, reqs, bf16=True,
+                                    intervene=lambda m, i: attenuate(m, i, {1: 1.0}))
+    assert np.abs(half["logprob"] - full["logprob"]).max() < 0.05 * len(reqs[0].tokens)
+    assert np.abs(half["logprob"] - full["logprob"]).max() > 0  # autocast really ran
+    np.testing.assert_allclose(half_traced["logprob"], half["logprob"], atol=1e-4)
+    assert "bf16" in ev.EvalConfig(bf16=True).key() and "bf16" not in ev.EvalConfig().key()
+
+
 def test_make_batches_respects_limits():
     batches = ev.make_batches([5, 50, 7, 3, 60, 2], batch_size=2, max_tokens=100)
     assert sorted(i for b in batches for i in b) == list(range(6))
