@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="*")
     ap.add_argument("--limit", action="append", default=[], help="task=n or task=all")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 autocast (cached separately)")
+    ap.add_argument("--no-cache", action="store_true", help="recompute (honest timings)")
     ap.add_argument("--json", type=Path, help="write the rows (with timings) here")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -71,7 +73,7 @@ def main() -> None:
     tasks = args.tasks or P.harness_tasks
     limits = parse_limits(args.limit, P.harness_limits)
     cfg = ev.EvalConfig(context=P.harness_context, stride=P.harness_stride,
-                        batch_size=P.harness_batch, seed=P.seed)
+                        batch_size=P.harness_batch, seed=P.seed, bf16=args.bf16)
     rows = []
     for name in models:
         t0 = time.perf_counter()
@@ -81,12 +83,12 @@ def main() -> None:
         for task in tasks:
             t0 = time.perf_counter()
             r = ev.run_task(lm, info, task, tokenizer=tok, limit=limits.get(task), config=cfg,
-                            progress=False)
+                            cache=not args.no_cache, progress=False)
             secs = time.perf_counter() - t0
             for metric, (value, se) in r.metrics.items():
                 ref = REFERENCES.get((name, task, metric))
                 row = {"model": name, "task": task, "metric": metric, "value": value, "se": se,
-                       "n": r.n, "seconds": round(secs, 1)}
+                       "n": r.n, "seconds": round(secs, 1), "bf16": args.bf16}
                 if ref:
                     row.update(reference=ref[0], reference_what=ref[1], reference_url=ref[2],
                                diff=value - ref[0], diff_in_se=(value - ref[0]) / se if se > 0 else math.nan)
