@@ -61,7 +61,7 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "causal_windows": 4, "causal_batch": 2, "causal_alphas": [0.0, 0.5],
                   "causal_directions": ["input", "next", "random"]},
         "default": {"tuned_corpus": "wikitext-2", "tuned_window": 128, "tuned_train_windows": 512,
-                    "tuned_val_windows": 6, "tuned_es_windows": 2, "tuned_batch": 4, "tuned_steps": 60,
+                    "tuned_val_windows": 6, "tuned_es_windows": 2, "tuned_batch": 4, "tuned_steps": 40,
                     "tuned_lr": 1e-3, "tuned_eval_every": 20, "tuned_vocab": 8192,
                     "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 64,
                     "causal_windows": 12, "causal_batch": 12, "causal_alphas": [0.0, 0.5],
