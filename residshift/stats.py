@@ -11,6 +11,12 @@ are negated), the *shift layer* is the first residual layer ``l`` in ``0..L`` wi
 every later layer (rule ``"sustained"``). It is ``None`` ("never crosses") when no layer
 qualifies. The *crossing point* interpolates linearly between ``l - 1`` and ``l`` where the
 difference changes sign, giving a sub-layer position; the relative depth is ``l / L``.
+
+Measured on real models, the crossing comes early (the input token stops being decodable within the
+first blocks, while the next token is still far from decodable), so we also report two half-way
+depths (:func:`transition_table`): the *input fade* (the input-token curve has fallen half-way from
+layer 0 to layer L) and the *next-token emergence* (the next-token curve has risen half-way). The
+paper's "switch" of Gemma-2-2B (~layer 17 of 26) reads like the emergence.
 """
 from __future__ import annotations
 
@@ -179,6 +185,70 @@ def shift_table(result, *, metrics: Sequence[str] | None = None, n_boot: int = 1
         out.append(shift_estimate(a, b, metric=m, n_layers=result.n_layers, n_boot=n_boot, seed=seed,
                                   stat=stat, rule=rule))
     return out
+
+
+def halfway_point(curve, *, frac: float = 0.5) -> float | None:
+    """Where a curve has first covered ``frac`` of its way from layer 0 to layer L (interpolated).
+
+    With ``a = curve``, the target is ``a(0) + frac · (a(L) - a(0))``; the result is the first
+    (sub-)layer where ``a`` reaches it, moving in the direction from ``a(0)`` to ``a(L)``. ``None`` when
+    the curve does not move (``a(L) == a(0)``). Used for the *input fade* (the input-token curve
+    falls half-way) and the *next-token emergence* (the next-token curve rises half-way).
+    """
+    a = _np(curve)
+    if not 0 < frac < 1:
+        raise ValueError(f"frac must lie in (0, 1), got {frac}")
+    sign = np.sign(a[-1] - a[0])
+    if sign == 0:
+        return None
+    d = sign * (a - (a[0] + frac * (a[-1] - a[0])))  # >= 0 once reached
+    hits = np.flatnonzero(d >= 0)
+    l = int(hits[0])  # exists: d[-1] > 0
+    if l == 0:
+        return 0.0
+    d0, d1 = d[l - 1], d[l]
+    return float(l - 1 + (-d0) / (d1 - d0)) if d1 != d0 else float(l)
+
+
+def halfway_estimate(per_seq, *, metric: str, n_layers: int, frac: float = 0.5, n_boot: int = 1000,
+                     seed: int = 0, stat: str = "mean", level: float = 0.95) -> ShiftEstimate:
+    """:func:`halfway_point` of the across-sequence curve, with a bootstrap CI over sequences.
+
+    Returned as a :class:`ShiftEstimate` (``layer`` = the first whole layer at or past the point,
+    ``frac_never`` = share of resamples where the curve does not move).
+    """
+    x = _np(per_seq)
+    if x.ndim != 2 or x.shape[1] != n_layers + 1:
+        raise ValueError(f"expected a [n_seq, {n_layers + 1}] array, got {x.shape}")
+    point = halfway_point(_stat(x, stat, 0), frac=frac)
+    boots = [halfway_point(_stat(x[i], stat, 0), frac=frac) for i in bootstrap_indices(x.shape[0], n_boot, seed)]
+    found = np.array([b for b in boots if b is not None])
+    lo = hi = None
+    if found.size:
+        q = (1 - level) / 2
+        lo, hi = float(np.quantile(found, q)), float(np.quantile(found, 1 - q))
+    layer = None if point is None else int(math.ceil(point))
+    return ShiftEstimate(metric, n_layers, layer, point, lo, hi, float(1 - found.size / len(boots)),
+                         f"halfway-{frac}", stat, level)
+
+
+def transition_table(result, *, metrics: Sequence[str] | None = None, n_boot: int = 1000,
+                     seed: int = 0) -> list[dict[str, Any]]:
+    """Per paired metric, the three depths that describe the shift (our definitions):
+
+    ``fade`` — the input-token curve has fallen half-way from layer 0 to layer L;
+    ``crossing`` — the next-token curve first exceeds the input-token curve (:func:`shift_layer`);
+    ``emergence`` — the next-token curve has risen half-way from layer 0 to layer L.
+    Each with a bootstrap CI over sequences (ranks: medians of per-sequence medians).
+    """
+    rows = []
+    crossings = {e.metric: e for e in shift_table(result, metrics=metrics, n_boot=n_boot, seed=seed)}
+    for m, cross in crossings.items():
+        src, stat = (result.per_seq_median, "median") if m == "rank" else (result.per_seq, "mean")
+        kw = dict(metric=m, n_layers=result.n_layers, n_boot=n_boot, seed=seed, stat=stat)
+        rows.append({"metric": m, "fade": halfway_estimate(src[f"{m}_input"], **kw), "crossing": cross,
+                     "emergence": halfway_estimate(src[f"{m}_next"], **kw)})
+    return rows
 
 
 def paired_difference_ci(x, y, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> CurveCI:

@@ -156,3 +156,33 @@ def test_grouped_shift_finds_each_groups_crossing():
     assert est[0].layer == 3 and est[1].layer == 6
     assert 2 <= est[0].lo <= est[0].hi <= 3 and 5 <= est[1].lo <= est[1].hi <= 6
     assert est[2].layer is None and est[2].frac_never == 1.0  # an empty group
+
+
+def test_halfway_point_and_estimate():
+    assert stats.halfway_point([0.0, 0.2, 0.4, 0.6, 0.8, 1.0]) == pytest.approx(2.5)
+    assert stats.halfway_point([1.0, 0.1, 0.05, 0.0]) == pytest.approx(0.5 / 0.9)  # falling curve
+    assert stats.halfway_point([0.0, 0.6, 0.1, 1.0]) == pytest.approx(0.5 / 0.6)  # first reach
+    assert stats.halfway_point([0.3, 0.1, 0.3]) is None  # does not move from 0 to L
+    with pytest.raises(ValueError, match="frac"):
+        stats.halfway_point([0, 1], frac=1.5)
+    rng = np.random.default_rng(0)
+    layers = np.arange(11)
+    x = np.clip((layers - 5) / 4, 0, 1) + rng.normal(0, 0.03, size=(50, 11))  # rises 5 -> 9, half at 7
+    est = stats.halfway_estimate(x, metric="top1", n_layers=10, n_boot=200)
+    assert est.lo <= 7.0 <= est.hi and est.hi - est.lo < 0.6 and est.layer in (7, 8)
+    assert est.relative == pytest.approx(est.crossing / 10)
+
+
+def test_transition_table_orders_fade_crossing_emergence():
+    rng = np.random.default_rng(1)
+    L, n = 12, 40
+    layers = np.arange(L + 1)
+    a = np.where(layers == 0, 0.9, 0.02) + rng.normal(0, 0.01, size=(n, L + 1))
+    b = np.clip((layers - 6) / 6, 0, 1) * 0.4 + 0.03 + rng.normal(0, 0.01, size=(n, L + 1))
+    t = torch.tensor
+    res = LensResult(model="s", n_layers=L, columns=[], per_seq={"top1_input": t(a), "top1_next": t(b)},
+                     per_seq_median={}, tokens={})
+    row, = stats.transition_table(res, n_boot=100)
+    assert row["metric"] == "top1"
+    assert row["fade"].crossing < row["crossing"].crossing <= 1 < row["emergence"].crossing
+    assert 8.5 < row["emergence"].crossing < 9.5
