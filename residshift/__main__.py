@@ -18,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("names", nargs="*", default=None)
     sub.add_parser("models", help="list the model names load_model understands")
     sub.add_parser("profiles", help="print the profiles' parameters")
+    rep = sub.add_parser("report", help="regenerate the README's results block from the saved numbers")
+    rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
@@ -45,6 +47,16 @@ def main(argv: list[str] | None = None) -> int:
 
         for name, text in known_models().items():
             print(f"{name:<36} {text}")
+        return 0
+    if args.cmd == "report":
+        from .report import check_readme, update_readme
+
+        if args.check:
+            ok = check_readme()
+            print("README results are up to date" if ok else
+                  "README results are out of date: run `python -m residshift report`")
+            return 0 if ok else 1
+        print("README updated" if update_readme() else "README already up to date")
         return 0
     if args.cmd == "profiles":
         import json

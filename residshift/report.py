@@ -1,0 +1,189 @@
+"""The README's results section, generated from the numbers the notebooks and benchmarks saved.
+
+No number in the README is typed by hand: ``python -m residshift report`` rewrites the block between
+``<!-- results:start -->`` and ``<!-- results:end -->`` from ``figures/*.json`` and
+``benchmarks/*.json``; ``python -m residshift report --check`` (and a test) fails when the README
+and those files disagree.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .cache import atomic_write_text
+from .paths import REPO_ROOT
+
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+class ReportError(RuntimeError):
+    pass
+
+
+def _load(path: Path) -> Any | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float) and x != x:  # NaN
+        return "n/a"
+    if isinstance(x, (int, float)):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def _ci(value, lo, hi, digits: int = 2) -> str:
+    if value is None:
+        return "never"
+    if lo is None or hi is None:
+        return _num(value, digits)
+    return f"{_num(value, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _missing(what: str, source: str) -> str:
+    return f"_{what}: not produced yet (`{source}` is missing; run `make study`)._"
+
+
+# --------------------------------------------------------------------------------------------
+# Sections, one per source of numbers
+# --------------------------------------------------------------------------------------------
+
+
+def section_sanity(fig: Path, bench: Path) -> str:
+    d = _load(fig / "00-models-and-data.json")
+    if d is None:
+        return _missing("Perplexity sanity check", "figures/00-models-and-data.json")
+    rows = []
+    for r in d["perplexity"]:
+        rows.append([r["model"], str(r["windows"]), f"{r['tokens']:,}",
+                     f"{_num(r['ppl'], 1)} ± {_num(r['ppl_se'], 1)}", f"{r['uniform_ppl']:,}"])
+    return ("**Sanity check** (notebook 00): perplexity on WikiText-2 validation windows, each window "
+            "from scratch (± 1 SE over windows).\n\n"
+            + _table(["model", "windows", "tokens scored", "perplexity", "uniform baseline"], rows))
+
+
+def section_harness(fig: Path, bench: Path) -> str:
+    rows_in = _load(bench / "harness-default.json")
+    if rows_in is None:
+        return _missing("Evaluation harness", "benchmarks/harness-default.json")
+    wanted = [("wikitext-103-validation", "ppl"), ("wikitext-103-validation", "word_ppl"),
+              ("lambada", "acc"), ("piqa", "acc_norm"), ("arc-easy", "acc"),
+              ("arc-challenge", "acc_norm")]
+    models = list(dict.fromkeys(r["model"] for r in rows_in))
+    by = {(r["model"], r["task"], r["metric"]): r for r in rows_in}
+    rows = []
+    for task, metric in wanted:
+        cells = []
+        n = None
+        for m in models:
+            r = by.get((m, task, metric))
+            cells.append("–" if r is None else f"{_num(r['value'], 3 if r['value'] < 2 else 1)} ± "
+                                               f"{_num(r['se'], 3 if r['value'] < 2 else 1)}")
+            n = r["n"] if r else n
+        rows.append([task, metric, str(n)] + cells)
+    refs = [r for r in rows_in if r.get("reference") is not None]
+    text = ("**Evaluation harness** (`benchmarks/bench_evaluate.py --profile default`; ± 1 SE; "
+            "n = windows for perplexity, items for the tasks, a seeded subsample at this profile).\n\n"
+            + _table(["task", "metric", "n"] + models, rows))
+    if refs:
+        ref_rows = [[r["model"], r["task"], r["metric"], _num(r["value"], 3), _num(r["reference"], 3),
+                     f"{r['diff_in_se']:+.1f}",
+                     f"{r.get('reference_what', '')} <{r.get('reference_url', '')}>"]
+                    for r in refs]
+        text += ("\n\nAgainst published numbers (references, not ours):\n\n"
+                 + _table(["model", "task", "metric", "ours", "published", "Δ / SE", "source"], ref_rows))
+    return text
+
+
+def section_shift(fig: Path, bench: Path) -> str:
+    d = _load(fig / "03-alignment-curves-shift-table.json")
+    if d is None:
+        return _missing("Shift layers", "figures/03-alignment-curves-shift-table.json")
+    rows = []
+    for model, entries in d.items():
+        for e in entries:
+            rows.append([model, e["metric"], f"{e['n_layers']}",
+                         _ci(e.get("crossing"), e.get("lo"), e.get("hi"), 1),
+                         _ci(e.get("relative"), e.get("relative_lo"), e.get("relative_hi"), 2),
+                         _num(e.get("frac_never"), 2)])
+    return ("**Where the shift happens** (notebook 03): the depth at which next-token alignment "
+            "first overtakes input alignment, per metric, with 95% bootstrap CIs over sequences "
+            "(our definition; the paper reports layer ≈ 17 of 26 for Gemma-2-2B **[paper]**, "
+            "relative depth ≈ 0.65).\n\n"
+            + _table(["model", "metric", "layers", "crossing layer [95% CI]", "relative depth [95% CI]",
+                      "never-cross share"], rows))
+
+
+def _verdict_rows(d: dict) -> list[list[str]]:
+    rows = []
+    for model, claims in d.items():
+        if not isinstance(claims, dict):
+            continue
+        for claim, v in claims.items():
+            if isinstance(v, dict) and "verdict" in v:
+                detail = ", ".join(f"{k}={_num(x, 3) if isinstance(x, float) else x}"
+                                   for k, x in v.items()
+                                   if k != "verdict" and not isinstance(x, (list, dict)))
+                rows.append([model, claim, f"**{v['verdict']}**", detail])
+    return rows
+
+
+def section_verdicts(fig: Path, bench: Path) -> str:
+    parts = []
+    found = sorted(p for p in fig.glob("*verdict*.json"))
+    for path in found:
+        d = _load(path)
+        rows = _verdict_rows(d) if isinstance(d, dict) else []
+        if rows:
+            parts.append(f"From `figures/{path.name}`:\n\n"
+                         + _table(["model", "claim", "verdict", "evidence"], rows))
+    if not parts:
+        return _missing("Verdicts", "figures/*verdict*.json")
+    return "**Verdicts, computed by the notebooks** (rules stated in each notebook):\n\n" + "\n\n".join(parts)
+
+
+SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts,
+                                               section_harness]
+
+
+def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:
+    fig = Path(figures or REPO_ROOT / "figures")
+    bench = Path(benchmarks or REPO_ROOT / "benchmarks")
+    body = "\n\n".join(section(fig, bench) for section in SECTIONS)
+    return (f"{START}\n<!-- generated by `python -m residshift report` from figures/*.json and "
+            f"benchmarks/*.json; do not edit by hand -->\n\n{body}\n\n{END}")
+
+
+def _split(text: str) -> tuple[str, str, str]:
+    if START not in text or END not in text:
+        raise ReportError(f"README.md has no {START} … {END} block to fill")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return head, START + rest.split(END, 1)[0] + END, tail
+
+
+def update_readme(readme: Path | None = None) -> bool:
+    """Rewrite the README's results block; return True when it changed."""
+    path = Path(readme or REPO_ROOT / "README.md")
+    text = path.read_text()
+    head, old, tail = _split(text)
+    new = render()
+    if new == old:
+        return False
+    atomic_write_text(path, head + new + tail)
+    return True
+
+
+def check_readme(readme: Path | None = None) -> bool:
+    path = Path(readme or REPO_ROOT / "README.md")
+    _, old, _ = _split(path.read_text())
+    return old == render()
