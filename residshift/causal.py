@@ -314,6 +314,70 @@ def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 
             "effects": {k: v.as_dict() for k, v in ci.items()}}
 
 
+def _first_reaching(curve, frac: float) -> float | None:
+    """Interpolated first index where ``curve`` reaches ``frac`` of its maximum (None if max <= 0)."""
+    import numpy as np
+
+    c = np.asarray(curve, dtype=np.float64)
+    top = c.max()
+    if not top > 0:
+        return None
+    thr = frac * top
+    i = int(np.flatnonzero(c >= thr)[0])
+    if i == 0:
+        return 0.0
+    return float(i - 1 + (thr - c[i - 1]) / (c[i] - c[i - 1]))
+
+
+def _last_above(curve, frac: float) -> float | None:
+    """Interpolated index after which ``curve`` stays below ``frac`` of its maximum (None if max <= 0)."""
+    import numpy as np
+
+    c = np.asarray(curve, dtype=np.float64)
+    top = c.max()
+    if not top > 0:
+        return None
+    thr = frac * top
+    i = int(np.flatnonzero(c >= thr)[-1])
+    if i == len(c) - 1:
+        return float(i)
+    return float(i + (c[i] - thr) / (c[i] - c[i + 1]))
+
+
+def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int = 1000, seed: int = 0,
+                       level: float = 0.95) -> dict[str, Any]:
+    """Scale-free transition depths of the control-corrected effects, over residual indices ``0..L-1``.
+
+    The first-crossing rule compares two small numbers in the middle layers, where both effects
+    can be near zero; these summaries do not. ``input_stops``: the (interpolated) index after
+    which the input-direction effect stays below ``frac`` of its maximum; ``next_starts``: the
+    first index where the next-direction effect reaches ``frac`` of its maximum. The final residual
+    ``h_L`` is left out: there the edit acts on the logits directly. Each comes with a percentile
+    bootstrap CI over sequences.
+    """
+    import numpy as np
+
+    from . import stats
+
+    eff = direction_effects(result)
+    n_layers = int(result.get("n_layers", eff["input"].shape[1] - 1))
+    a = eff["input"].double().numpy()[:, :-1]
+    b = eff["next"].double().numpy()[:, :-1]
+    out: dict[str, Any] = {"frac": frac, "n_layers": n_layers, "level": level}
+    idx = stats.bootstrap_indices(a.shape[0], n_boot, seed)
+    q = (1 - level) / 2
+    for key, x, fn in (("input_stops", a, _last_above), ("next_starts", b, _first_reaching)):
+        point = fn(x.mean(0), frac)
+        boots = [fn(x[i].mean(0), frac) for i in idx]
+        found = np.array([v for v in boots if v is not None])
+        lo, hi = ((float(np.quantile(found, q)), float(np.quantile(found, 1 - q))) if found.size else (None, None))
+        out[key] = {"index": point, "lo": lo, "hi": hi,
+                    "relative": None if point is None else point / n_layers,
+                    "relative_lo": None if lo is None else lo / n_layers,
+                    "relative_hi": None if hi is None else hi / n_layers}
+    return out
+
+
 def skip_summary(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """Per alpha: mean Δloss per block with bootstrap CIs, and the most / least harmful blocks."""
     from . import stats

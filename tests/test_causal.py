@@ -170,6 +170,20 @@ def test_causal_crossover_on_a_known_profile():
     assert never["layer"] is None and never["frac_never"] == 1.0
 
 
+def test_effect_transitions_on_a_known_profile():
+    n = 30
+    inp = torch.tensor([4.0, 3.0, 1.0, 0.0, 0.0, 0.0, 5.0]).expand(n, 7).clone()
+    nxt = torch.tensor([0.0, 0.0, 0.0, 1.0, 2.0, 4.0, 9.0]).expand(n, 7).clone()
+    out = C.effect_transitions(_synthetic(inp, nxt, torch.zeros(n, 7)), frac=0.5, n_boot=50)
+    # input (h_0..h_5): max 4, half = 2, last >= 2 at index 1 (3), next 1 -> 1 + (3-2)/(3-1) = 1.5
+    assert out["input_stops"]["index"] == pytest.approx(1.5)
+    # next (h_0..h_5): max 4, half = 2 first reached at index 4 exactly
+    assert out["next_starts"]["index"] == pytest.approx(4.0)
+    assert out["next_starts"]["lo"] == pytest.approx(4.0) and out["next_starts"]["relative"] == pytest.approx(4 / 6)
+    assert C._first_reaching([0.0, 1.0, 3.0], 0.5) == pytest.approx(1.25)
+    assert C._first_reaching([0.0, -1.0], 0.5) is None
+
+
 def test_skip_summary():
     res = {"alphas": [0.0], "layers": [0, 1, 2], "delta": torch.tensor([[[0.1, 2.0, -0.01], [0.2, 3.0, 0.01]]])}
     s = C.skip_summary(res, n_boot=50)[0.0]
@@ -190,3 +204,4 @@ def test_run_cached_caches_per_config(tiny, tmp_path, monkeypatch):
     summary = C.causal_crossover(out["direction"], n_boot=20)
     assert set(summary) >= {"layer", "crossing", "lo", "hi", "input_last_significant", "next_first_significant"}
     assert set(C.skip_summary(out["skip"], n_boot=20)) == {0.0}
+    assert set(C.effect_transitions(out["direction"], n_boot=20)) >= {"input_stops", "next_starts"}
