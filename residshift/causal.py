@@ -68,6 +68,7 @@ class CausalConfig:
     directions: tuple[str, ...] = DIRECTIONS
     skip_first: int = 1
     seed: int = 0
+    center: bool = False  # remove centred directions (e_k - mean_k e_k) instead of raw ones
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alphas", tuple(float(a) for a in self.alphas))
@@ -185,11 +186,17 @@ def direction_tokens(ids: torch.Tensor, kind: str, *, skip_first: int = 1, seed:
     return tok
 
 
-def unit_directions(info: ModelInfo, tokens: torch.Tensor) -> torch.Tensor:
-    """``e_k / ||e_k||`` for each token id in ``tokens`` [B, T] -> [B, T, d]; zero where ``k = -1``."""
-    E = info.embedding.detach()
+def unit_directions(info: ModelInfo, tokens: torch.Tensor, *, center: bool = False) -> torch.Tensor:
+    """``e_k / ||e_k||`` for each token id in ``tokens`` [B, T] -> [B, T, d]; zero where ``k = -1``.
+
+    With ``center`` the direction is that of ``e_k - ē`` (``ē`` the mean embedding row): embedding
+    matrices often share a large common component, and removing it (what every raw direction
+    partly does) hurts whatever the token is; the random-direction control measures that.
+    """
+    E = info.embedding.detach().float()
     safe = tokens.clamp(min=0)
-    u = F.normalize(E[safe].float(), dim=-1)
+    rows = E[safe] - E.mean(0) if center else E[safe]
+    u = F.normalize(rows, dim=-1)
     return u * (tokens >= 0).unsqueeze(-1)
 
 
@@ -228,7 +235,7 @@ def direction_ablated_logits(lm, info: ModelInfo, ids: torch.Tensor, residual: i
 
 def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
                                directions: Sequence[str] = DIRECTIONS, residuals: Sequence[int] | None = None,
-                               batch: int = 8, skip_first: int = 1, seed: int = 0,
+                               batch: int = 8, skip_first: int = 1, seed: int = 0, center: bool = False,
                                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Δ next-token loss per sequence when a token direction is removed at one residual index.
 
@@ -242,13 +249,15 @@ def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
     for i, kind in enumerate(directions):
         for start in range(0, len(windows), batch):
             ids = windows[start:start + batch]
-            units = unit_directions(info, direction_tokens(ids, kind, skip_first=skip_first, seed=seed + start))
+            units = unit_directions(info, direction_tokens(ids, kind, skip_first=skip_first, seed=seed + start),
+                                    center=center)
             for j, r in enumerate(residuals):
                 logits = direction_ablated_logits(lm, info, ids, r, units)
                 delta[i, start:start + len(ids), j] = sequence_losses(logits, ids, skip_first) - clean[start:start + len(ids)]
         if progress is not None:
             progress(f"direction {kind}: mean Δloss per layer {[round(float(x), 4) for x in delta[i].mean(0)]}")
-    return {"clean": clean, "delta": delta, "directions": list(directions), "residuals": residuals}
+    return {"clean": clean, "delta": delta, "directions": list(directions), "residuals": residuals,
+            "center": center}
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,7 +406,10 @@ def skip_summary(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, l
 
 
 def cache_config(info: ModelInfo, cfg: CausalConfig) -> dict:
-    return {"model": info.name, "source": info.source, "version": VERSION, **asdict(cfg)}
+    out = {"model": info.name, "source": info.source, "version": VERSION, **asdict(cfg)}
+    if not cfg.center:
+        del out["center"]  # raw directions: keep the keys of results computed before the option
+    return out
 
 
 def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refresh: bool = False,
@@ -423,7 +435,7 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
         t1 = time.perf_counter()
         out["direction"] = direction_ablation_profile(lm, info, windows, directions=cfg.directions,
                                                       batch=cfg.batch, skip_first=cfg.skip_first,
-                                                      seed=cfg.seed, progress=progress)
+                                                      seed=cfg.seed, center=cfg.center, progress=progress)
         out["direction"]["n_layers"] = info.n_layers
         out["seconds"] = {"skip": t1 - t0, "direction": time.perf_counter() - t1}
         return out

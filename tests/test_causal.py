@@ -108,6 +108,26 @@ def test_direction_ablation_matches_a_torch_hook(tiny, name, kind):
     assert res["delta"].abs().max() > 1e-5  # the edit does something
 
 
+def test_centred_directions_match_a_torch_hook_and_are_orthogonal_to_the_mean(tiny):
+    lm, _, info = tiny["tiny-gemma3"]
+    ids = _windows(2, 10, 6)
+    tokens = C.direction_tokens(ids, "input", skip_first=1)
+    units = C.unit_directions(info, tokens, center=True)
+    mean = info.embedding.detach().mean(0)
+    raw = info.embedding.detach()[ids[0, 3]]
+    torch.testing.assert_close(units[0, 3], F.normalize(raw - mean, dim=0))
+    assert not torch.allclose(units, C.unit_directions(info, tokens))
+    res = C.direction_ablation_profile(lm, info, ids, directions=("input",), residuals=[2], batch=2, center=True)
+    assert res["center"] is True
+    with torch.no_grad():
+        clean = C.sequence_losses(lm._module(ids).logits, ids)
+    ref = _hooked_loss(info, lm._module, ids, 2, lambda h: C.remove_direction(h, units))
+    torch.testing.assert_close(res["delta"][0, :, 0], ref - clean, rtol=1e-4, atol=1e-5)
+    _, _, info_l = tiny["tiny-llama"]
+    assert "center" not in C.cache_config(info_l, C.CausalConfig())
+    assert C.cache_config(info_l, C.CausalConfig(center=True))["center"] is True
+
+
 def test_input_ablation_at_embedding_removes_the_token_embedding(tiny):
     """At h_0 = sqrt(d)·e_{x_t} (Gemma scale, no position embeddings) the edit leaves nothing."""
     lm, _, info = tiny["tiny-gemma3"]
