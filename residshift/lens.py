@@ -348,12 +348,11 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
             final = None
             if "kl_final" in metrics:  # the model's own distribution: h_L without decoder
                 lf = unembed(info.final_norm(h_pos[-1, sl]).float())
-                lse_f = torch.logsumexp(lf, -1, keepdim=True)
-                pf = (lf - lse_f).exp_()
-                neg_hf = _rowdot(pf, lf) - lse_f[:, 0]  # sum pf log pf
-                # no soft-cap: logits are linear in z, so sum_v pf_v logits_v = z · (pf E)
-                pf_E = None if info.logit_softcap else pf @ E
-                final = (pf, neg_hf, pf_E)
+                lpf = lf - torch.logsumexp(lf, -1, keepdim=True)
+                pf = lpf.exp()
+                neg_hf = _rowdot(pf, lpf)  # sum pf log pf
+                final = (pf, neg_hf)
+                del lpf
                 del lf
             for l in range(L1):
                 h = h_pos[l, sl]
@@ -391,20 +390,22 @@ def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final, z=None) -> None:
     """All distribution metrics of one ``[rows, V]`` logit chunk, with few vocab-wide passes.
 
-    ``lse`` and the entropy share one exponential pass: with ``m = max logits``,
-    ``S = sum exp(logits - m)``, ``lse = m + log S`` and ``H = lse - sum exp(logits - m) logits / S``.
-    ``KL(p_L || p_l) = sum p_L log p_L - sum p_L logits_l + lse_l``; without a soft-cap the cross term
-    is computed in model space, ``z_l · (p_L E)``, since ``logits_l = E z_l``.
+    ``lse`` and the entropy share one exponential pass on the shifted logits ``s = logits - m``
+    (``m`` = row max): ``S = sum exp(s)``, ``lse = m + log S``, ``H = log S - sum exp(s) s / S``, and
+    ``KL(p_L || p_l) = sum p_L log p_L - sum p_L s + log S``. Working with ``s`` (not the raw logits)
+    avoids cancelling two large numbers in fp32.
     """
     need_lse = bool(metrics & {"logprob", "prob", "entropy"}) or final is not None
     lse = None
     if need_lse:
         m = logits.max(-1, keepdim=True).values
-        e = (logits - m).exp_()
+        shifted = logits - m
+        e = shifted.exp()
         S = e.sum(-1)
-        lse = m[:, 0] + S.log()
+        logS = S.log()
+        lse = m[:, 0] + logS
         if "entropy" in metrics:
-            out["entropy"][l, sl] = lse - _rowdot(e, logits) / S
+            out["entropy"][l, sl] = logS - _rowdot(e, shifted) / S
         del e
     for which, idx in (("input", c_ids), ("next", n_ids)):
         tgt = logits.gather(1, idx)  # [rows, 1]
@@ -424,9 +425,8 @@ def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final, z=None) -> 
         if "prob" in metrics:
             out[f"prob_{which}"][l, sl] = lp.exp()
     if final is not None:
-        pf, neg_hf, pf_E = final
-        cross = (z * pf_E).sum(-1) if pf_E is not None else _rowdot(pf, logits)
-        out["kl_final"][l, sl] = neg_hf - cross + lse
+        pf, neg_hf = final
+        out["kl_final"][l, sl] = neg_hf - _rowdot(pf, shifted) + logS
 
 
 # --------------------------------------------------------------------------------------------
