@@ -256,7 +256,9 @@ def test_real_model_last_layer_and_regimes():
     hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
     torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits, rtol=1e-4, atol=1e-4)
     m = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["top1"], token_table=()))
-    assert m["top1_input"][0].mean() > 0.9
+    # SmolLM2's final-norm gains keep layer 0 from decoding every input token (64-79% on
+    # WikiText-103, notebook 03), but layer 0 is clearly input-aligned and layer L next-aligned.
+    assert m["top1_input"][0].mean() > 0.5 > m["top1_next"][0].mean()
     assert m["top1_next"][-1].mean() > m["top1_input"][-1].mean()
 
 
