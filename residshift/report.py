@@ -180,8 +180,54 @@ def section_verdicts(fig: Path, bench: Path) -> str:
     return "**Verdicts, computed by the notebooks** (rules stated in each notebook):\n\n" + "\n\n".join(parts)
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def section_benchmarks(fig: Path, bench: Path) -> str:
+    parts = []
+    lens_b = _load(bench / "bench-lens.json")
+    if lens_b is not None:
+        rows = [["streamed metrics pass (fp32)", _num(lens_b["streamed_s"], 1),
+                 _num(lens_b["streamed_peak_mib"], 0)],
+                ["streamed metrics pass, bf16 matmul", _num(lens_b.get("streamed_bf16_s"), 1),
+                 _num(lens_b.get("streamed_bf16_peak_mib"), 0)],
+                ["bare unembedding matmuls (fp32)", _num(lens_b["bare_s"], 1), "–"],
+                ["bare unembedding matmuls (bf16)", _num(lens_b.get("bare_bf16_s"), 1), "–"],
+                ["reference: output_hidden_states + full logits + argsort",
+                 _num(lens_b.get("reference_s"), 1), _num(lens_b.get("reference_peak_mib"), 0)],
+                [f"streamed pass on a quarter of the tokens", _num(lens_b["streamed_quarter_s"], 1),
+                 _num(lens_b["streamed_quarter_peak_mib"], 0)]]
+        check = lens_b.get("check", {})
+        ratio_ref = (lens_b["reference_s"] / lens_b["streamed_s"]) if lens_b.get("reference_s") else None
+        ratio_bare = lens_b["streamed_s"] / lens_b["bare_s"]
+        parts.append(
+            f"**Lens benchmark** (`benchmarks/bench_lens.py --bf16`, {lens_b['model']}, "
+            f"{lens_b['tokens']:,} tokens × {lens_b['layers']} layers, {lens_b['threads']} threads, "
+            "one invocation):\n\n"
+            + _table(["pass", "seconds", "peak traced memory (MiB)"], rows)
+            + f"\n\nStreamed vs argsort reference: **{_num(ratio_ref, 2)}× faster** (target ≥ 10×: "
+            f"{_met(ratio_ref is not None and ratio_ref >= 10)}); streamed / bare matmul: "
+            f"**{_num(ratio_bare, 2)}×** (target ≤ 1.5×: {_met(ratio_bare <= 1.5)}). Memory of the streamed pass does not grow with the corpus "
+            f"({_num(lens_b['streamed_quarter_peak_mib'], 0)} MiB at a quarter of the tokens, "
+            f"{_num(lens_b['streamed_peak_mib'], 0)} MiB at all of them). Agreement with the reference: "
+            f"ranks {_num(100 * check.get('rank_next_agree', float('nan')), 2)}% (the rest are float ties), "
+            f"top-1 {_num(100 * check.get('top1_next_agree', float('nan')), 2)}%.")
+    sweep_b = _load(bench / "bench-sweep.json")
+    if sweep_b is not None:
+        parts.append(
+            f"**Sweep benchmark** (`benchmarks/bench_sweep.py`, {sweep_b['model']}, "
+            f"{sweep_b['windows']} windows × {sweep_b['window']} tokens, every layer × "
+            f"{sweep_b['alphas']} alphas): prefix-reusing sweep {_num(sweep_b['cheap_s'], 1)} s vs one "
+            f"full forward per (layer, α) {_num(sweep_b['naive_s'], 1)} s: **{_num(sweep_b['speedup'], 2)}× "
+            f"faster**, max |Δ dloss| between the two = {sweep_b['max_abs_diff_dloss']:.1e}.")
+    if not parts:
+        return _missing("Benchmarks", "benchmarks/bench-*.json")
+    return "\n\n".join(parts)
+
+
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts,
-                                               section_harness]
+                                               section_harness, section_benchmarks]
 
 
 def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:
