@@ -12,6 +12,7 @@ Prints both wall times, their ratio and the largest |difference| of the per-wind
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import torch
@@ -30,6 +31,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--alphas", default="0,0.25,0.5,0.75,0.9,1")
     ap.add_argument("--layers", default=None, help="comma-separated layers (default: all)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None, help="also write the numbers to this file")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -51,6 +53,12 @@ def main(argv=None) -> dict:
            "alphas": len(alphas), "cheap_s": round(t_cheap, 2), "naive_s": round(t_naive, 2),
            "speedup": round(t_naive / t_cheap, 2), "max_abs_diff_dloss": diff}
     print(" ".join(f"{k}={v}" for k, v in out.items()))
+    if args.json:
+        from pathlib import Path
+
+        from residshift.cache import atomic_write_text
+
+        atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")
     if diff > 1e-4:
         raise SystemExit(f"cheap and naive sweeps disagree by {diff:.3g} nats (> 1e-4)")
     return out

@@ -91,8 +91,16 @@ class ScalarGates(nn.Module):
         return g
 
 
+TOKEN_GATE_PARAMETERISATION = "w.LN(h)/sqrt(d)+b"  # part of the cache key of token-gate fits
+
+
 class TokenGates(nn.Module):
-    """``alpha_l(t) = sigmoid(w_l . LN(h_l(t)) + b_l)``; ``w = 0, b = theta_init`` at start."""
+    """``alpha_l(t) = sigmoid(w_l . LN(h_l(t)) / sqrt(d) + b_l)``; ``w = 0, b = theta_init`` at start.
+
+    The ``1 / sqrt(d)`` keeps one optimiser step on ``w`` (d coordinates moving together) about as
+    large in ``z`` as a step on ``b``; without it a learning rate that suits the scalar gates throws
+    the token gates far from 1 on the first step (every fit then early-stopped at step 0).
+    """
 
     kind = "token"
 
@@ -105,7 +113,7 @@ class TokenGates(nn.Module):
 
     def alpha(self, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
         def gate(x: torch.Tensor) -> torch.Tensor:
-            z = F.layer_norm(x.float(), (x.shape[-1],)) @ self.w[i] + self.b[i]
+            z = F.layer_norm(x.float(), (x.shape[-1],)) @ self.w[i] / math.sqrt(self.d_model) + self.b[i]
             return torch.sigmoid(z).unsqueeze(-1).to(x.dtype)
         return gate
 
@@ -233,6 +241,8 @@ class GateConfig:
 
     def key_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.kind == "token":
+            d["parameterisation"] = TOKEN_GATE_PARAMETERISATION
         d["layers"] = None if self.layers is None else [int(l) for l in self.layers]
         return d
 
