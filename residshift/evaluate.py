@@ -563,11 +563,7 @@ def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str =
 
     def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
         reqs = [window_request(tokens, windows[i], bos_id) for i in shard]
-        return score_requests(model, info, reqs, batch_size=config.batch_size,
-                              max_batch_tokens=config.max_batch_tokens,
-                              max_logits=config.max_logits, pad_id=_pad_id(tokenizer),
-                              intervene=intervene, progress=progress, desc=task,
-                           bf16=config.bf16)
+        return _score_with(config, model, info, tokenizer, reqs, intervene, progress, task)
 
     scores = _sharded(base, items, config.shard_size, compute)
     stats = text_stats(text, len(tokens))
@@ -637,11 +633,7 @@ def lambada_score(model, info: ModelInfo, tokenizer, texts: Sequence[str], *, ta
         for i in shard:
             ctx, cont = encode_pair(tokenizer, *lambada_split(texts[i]), bos_id=bos_id)
             reqs.append(Request(tuple(ctx + cont), len(ctx)))
-        return score_requests(model, info, reqs, batch_size=config.batch_size,
-                              max_batch_tokens=config.max_batch_tokens,
-                              max_logits=config.max_logits, pad_id=_pad_id(tokenizer),
-                              intervene=intervene, progress=progress, desc=task,
-                           bf16=config.bf16)
+        return _score_with(config, model, info, tokenizer, reqs, intervene, progress, task)
 
     scores = _sharded(base, items, config.shard_size, compute)
     acc = float(scores["greedy"].mean())
@@ -702,11 +694,7 @@ def multiple_choice_score(model, info: ModelInfo, tokenizer, questions: Sequence
                 ctx, cont = encode_pair(tokenizer, q.context, " " + choice, bos_id=bos_id)
                 reqs.append(Request(tuple(ctx + cont), len(ctx)))
                 owner.append(i)
-        s = score_requests(model, info, reqs, batch_size=config.batch_size,
-                           max_batch_tokens=config.max_batch_tokens,
-                           max_logits=config.max_logits, pad_id=_pad_id(tokenizer),
-                           intervene=intervene, progress=progress, desc=task,
-                           bf16=config.bf16)
+        s = _score_with(config, model, info, tokenizer, reqs, intervene, progress, task)
         out = {"pred": [], "pred_norm": [], "acc": [], "acc_norm": []}
         start = 0
         for i in shard:
@@ -807,3 +795,11 @@ def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *
 def results_json(frame) -> str:
     """A DataFrame from ``evaluate_all`` as JSON records (for save_numbers or a report)."""
     return json.dumps(frame.to_dict(orient="records"), indent=2, default=float)
+
+
+def _score_with(config, model, info, tokenizer, reqs, intervene, progress, task):
+    """``score_requests`` with the batching limits and precision of an evaluation config."""
+    return score_requests(model, info, reqs, batch_size=config.batch_size,
+                          max_batch_tokens=config.max_batch_tokens, max_logits=config.max_logits,
+                          pad_id=_pad_id(tokenizer), intervene=intervene, progress=progress,
+                          desc=task, bf16=config.bf16)

@@ -31,3 +31,19 @@ def tiny_llama():
     from residshift.models import load_model
 
     return load_model("tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """The three tiny architectures, loaded once per test module."""
+    from residshift.models import TINY, load_model
+
+    return {name: load_model(name) for name in sorted(TINY)}
+
+
+def random_windows(n, length, seed):
+    """Seeded random byte-token windows for the tiny models (vocabulary 259, bytes < 256)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (n, length), generator=g)

@@ -5,17 +5,9 @@ import pytest
 import torch
 
 from residshift import tuned_lens as T
-from residshift.models import load_model
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    return {name: load_model(name) for name in ("tiny-llama", "tiny-gemma3", "tiny-gpt2")}
-
-
-def _windows(n, length, seed):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (n, length), generator=g)
+from conftest import random_windows as _windows  # noqa: E402
 
 
 def _direct_residuals(info, model, ids):
