@@ -152,8 +152,16 @@ def _evidence(v: dict) -> str:
                      if k not in ("verdict", "claim") and not isinstance(x, (list, dict)))
 
 
-def _verdict_rows(d: dict) -> list[list[str]]:
+def _verdict_rows(d: dict | list) -> list[list[str]]:
     rows = []
+    if isinstance(d, list):  # [{"model", "claim", "verdict", ...}, ...]
+        for v in d:
+            if isinstance(v, dict) and "verdict" in v:
+                who = " · ".join(str(v[k]) for k in ("model", "gates") if k in v)
+                seeds = v.get("per_seed")
+                rows.append([who, str(v.get("claim", "")), f"**{v['verdict']}**",
+                             "per seed: " + ", ".join(seeds) if seeds else ""])
+        return rows
     for key, value in d.items():
         if not isinstance(value, dict):
             continue
@@ -171,7 +179,7 @@ def section_verdicts(fig: Path, bench: Path) -> str:
     found = sorted(p for p in fig.glob("*verdict*.json"))
     for path in found:
         d = _load(path)
-        rows = _verdict_rows(d) if isinstance(d, dict) else []
+        rows = _verdict_rows(d) if isinstance(d, (dict, list)) else []
         if rows:
             parts.append(f"From `figures/{path.name}`:\n\n"
                          + _table(["model", "claim", "verdict", "evidence"], rows))
