@@ -386,6 +386,16 @@ def alignment_gap(lens_result, *, metric: str = "logprob", layers: Sequence[int]
     return (nxt[:, idx] - inp[:, idx]).mean(dim=1)
 
 
+def combine_verdicts(per_seed: Sequence[str]) -> str:
+    """One verdict from several seeds: unanimous 'reproduced' or 'not reproduced', else inconclusive."""
+    if not per_seed:
+        raise ValueError("combine_verdicts needs at least one verdict")
+    for v in ("reproduced", "not reproduced"):
+        if all(x == v for x in per_seed):
+            return v
+    return "inconclusive"
+
+
 def verdict_from_ci(lo: float, hi: float, *, better_if: str = "lower", n: int | None = None,
                     min_n: int = 5) -> str:
     """'reproduced' when the CI lies on the claimed side of 0, 'not reproduced' when on the other.

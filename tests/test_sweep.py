@@ -180,3 +180,13 @@ def test_paired_helpers():
                    "logprob_input": torch.tensor([[5.0, 5.0, 0.0, 1.0]])}
     assert float(sweep.alignment_gap(Fake())[0]) == pytest.approx(1.0)  # states 3.. (last third)
     assert float(sweep.alignment_gap(Fake(), layers=[0])[0]) == pytest.approx(-5.0)
+
+
+def test_combine_verdicts_needs_unanimity():
+    from residshift.sweep import combine_verdicts
+
+    assert combine_verdicts(["reproduced", "reproduced"]) == "reproduced"
+    assert combine_verdicts(["not reproduced"]) == "not reproduced"
+    assert combine_verdicts(["reproduced", "not reproduced"]) == "inconclusive"
+    with pytest.raises(ValueError):
+        combine_verdicts([])
