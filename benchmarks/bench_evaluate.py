@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from residshift import evaluate as ev
-from residshift import profiles
-from residshift.models import load_model
+from residshift.measure import evaluate as ev
+from residshift.core import profiles
+from residshift.core.models import load_model
 
 # (model, task, metric) -> (value, what it is, source URL)
 REFERENCES = {

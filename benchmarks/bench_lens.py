@@ -2,7 +2,7 @@
 
 On the same windows, in one invocation:
 
-- streamed  : residshift.lens (one nnsight trace per batch saves h_0..h_L; then, per layer and
+- streamed  : residshift.measure.lens (one nnsight trace per batch saves h_0..h_L; then, per layer and
               chunk of positions, one unembedding matmul and a constant number of vocab-wide passes;
               ranks by counting logits strictly greater);
 - reference : hidden states from ``output_hidden_states=True``, the full logits of every position
@@ -30,9 +30,9 @@ from contextlib import contextmanager
 
 import torch
 
-from residshift import lens
-from residshift.data import token_windows
-from residshift.models import load_model
+from residshift.measure import lens
+from residshift.core.data import token_windows
+from residshift.core.models import load_model
 
 LOGIT_METRICS = ["rank", "logprob", "top1", "entropy", "kl_final"]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -185,7 +185,7 @@ def main(argv=None) -> dict:
         out["bf16_vs_fp32"] = compare(fast16, fast)
         out["bf16_vs_fp32_curve_maxdiff"] = curve_differences(fast16, fast)
         # does bf16 change a conclusion? the per-layer top-1 curves and the shift layer
-        from residshift.stats import shift_layer
+        from residshift.analysis.stats import shift_layer
 
         c32 = [fast[f"top1_{w}"].mean((1, 2)) for w in ("input", "next")]
         c16 = [fast16[f"top1_{w}"].mean((1, 2)) for w in ("input", "next")]
@@ -206,7 +206,7 @@ def main(argv=None) -> dict:
                           "full_corpus_mib": m["streamed_peak_mib"]}
     print(json.dumps(out, indent=2))
     if args.json:
-        from residshift.cache import atomic_write_text
+        from residshift.core.cache import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(out, indent=2) + "\n")
     if not args.no_reference:

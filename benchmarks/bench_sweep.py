@@ -1,8 +1,8 @@
 """Time the cheap attenuation sweep against the naive one, and check they agree.
 
-Cheap (residshift.sweep.sweep_windows): one unmodified forward captures every block's input, then
+Cheap (residshift.attenuate.sweep.sweep_windows): one unmodified forward captures every block's input, then
 only blocks l..L-1 + head are replayed per (layer, alpha); alpha = 1 is not replayed.
-Naive (residshift.sweep.naive_sweep): one full nnsight forward with `attenuate` per (layer, alpha).
+Naive (residshift.attenuate.sweep.naive_sweep): one full nnsight forward with `attenuate` per (layer, alpha).
 
     flock /tmp/residshift-heavy.lock env HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_sweep.py \
         --model smollm2-135m --windows 8 --window 128
@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from residshift.data import token_windows
-from residshift.models import load_model
-from residshift.sweep import SweepConfig, naive_sweep, sweep_windows
+from residshift.core.data import token_windows
+from residshift.core.models import load_model
+from residshift.attenuate.sweep import SweepConfig, naive_sweep, sweep_windows
 
 
 def main(argv=None) -> dict:
@@ -56,7 +56,7 @@ def main(argv=None) -> dict:
     if args.json:
         from pathlib import Path
 
-        from residshift.cache import atomic_write_text
+        from residshift.core.cache import atomic_write_text
 
         atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")
     if diff > 1e-4:

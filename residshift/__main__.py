@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
-        from .runner import RunFailed, parse_overrides, run_notebooks
+        from .core.runner import RunFailed, parse_overrides, run_notebooks
 
         try:
             run_notebooks(args.profile, only=args.only, overrides=parse_overrides(args.param),
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "prepare":
         import time
 
-        from .models import EMBEDDED, prepare_embedded
+        from .core.models import EMBEDDED, prepare_embedded
 
         for name in args.names or list(EMBEDDED):
             t0 = time.perf_counter()
@@ -43,13 +43,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<14} ready in {time.perf_counter() - t0:6.1f} s  ({path})")
         return 0
     if args.cmd == "models":
-        from .models import known_models
+        from .core.models import known_models
 
         for name, text in known_models().items():
             print(f"{name:<36} {text}")
         return 0
     if args.cmd == "report":
-        from .report import check_readme, update_readme
+        from .study.report import check_readme, update_readme
 
         if args.check:
             ok = check_readme()
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "profiles":
         import json
 
-        from .profiles import PROFILES
+        from .core.profiles import PROFILES
 
         print(json.dumps(PROFILES, indent=2))
         return 0

@@ -28,7 +28,7 @@ def _isolated_outputs(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_llama():
-    from residshift.models import load_model
+    from residshift.core.models import load_model
 
     return load_model("tiny-llama")
 
@@ -36,7 +36,7 @@ def tiny_llama():
 @pytest.fixture(scope="module")
 def tiny():
     """The three tiny architectures, loaded once per test module."""
-    from residshift.models import TINY, load_model
+    from residshift.core.models import TINY, load_model
 
     return {name: load_model(name) for name in sorted(TINY)}
 

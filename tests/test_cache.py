@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from residshift import cache
+from residshift.core import cache
 
 
 def test_key_is_stable_and_changes_with_config():

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from residshift import causal as C
+from residshift.measure import causal as C
 
 
 from conftest import random_windows as _windows  # noqa: E402

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from residshift import data
-from residshift.models import byte_tokenizer
+from residshift.core import data
+from residshift.core.models import byte_tokenizer
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from residshift import evaluate as ev
-from residshift.interventions import attenuate
-from residshift.models import load_model
+from residshift.measure import evaluate as ev
+from residshift.core.interventions import attenuate
+from residshift.core.models import load_model
 
 CFG = ev.EvalConfig(context=16, stride=8, batch_size=3, max_batch_tokens=64, shard_size=4)
 
@@ -386,6 +386,6 @@ def test_real_model_scores_are_sane_and_match_nnsight(name):
 
 
 def ev_lambada_texts():
-    from residshift.data import load_corpus
+    from residshift.core.data import load_corpus
 
     return load_corpus("lambada", "test")["text"]

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from residshift import gates as G
-from residshift.data import token_windows
-from residshift.models import load_model
+from residshift.attenuate import gates as G
+from residshift.core.data import token_windows
+from residshift.core.models import load_model
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,8 @@ def test_init_is_close_to_identity_and_applies_the_shared_edit(tiny, windows):
     x = torch.randn(2, 5, info.d_model)
     assert torch.allclose(t.alpha(1)(x), torch.full((2, 5, 1), 0.99752738), atol=1e-6)
     # Scalar gates at the same alphas as a fixed plan give the same losses.
-    from residshift.evaluate import window_losses
-    from residshift.interventions import attenuate
+    from residshift.measure.evaluate import window_losses
+    from residshift.core.interventions import attenuate
     g2 = G.ScalarGates.from_alphas([1, 3], info.d_model, [0.3, 0.6])
     got = G.gated_window_losses(lm, info, g2, windows[:2])
     ref = window_losses(lm, info, windows[:2], intervene=lambda m, i: attenuate(m, i, {1: 0.3, 3: 0.6}))

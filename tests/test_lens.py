@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from residshift import lens
-from residshift.models import load_model
+from residshift.measure import lens
+from residshift.core.models import load_model
 
 TINY = ["tiny-llama", "tiny-gpt2", "tiny-gemma3"]
 
@@ -147,7 +147,7 @@ def test_bf16_matmul_changes_little():
 
 def test_attenuation_inside_the_layer_loop(model):
     lm, tok, info = model
-    from residshift.interventions import attenuated_logits
+    from residshift.core.interventions import attenuated_logits
 
     ids = _ids(info)
     plain = lens.collect_residuals(lm, info, ids)

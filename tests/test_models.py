@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from residshift import models
-from residshift.models import (
+from residshift.core import models
+from residshift.core.models import (
     MissingPackageError,
     ModelNotAvailableError,
     UnknownModelError,
@@ -139,8 +139,8 @@ def test_unfindable_architecture_asks_for_paths(tiny_llama):
     ("gemma3-270m", 18, 640, 262144, True),
 ])
 def test_embedded_models_load_tied_and_sane(name, layers, d, vocab, bos):
-    from residshift import data
-    from residshift.evaluate import perplexity, window_losses
+    from residshift.core import data
+    from residshift.measure.evaluate import perplexity, window_losses
 
     lm, tok, info = load_model(name)
     assert (info.n_layers, info.d_model, info.vocab_size, info.prepend_bos) == (layers, d, vocab, bos)

@@ -5,7 +5,7 @@ import re
 import nbformat
 import pytest
 
-from residshift import runner
+from residshift.core import runner
 
 NOTEBOOKS = runner.list_notebooks()
 

@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from residshift import plotting  # noqa: E402
+from residshift.study import plotting# noqa: E402
 
 
 def test_save_figure_writes_both_formats_and_the_manifest(tmp_path, monkeypatch):

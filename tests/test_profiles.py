@@ -1,6 +1,6 @@
 import pytest
 
-from residshift import profiles
+from residshift.core import profiles
 
 
 def test_profiles_share_their_keys():
@@ -17,7 +17,7 @@ def test_resolve_fills_none_from_the_profile():
 
 
 def test_smoke_uses_only_in_process_models():
-    from residshift.models import TINY
+    from residshift.core.models import TINY
 
     assert set(profiles.get("smoke")["models"]) <= set(TINY)
 

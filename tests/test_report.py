@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from residshift import report
+from residshift.study import report
 
 
 def test_readme_results_block_matches_the_saved_numbers():

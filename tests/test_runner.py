@@ -4,7 +4,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from residshift import profiles, runner
+from residshift.core import profiles
+from residshift.core import runner
 
 
 def _notebook(path, params_src, body_src):

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from residshift import stats
-from residshift.lens import LensResult
+from residshift.analysis import stats
+from residshift.measure.lens import LensResult
 
 
 def test_shift_layer_rules_and_orientation():

@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-from residshift import cache, sweep
-from residshift.interventions import attenuate, attenuated_logits
-from residshift.models import load_model
+from residshift.core import cache
+from residshift.attenuate import sweep
+from residshift.core.interventions import attenuate, attenuated_logits
+from residshift.core.models import load_model
 
 TINY = ["tiny-llama", "tiny-gpt2", "tiny-gemma3"]
 
@@ -183,7 +184,7 @@ def test_paired_helpers():
 
 
 def test_combine_verdicts_needs_unanimity():
-    from residshift.sweep import combine_verdicts
+    from residshift.attenuate.sweep import combine_verdicts
 
     assert combine_verdicts(["reproduced", "reproduced"]) == "reproduced"
     assert combine_verdicts(["not reproduced"]) == "not reproduced"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from residshift import tuned_lens as T
+from residshift.measure import tuned_lens as T
 
 
 from conftest import random_windows as _windows  # noqa: E402

@@ -1,6 +1,6 @@
 """Learnable residual attenuation on a frozen pretrained model (claim C3).
 
-Two gate families, both applied with THE edit of ``residshift.interventions.attenuate_block``
+Two gate families, both applied with THE edit of ``residshift.core.interventions.attenuate_block``
 (``block_l(x) -> block_l(x) - (1 - alpha_l) x``):
 
 - ``scalar``: one gate per layer, ``alpha_l = sigmoid(theta_l)``;
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import cache
-from .interventions import attenuate_block
-from .models import ModelInfo
+from ..core import cache
+from ..core.interventions import attenuate_block
+from ..core.models import ModelInfo
 
 THETA_INIT = 6.0  # sigmoid(6) = 0.9975 (see the module docstring for why not 4)
 KINDS = ("scalar", "token")
@@ -272,7 +272,7 @@ def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, *, bf16: bool = Fa
 def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batch_size: int = 8,
                         bf16: bool = False) -> torch.Tensor:
     """Per-window mean loss ``[n]`` with the gates applied (``gates=None``: unmodified model)."""
-    from .evaluate import window_losses
+    from ..measure.evaluate import window_losses
 
     with _autocast(bf16):
         loss = window_losses(lm, info, windows, batch_size=batch_size,
@@ -282,7 +282,7 @@ def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, ba
 
 def split_windows(cfg: GateConfig, tokenizer, info: ModelInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded, disjoint train / held-out windows of ``cfg.corpus`` (BOS as the model expects)."""
-    from .data import token_windows
+    from ..core.data import token_windows
 
     w = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
                       n=cfg.n_train + cfg.n_heldout, seed=cfg.seed, prepend_bos=info.prepend_bos)
@@ -437,7 +437,7 @@ def token_alpha_stats(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batc
     per batch (``lens.collect_residuals`` with every gate in place); ``alpha_l(t)`` is evaluated on
     them. For scalar gates std is 0.
     """
-    from .lens import collect_residuals
+    from ..measure.lens import collect_residuals
 
     plan = attenuation_map(gates)
     vals: list[list[torch.Tensor]] = [[] for _ in gates.layers]
@@ -457,8 +457,8 @@ def gated_lens(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any], *, co
                window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1")):
     """The logit-lens corpus pass (``lens.corpus_metrics``) with fitted gates in place, cached by the
     fit's configuration (gates are identified by the config that produced them)."""
-    from . import lens
-    from .data import token_windows
+    from ..measure import lens
+    from ..core.data import token_windows
 
     g = fitted(fit_result, info)
     key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .lens import ORIENTATION, PAIRED
+from ..measure.lens import ORIENTATION, PAIRED
 
 RULES = ("first", "sustained")
 STATS = ("mean", "median")
@@ -170,7 +170,7 @@ def shift_estimate(per_seq_in, per_seq_next, *, metric: str, n_layers: int, n_bo
 
 def shift_table(result, *, metrics: Sequence[str] | None = None, n_boot: int = 1000, seed: int = 0,
                 rule: str = "first") -> list[ShiftEstimate]:
-    """Shift estimates for every paired metric of a :class:`residshift.lens.LensResult`.
+    """Shift estimates for every paired metric of a :class:`residshift.measure.lens.LensResult`.
 
     Ranks use the per-sequence mean of ``logrank`` (``rank`` itself: the median over sequences of
     per-sequence medians); the other metrics use means.
@@ -356,7 +356,7 @@ class Verdict:
 
 
 def verdict_c1(result, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> Verdict:
-    """Compute the C1 verdict for one model's :class:`~residshift.lens.LensResult` (rule: C1_RULE)."""
+    """Compute the C1 verdict for one model's :class:`~residshift.measure.lens.LensResult` (rule: C1_RULE)."""
     if "top1_input" not in result.per_seq:
         raise ValueError("the C1 verdict needs the 'top1' metric in the lens result")
     L = result.n_layers

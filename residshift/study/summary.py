@@ -6,9 +6,11 @@ from typing import Any
 
 import torch
 
-from . import cache, data
-from .evaluate import perplexity, window_losses
-from .models import LoadedModel, load_model
+from ..core import cache
+
+from ..core import data
+from ..measure.evaluate import perplexity, window_losses
+from ..core.models import LoadedModel, load_model
 
 
 def timed_load(name: str, **kwargs) -> tuple[LoadedModel, float]:

@@ -52,8 +52,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from .interventions import attenuate_block, attenuation_plan
-from .models import ModelInfo
+from ..core.interventions import attenuate_block, attenuation_plan
+from ..core.models import ModelInfo
 
 Decoder = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -159,7 +159,7 @@ def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any
     """Residual stream ``[L+1, B, T, d]`` (``h_0`` = input of layer 0, ``h_l`` = output of layer l-1).
 
     One nnsight trace. ``attenuation = {layer: alpha}`` applies
-    :func:`residshift.interventions.attenuate_block` at those layers inside the layer loop (in
+    :func:`residshift.core.interventions.attenuate_block` at those layers inside the layer loop (in
     execution order), so ``h_{l+1}`` is the attenuated block's output. ``remote`` is passed to
     ``lm.trace`` (``info.remote or remote``): the same code path runs on NDIF. With
     ``return_logits`` also returns the model's logits ``[B, T, vocab]``.
@@ -514,8 +514,8 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
     decoder id, attenuation, matmul dtype, positions). A decoder needs a ``decoder_id`` that names it
     (e.g. the tuned lens's cache key), so a cached result is never reused for another decoder.
     """
-    from . import cache
-    from .data import token_windows
+    from ..core import cache
+    from ..core.data import token_windows
 
     if decoder is not None and not decoder_id:
         raise LensError("a decoder needs decoder_id= (a string naming it) so results can be cached")
@@ -605,7 +605,7 @@ def _k(x: int) -> str:
 
 def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str) -> np.ndarray:
     """Token-id counts of a whole corpus split under the model's tokenizer (length = vocab)."""
-    from .data import corpus_text, tokenize_text
+    from ..core.data import corpus_text, tokenize_text
 
     tokens = tokenize_text(corpus_text(corpus, split), tokenizer)
     return np.bincount(tokens, minlength=info.vocab_size)

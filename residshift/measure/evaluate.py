@@ -56,8 +56,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import cache as _cache
-from .models import ModelInfo
+from ..core import cache as _cache
+from ..core.models import ModelInfo
 
 Intervene = Callable[[Any, ModelInfo], None]
 
@@ -428,7 +428,7 @@ def _cache_base(model, info: ModelInfo, tokenizer, task: str, config: EvalConfig
                 windows: bool = False) -> dict[str, Any] | None:
     """The cache config of a task run, or None when it must not be cached (an intervention
     without a tag: a callable cannot be hashed, so its results are never stored or reused)."""
-    from .data import tokenizer_fingerprint
+    from ..core.data import tokenizer_fingerprint
 
     if intervene is not None and not cache_tag:
         return None
@@ -545,7 +545,7 @@ def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str =
     depend on which others are scored; per-word and per-byte values then use the whole text's
     tokens-per-word and tokens-per-byte ratios).
     """
-    from .data import tokenize_text
+    from ..core.data import tokenize_text
 
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{task}: the text is empty; nothing to score")
@@ -594,7 +594,7 @@ def _pad_id(tokenizer) -> int:
 def wikitext_perplexity(model, info: ModelInfo, tokenizer, corpus: str = "wikitext-103",
                         split: str = "validation", **kwargs) -> TaskResult:
     """Sliding-window perplexity of a WikiText split (detokenized; see the module docstring)."""
-    from .data import corpus_text
+    from ..core.data import corpus_text
 
     if corpus not in ("wikitext-2", "wikitext-103"):
         raise ValueError(f"corpus must be 'wikitext-2' or 'wikitext-103', got {corpus!r}")
@@ -657,7 +657,7 @@ class Question:
 
 
 def piqa_questions() -> list[Question]:
-    from .data import load_corpus
+    from ..core.data import load_corpus
 
     ds = load_corpus("piqa", "validation")
     return [Question(f"Question: {r['goal']}\nAnswer:", (r["sol1"], r["sol2"]), int(r["label"]))
@@ -665,7 +665,7 @@ def piqa_questions() -> list[Question]:
 
 
 def arc_questions(name: str) -> list[Question]:
-    from .data import load_corpus
+    from ..core.data import load_corpus
 
     out = []
     for r in load_corpus(name, "test"):
@@ -726,7 +726,7 @@ def _wikitext_task(corpus: str, split: str):
 
 
 def _lambada_task(model, info, tokenizer, **kw):
-    from .data import load_corpus
+    from ..core.data import load_corpus
 
     return lambada_score(model, info, tokenizer, load_corpus("lambada", "test")["text"], **kw)
 

@@ -3,7 +3,7 @@
 Definitions (ours, following the tuned-lens paper):
 
 - ``h_l(t)`` is the residual stream entering block ``l`` (``h_0`` the scaled embedding) and
-  ``h_L`` the output of the last block, as in :class:`residshift.models.ModelInfo`.
+  ``h_L`` the output of the last block, as in :class:`residshift.core.models.ModelInfo`.
 - The logit lens decodes ``logits_l = softcap(E · N(h_l))``; the tuned lens decodes
   ``softcap(E · N(T_l(h_l)))`` with the translator ``T_l(h) = h + W_l h + b_l``. ``W_l`` and
   ``b_l`` start at zero, so an unfitted tuned lens *is* the logit lens, bit for bit, and
@@ -38,9 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import cache
-from .models import ModelInfo
-from .paths import results_dir
+from ..core import cache
+from ..core.models import ModelInfo
+from ..core.paths import results_dir
 
 FORMAT = "residshift-tuned-lens/1"
 
@@ -192,7 +192,7 @@ def collect_residuals(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tens
     """``[h_0, ..., h_L]``, each ``[batch, seq, d]`` fp32, from one nnsight trace (no grad).
 
     ``h_0`` is the input of block 0 and ``h_l`` the output of block ``l - 1``; the final norm is
-    not applied. Delegates to the shared collector :func:`residshift.lens.collect_residuals`.
+    not applied. Delegates to the shared collector :func:`residshift.measure.lens.collect_residuals`.
     """
     from .lens import collect_residuals as shared
 
@@ -379,7 +379,7 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
 
 def windows_for(tokenizer, info: ModelInfo, cfg: TunedLensConfig) -> dict[str, torch.Tensor]:
     """Training windows (``train_split``) and disjoint early-stopping / report windows (``val_split``)."""
-    from .data import token_windows
+    from ..core.data import token_windows
 
     train = token_windows(cfg.corpus, cfg.train_split, tokenizer, length=cfg.window,
                           n=cfg.train_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)

@@ -1,6 +1,6 @@
 """Fixed residual attenuation, every layer x every alpha, on a pretrained model (claim C2).
 
-Our definition (see ``residshift.interventions``): attenuating block ``l`` by ``alpha`` replaces
+Our definition (see ``residshift.core.interventions``): attenuating block ``l`` by ``alpha`` replaces
 ``block_l(x)`` by ``block_l(x) - (1 - alpha) x``, i.e. ``h_{l+1} = alpha h_l + F_l(h_l)``.
 ``alpha = 1`` is the unmodified model, ``alpha = 0`` cuts the skip path of that block.
 
@@ -13,8 +13,8 @@ Why it is cheap: the residual stream entering block ``l`` does not depend on any
 One unmodified forward captures, for every block, its input and its call arguments (attention
 mask, rotary tables, ...) through forward pre-hooks on the bare torch module. For each ``(l, alpha)``
 only blocks ``l..L-1``, the final norm and the head are replayed, starting from the captured input;
-block ``l``'s output is edited with :func:`residshift.interventions.attenuated`, the same formula
-that :func:`residshift.interventions.attenuate_block` applies inside nnsight traces. ``alpha = 1``
+block ``l``'s output is edited with :func:`residshift.core.interventions.attenuated`, the same formula
+that :func:`residshift.core.interventions.attenuate_block` applies inside nnsight traces. ``alpha = 1``
 needs no replay at all (it is the unmodified model; its dloss is exactly 0). The tests check that
 this path equals the plain nnsight ``attenuate`` path; ``benchmarks/bench_sweep.py`` times both.
 
@@ -32,9 +32,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import cache
-from .interventions import _alpha_ok, attenuated
-from .models import ModelInfo
+from ..core import cache
+from ..core.interventions import _alpha_ok, attenuated
+from ..core.models import ModelInfo
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 
@@ -205,7 +205,7 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
 def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: bool = False,
               refresh: bool = False) -> dict[str, Any]:
     """The cached, resumable sweep on ``cfg.corpus`` windows (BOS as the model expects)."""
-    from .data import token_windows
+    from ..core.data import token_windows
 
     cfg = cfg.checked(info)
     key = cfg.key_dict()
@@ -222,8 +222,8 @@ def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: boo
 def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int],
                 alphas: Sequence[float], *, batch_size: int = 8) -> dict[str, Any]:
     """The reference: one full nnsight forward with ``attenuate`` per (layer, alpha) (slow)."""
-    from .evaluate import window_losses
-    from .interventions import attenuate
+    from ..measure.evaluate import window_losses
+    from ..core.interventions import attenuate
 
     base = window_losses(lm, info, windows, batch_size=batch_size).mean(dim=1)
     rows = []

@@ -21,7 +21,7 @@ from .models import ModelInfo
 
 
 def _alpha_ok(alpha, allow_amplify: bool) -> None:
-    if callable(alpha):  # a token-dependent gate alpha(x) (residshift.gates) keeps its own range
+    if callable(alpha):  # a token-dependent gate alpha(x) (residshift.attenuate.gates) keeps its own range
         return
     if isinstance(alpha, torch.Tensor):
         if alpha.requires_grad:  # learned gates keep their own range (sigmoid)
@@ -66,7 +66,7 @@ def attenuated(output, skip, alpha):
     """The formula itself, on tensors: ``block(x) - (1 - alpha) x`` with ``output = block(x)``.
 
     :func:`attenuate_block` (nnsight) and the sweep's replay of the tail blocks on the bare torch
-    module (``residshift.sweep``) both call this, so the two paths share one formula.
+    module (``residshift.attenuate.sweep``) both call this, so the two paths share one formula.
     """
     return output - (1 - alpha) * skip
 
@@ -78,7 +78,7 @@ def attenuate_block(block, alpha) -> None:
     attenuation) calls it. Code that also reads other layers in the same trace must call it in its
     own loop over layers, at the right layer, to keep nnsight's execution order. ``alpha`` may be a
     number, a tensor broadcastable to the block's output, or a callable ``alpha(x)`` of the block's
-    input (a token-dependent gate, ``residshift.gates``).
+    input (a token-dependent gate, ``residshift.attenuate.gates``).
     """
     skip = block.input  # read the input before the output: nnsight runs in execution order
     if callable(alpha):

@@ -14,7 +14,7 @@ and measure the change in next-token loss. Definitions (ours):
   disruption, not token identity.
 
 (a) **Skip-path ablation** (:func:`skip_ablation_profile`): for each block ``l`` and each ``alpha``,
-    the edit of :func:`residshift.interventions.attenuate`:
+    the edit of :func:`residshift.core.interventions.attenuate`:
     ``h_{l+1} = block_l(h_l) - (1 - alpha) h_l`` (``alpha = 1`` is the unmodified model).
 (b) **Token-direction ablation** (:func:`direction_ablation_profile`): at residual index ``l``
     only, at every edited position ``t``, remove the component of ``h_l(t)`` along a unit token
@@ -46,10 +46,10 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from . import cache
+from ..core import cache
 from .evaluate import window_losses
-from .interventions import attenuate
-from .models import ModelInfo
+from ..core.interventions import attenuate
+from ..core.models import ModelInfo
 
 VERSION = "residshift-causal/1"
 DIRECTIONS = ("input", "next", "random")
@@ -282,7 +282,7 @@ def direction_effects(result: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
                      rule: str = "first") -> dict[str, Any]:
-    """The causal shift layer, with the same rules as the decoding-based one (:mod:`residshift.stats`).
+    """The causal shift layer, with the same rules as the decoding-based one (:mod:`residshift.analysis.stats`).
 
     With ``a_in(l)``, ``a_next(l)`` the mean control-corrected effects of :func:`direction_effects`
     (how much the model *uses* each direction at residual index ``l``), the causal shift is the
@@ -294,7 +294,7 @@ def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 
     """
     import numpy as np
 
-    from . import stats
+    from ..analysis import stats
 
     residuals = list(result["residuals"])
     if residuals != list(range(len(residuals))):
@@ -366,7 +366,7 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
     """
     import numpy as np
 
-    from . import stats
+    from ..analysis import stats
 
     eff = direction_effects(result)
     n_layers = int(result.get("n_layers", eff["input"].shape[1] - 1))
@@ -389,7 +389,7 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
 
 def skip_summary(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """Per alpha: mean Δloss per block with bootstrap CIs, and the most / least harmful blocks."""
-    from . import stats
+    from ..analysis import stats
 
     out = {}
     for i, alpha in enumerate(result["alphas"]):
@@ -419,7 +419,7 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
     Returns ``{"skip": skip_ablation_profile(...), "direction": direction_ablation_profile(...),
     "model", "n_layers", "config", "seconds", "tokens"}``.
     """
-    from .data import token_windows
+    from ..core.data import token_windows
 
     tokenizer = tokenizer if tokenizer is not None else lm.tokenizer
 

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .cache import _canonical, atomic_write_text
-from .paths import REPO_ROOT, figures_dir
+from ..core.cache import _canonical, atomic_write_text
+from ..core.paths import REPO_ROOT, figures_dir
 
 _NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
 PALETTE = {"input": "#1b9e77", "next": "#d95f02", "other": "#bdbdbd"}

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .cache import atomic_write_text
-from .paths import REPO_ROOT
+from ..core.cache import atomic_write_text
+from ..core.paths import REPO_ROOT
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
