@@ -1,0 +1,366 @@
+"""The one fitting loop: gates, the tuned lens and the trainer all optimise through :func:`fit`.
+
+What it does, per optimiser step ``s = 0, 1, ...`` (at most ``cfg.steps``):
+
+1. ``lr`` from the schedule (:func:`lr_at`: linear warm-up, then constant or cosine to
+   ``min_lr_ratio · lr``), set on every parameter group;
+2. ``cfg.accumulate`` micro-steps: ``step_fn(s, micro, backward)`` picks its batch from ``(s, micro)``
+   (so a resumed run sees the same data), runs the forward and calls ``backward(loss)``, which
+   scales by ``1 / accumulate`` and back-propagates. The callback style lets nnsight users call
+   ``backward`` inside their trace;
+3. gradient clipping (``cfg.grad_clip``), the optimiser step;
+4. every ``cfg.eval_every`` steps (and after the last): ``eval_fn()`` on held-out data (lower is
+   better). The best state of ``module`` is kept; after ``cfg.patience`` evaluations without an
+   improvement of at least ``cfg.min_delta`` the fit stops early. ``eval_fn`` may return one number
+   or one per part (the tuned lens: one per layer); then each part keeps its own best state
+   (``best_keys(i)`` names the state-dict entries of part ``i``) and patience counts evaluations in
+   which no part improved;
+5. an atomic checkpoint (module, optimiser, RNG state, history) every ``cfg.checkpoint_every``
+   steps, at every evaluation and at the end. A fit started again with the same checkpoint path
+   resumes where the last checkpoint left off and ends exactly where an uninterrupted fit ends
+   (tested); a checkpoint made for another configuration is refused.
+
+It also writes a JSON-lines log (one record per step: loss, lr, tokens/s, grad norm; one per
+evaluation) and shows a progress bar with the loss and tokens/s. ``stop_after`` ends a call after
+that many steps, as an interruption would (tests use it).
+
+>>> cfg = FitConfig(steps=200, lr=0.1, eval_every=10, patience=3)
+>>> result = fit(gates, cfg, step_fn=step, eval_fn=heldout_loss, checkpoint=path)
+>>> result.best, result.best_step, result.stopped_early
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ContextManager, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from .cache import atomic_torch_save, atomic_write_text
+
+FORMAT = "residshift-fit/1"
+OPTIMIZERS = ("adam", "adamw")
+SCHEDULES = ("constant", "cosine")
+
+
+class FitError(RuntimeError):
+    """A fit that cannot run as asked; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """How to optimise (what to optimise is the caller's ``module`` and ``step_fn``)."""
+
+    steps: int  # at most this many optimiser steps
+    lr: float
+    optimizer: str = "adam"  # "adam" | "adamw"
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0  # applies to groups that do not set their own
+    warmup: int = 0  # linear warm-up steps
+    schedule: str = "constant"  # after warm-up: "constant" or "cosine" down to min_lr_ratio * lr
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = None  # max global grad norm; None = no clipping
+    accumulate: int = 1  # micro-steps per optimiser step
+    eval_every: int = 0  # held-out evaluation period in steps; 0 = only at the end
+    eval_at_start: bool = False  # evaluate before the first step (the start is a candidate best)
+    patience: int | None = None  # evaluations without improvement before stopping; None = never
+    min_delta: float = 0.0  # an improvement must beat the best by more than this
+    keep_best: bool = True  # end with the best evaluated state (else the last)
+    checkpoint_every: int = 0  # steps between checkpoints besides evaluations and the end
+    fused: bool | None = None  # fused optimiser kernel: None = where torch supports it
+    seed: int = 0  # seeds the RNG that dropout and the like draw from
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if self.steps < 1:
+            raise FitError(f"steps must be >= 1, got {self.steps}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise FitError(f"lr must be a positive finite number, got {self.lr}")
+        if self.optimizer not in OPTIMIZERS:
+            raise FitError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.schedule not in SCHEDULES:
+            raise FitError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        for name in ("warmup", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise FitError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.accumulate < 1:
+            raise FitError(f"accumulate must be >= 1, got {self.accumulate}")
+        if self.patience is not None and self.patience < 1:
+            raise FitError(f"patience must be None (never stop early) or >= 1, got {self.patience}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise FitError(f"grad_clip must be None or > 0, got {self.grad_clip}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise FitError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+
+
+def lr_at(cfg: FitConfig, step: int) -> float:
+    """Learning rate of optimiser step ``step`` (0-based): warm-up, then constant or cosine."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / (cfg.warmup + 1)
+    if cfg.schedule == "constant":
+        return cfg.lr
+    span = max(1, cfg.steps - cfg.warmup)
+    progress = min(1.0, (step - cfg.warmup) / span)
+    low = cfg.min_lr_ratio * cfg.lr
+    return low + 0.5 * (1 + math.cos(math.pi * progress)) * (cfg.lr - low)
+
+
+def epoch_batch(n: int, batch_size: int, step: int, seed: int) -> torch.Tensor:
+    """Indices of the batch of ``step``: a seeded permutation of ``range(n)`` per epoch, sliced.
+
+    The same ``(n, batch_size, step, seed)`` always gives the same batch, so a resumed fit sees
+    the data an uninterrupted one sees, and every variant fitted with one seed sees one order.
+    """
+    if n < 1 or batch_size < 1:
+        raise FitError(f"need n >= 1 and batch_size >= 1, got {n} and {batch_size}")
+    per_epoch = max(1, math.ceil(n / batch_size))
+    epoch, k = divmod(step, per_epoch)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+    return order[k * batch_size:(k + 1) * batch_size]
+
+
+def random_batch(n: int, batch_size: int, step: int, seed: int) -> torch.Tensor:
+    """Indices of the batch of ``step``, drawn with replacement from a generator seeded by (seed, step)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    return torch.randint(0, n, (batch_size,), generator=g)
+
+
+@dataclass
+class FitResult:
+    """What a fit returns. ``module`` holds the best (or last) state; ``history`` every record."""
+
+    module: nn.Module
+    steps: int  # optimiser steps taken in all (across resumptions)
+    finished: bool  # False when interrupted (stop_after)
+    stopped_early: bool  # True when patience ran out (the fit converged on held-out data)
+    best: float | list[float] | None  # best held-out value(s)
+    best_step: int | list[int] | None
+    history: list[dict[str, Any]]
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def train_loss(self) -> list[float]:
+        return [r["loss"] for r in self.history if "loss" in r]
+
+    @property
+    def evals(self) -> list[tuple[int, Any]]:
+        return [(r["step"], r["eval"]) for r in self.history if "eval" in r]
+
+
+def _optimizer(cfg: FitConfig, groups) -> torch.optim.Optimizer:
+    cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+    kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": cfg.betas, "weight_decay": cfg.weight_decay}
+    params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    # Fused kernels (CUDA, and CPU since torch 2.4) need floating-point parameters; where the
+    # automatic choice fails, fall back to the default implementation.
+    fused = cfg.fused if cfg.fused is not None else all(p.is_floating_point() for p in params)
+    if fused:
+        kwargs["fused"] = True
+    try:
+        return cls(groups, **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        if not fused or cfg.fused:
+            raise
+        kwargs.pop("fused")
+        return cls(groups, **kwargs)
+
+
+def _as_list(value) -> list[float]:
+    if isinstance(value, torch.Tensor):
+        return [float(v) for v in value.reshape(-1)]
+    if isinstance(value, (list, tuple)):
+        return [float(v) for v in value]
+    return [float(value)]
+
+
+class _Log:
+    """JSON-lines log; on resume, records past the checkpoint's step are dropped (atomically)."""
+
+    def __init__(self, path: Path | None, resume_step: int | None):
+        self.path = Path(path) if path is not None else None
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            atomic_write_text(self.path, "")
+        elif self.path.is_file():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+
+def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Callable], Any],
+        eval_fn: Callable[[], Any] | None = None, param_groups: Iterable | None = None,
+        best_keys: Callable[[int], Sequence[str]] | None = None,
+        checkpoint: str | Path | None = None, log_path: str | Path | None = None,
+        tokens_per_step: int | None = None, stop_after: int | None = None,
+        progress: bool | str = False, no_sync: Callable[[], ContextManager] | None = None,
+        is_main: bool = True, extra: dict[str, Any] | None = None) -> FitResult:
+    """Optimise ``module``'s parameters (or ``param_groups``) with ``step_fn``; see the module docstring.
+
+    - ``step_fn(step, micro, backward)`` computes the loss of its batch and calls ``backward(loss)``;
+      it returns the loss value (a float or a 0-d tensor) for the log.
+    - ``eval_fn()`` returns the held-out value(s) to minimise; None = no evaluation (the last state).
+    - ``checkpoint``: where to checkpoint and resume from. ``log_path``: the JSON-lines log.
+    - ``tokens_per_step``: for the tokens/s column. ``progress``: a tqdm bar (a string is its label).
+    - ``no_sync()``: a context for micro-steps before the last of a step (DDP's ``model.no_sync``).
+    - ``is_main``: only the main process writes checkpoints and the log (DDP rank 0).
+    - ``extra``: caller's numbers saved with the checkpoint and returned (e.g. the loss before fitting).
+    """
+    groups = list(param_groups) if param_groups is not None else [p for p in module.parameters()
+                                                                    if p.requires_grad]
+    if not groups:
+        raise FitError("nothing to optimise: the module has no parameter with requires_grad=True")
+    params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    opt = _optimizer(cfg, groups)
+    config = asdict(cfg)
+    state: dict[str, Any] = {"step": 0, "history": [], "best": None, "best_step": None, "best_state": None,
+                             "bad_evals": 0, "stopped_early": False, "seconds": 0.0, "extra": dict(extra or {})}
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    resume_step = None
+    if ckpt is not None and ckpt.is_file():
+        try:
+            saved = torch.load(ckpt, weights_only=False)
+        except Exception as err:  # a truncated or foreign file
+            raise FitError(f"checkpoint {ckpt} cannot be read ({type(err).__name__}: {err}); delete it "
+                           "to start the fit over") from err
+        if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+            raise FitError(f"{ckpt} is not a residshift fit checkpoint; delete it to start over")
+        if saved["config"] != config:
+            raise FitError(f"checkpoint {ckpt} belongs to another fit configuration "
+                           f"({saved['config']} vs {config}); delete it to start over")
+        module.load_state_dict(saved["module"])
+        opt.load_state_dict(saved["opt"])
+        torch.set_rng_state(saved["rng"])
+        state = saved["state"]
+        resume_step = state["step"]
+    else:
+        torch.manual_seed(cfg.seed)
+    log = _Log(log_path if is_main else None, resume_step)
+
+    def save() -> None:
+        if ckpt is not None and is_main:
+            atomic_torch_save({"format": FORMAT, "config": config, "module": module.state_dict(),
+                               "opt": opt.state_dict(), "rng": torch.get_rng_state(), "state": state}, ckpt)
+
+    def snapshot() -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def evaluate() -> None:
+        with torch.no_grad():
+            values = _as_list(eval_fn())
+        if state["best"] is None:
+            state["best"], state["best_step"] = [math.inf] * len(values), [state["step"]] * len(values)
+            state["best_state"] = snapshot()
+        if len(values) != len(state["best"]):
+            raise FitError(f"eval_fn returned {len(values)} values, earlier {len(state['best'])}")
+        improved = [v < b - cfg.min_delta for v, b in zip(values, state["best"])]
+        current = None
+        for i, ok in enumerate(improved):
+            if not ok:
+                continue
+            state["best"][i], state["best_step"][i] = values[i], state["step"]
+            current = current or module.state_dict()
+            keys = best_keys(i) if best_keys is not None and len(values) > 1 else list(current)
+            for k in keys:
+                state["best_state"][k] = current[k].detach().clone()
+        state["bad_evals"] = 0 if any(improved) else state["bad_evals"] + 1
+        if cfg.patience is not None and state["bad_evals"] >= cfg.patience:
+            state["stopped_early"] = True
+        record = {"step": state["step"], "eval": values if len(values) > 1 else values[0],
+                  "best": list(state["best"]) if len(values) > 1 else state["best"][0]}
+        state["history"].append(record)
+        log.write(record)
+
+    def backward_scaled(loss: torch.Tensor) -> None:
+        (loss / cfg.accumulate).backward()
+
+    bar = None
+    if progress and is_main:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=cfg.steps, initial=state["step"], desc=progress if isinstance(progress, str) else "fit",
+                   unit="step", leave=False)
+    if eval_fn is not None and cfg.eval_at_start and state["step"] == 0 and state["best"] is None:
+        evaluate()
+        save()
+    done_here = 0
+    interrupted = False
+    try:
+        while state["step"] < cfg.steps and not state["stopped_early"]:
+            if stop_after is not None and done_here >= stop_after:
+                interrupted = True
+                break
+            t0 = time.perf_counter()
+            step = state["step"]
+            lr = lr_at(cfg, step)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            losses = []
+            for micro in range(cfg.accumulate):
+                last_micro = micro == cfg.accumulate - 1
+                if no_sync is not None and not last_micro:
+                    with no_sync():
+                        losses.append(step_fn(step, micro, backward_scaled))
+                else:
+                    losses.append(step_fn(step, micro, backward_scaled))
+            grad_norm = None
+            if cfg.grad_clip is not None:
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+            opt.step()
+            state["step"] += 1
+            done_here += 1
+            seconds = time.perf_counter() - t0
+            state["seconds"] += seconds
+            loss = sum(float(x) for x in losses) / len(losses)
+            if not math.isfinite(loss):
+                raise FitError(f"the training loss is {loss} at step {step}: lower the learning rate "
+                               f"(lr={cfg.lr}) or enable grad_clip")
+            record = {"step": state["step"], "loss": loss, "lr": lr, "seconds": seconds}
+            if grad_norm is not None:
+                record["grad_norm"] = grad_norm
+            if tokens_per_step:
+                record["tokens"] = state["step"] * tokens_per_step
+                record["tokens_per_s"] = tokens_per_step / seconds if seconds > 0 else None
+            state["history"].append(record)
+            log.write(record)
+            last = state["step"] >= cfg.steps
+            evaluated = False
+            if eval_fn is not None and (last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)):
+                evaluate()
+                evaluated = True
+            if bar is not None:
+                shown = {"loss": f"{loss:.4f}"}
+                if tokens_per_step and seconds > 0:
+                    shown["tok/s"] = f"{tokens_per_step / seconds:,.0f}"
+                bar.set_postfix(shown, refresh=False)
+                bar.update(1)
+            if evaluated or last or state["stopped_early"] or (
+                    cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
+                save()
+    finally:
+        if bar is not None:
+            bar.close()
+    if interrupted:
+        save()
+    finished = not interrupted
+    best = state["best"]
+    if finished and cfg.keep_best and state["best_state"] is not None:
+        module.load_state_dict(state["best_state"])
+    scalar = best is not None and len(best) == 1
+    return FitResult(module=module, steps=state["step"], finished=finished,
+                     stopped_early=state["stopped_early"],
+                     best=(best[0] if scalar else best), best_step=(state["best_step"][0] if scalar
+                                                                    else state["best_step"]),
+                     history=list(state["history"]), seconds=state["seconds"], extra=dict(state["extra"]))
