@@ -13,6 +13,7 @@ Call :func:`attenuate` inside a trace:
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable, Mapping
 
 import torch
@@ -21,14 +22,35 @@ from .models import ModelInfo
 
 
 def _alpha_ok(alpha, allow_amplify: bool) -> None:
+    """Check one alpha: finite always, and in [0, 1] unless amplifying on purpose or learned."""
     if callable(alpha):  # a token-dependent gate alpha(x) (residshift.attenuate.gates) keeps its own range
         return
     if isinstance(alpha, torch.Tensor):
+        values = alpha.detach()
+        if values.numel() == 0:
+            raise ValueError("alpha is an empty tensor; give one value (or one per position/feature)")
+        if not bool(torch.isfinite(values).all()):
+            raise ValueError(
+                f"alpha must be finite; the tensor holds {int((~torch.isfinite(values)).sum())} NaN/inf "
+                "value(s). A NaN alpha turns every later logit into NaN: check how the alphas were made "
+                "(a diverged gate fit, a division by zero)."
+            )
         if alpha.requires_grad:  # learned gates keep their own range (sigmoid)
             return
-        lo, hi = float(alpha.min()), float(alpha.max())
+        lo, hi = float(values.min()), float(values.max())
     else:
-        lo = hi = float(alpha)
+        try:
+            lo = hi = float(alpha)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"alpha must be a number in [0, 1], a tensor or a callable gate alpha(x); got "
+                f"{type(alpha).__name__} {alpha!r}"
+            ) from None
+        if not math.isfinite(lo):
+            raise ValueError(
+                f"alpha must be finite, got {alpha!r}: a NaN or infinite alpha turns every later logit "
+                "into NaN. Use a number in [0, 1] (1 = unmodified, 0 = skip path cut)."
+            )
     if lo < 0 or (hi > 1 and not allow_amplify):
         raise ValueError(
             f"alpha must lie in [0, 1] (1 = unmodified skip path, 0 = skip path cut); got "
