@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from residshift.core.fitting import FitError
 from residshift.measure import tuned_lens as T
 
 
@@ -92,7 +93,7 @@ def test_early_stopping_keeps_each_layers_best_state(tiny):
     cfg = T.TunedLensConfig(window=16, steps=6, batch=2, lr=0.5, eval_every=2)  # lr large: noisy
     lens, rep = T.fit(lm, info, cfg, train=train, es=es)
     final = T.evaluate_kl(lm, info, lens, es, batch=2)["tuned"].mean(0)[:-1]
-    evals = [r["es_kl"] for r in rep["history"] if r["es_kl"] is not None]
+    evals = [r["eval"] for r in rep["history"] if "eval" in r]
     assert len(evals) == 4 and rep["history"][0]["step"] == 0  # step 0 = the logit lens
     best = torch.tensor(evals).min(0).values
     torch.testing.assert_close(final, best.float(), rtol=1e-5, atol=1e-7)
@@ -150,10 +151,12 @@ def test_resume_after_interruption_equals_uninterrupted(tiny, tmp_path):
     resumed, rep_res = T.fit(lm, info, cfg, train=train, es=es, checkpoint=ckpt)
     for a, b in zip(full.state_dict().values(), resumed.state_dict().values()):
         assert torch.equal(a, b)
-    assert [r["train_kl"] for r in rep_full["history"]] == [r["train_kl"] for r in rep_res["history"]]
-    assert [r["es_kl"] for r in rep_full["history"]] == [r["es_kl"] for r in rep_res["history"]]
+    assert [r["parts"] for r in rep_full["history"] if "parts" in r] == \
+        [r["parts"] for r in rep_res["history"] if "parts" in r]
+    assert [r["eval"] for r in rep_full["history"] if "eval" in r] == \
+        [r["eval"] for r in rep_res["history"] if "eval" in r]
     # a checkpoint from another configuration is refused
-    with pytest.raises(T.TunedLensError, match="another fit"):
+    with pytest.raises(FitError, match="another fit"):
         T.fit(lm, info, T.TunedLensConfig(window=16, steps=7, batch=3), train=train, es=None, checkpoint=ckpt)
 
 

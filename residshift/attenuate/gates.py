@@ -39,8 +39,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import cache
+from ..core.fitting import FitConfig, epoch_batch, fit as run_fit
 from ..core.interventions import attenuate_block
 from ..core.models import ModelInfo
+from ..core.unembed import next_token_loss
 
 THETA_INIT = 6.0  # sigmoid(6) = 0.9975 (see the module docstring for why not 4)
 KINDS = ("scalar", "token")
@@ -251,20 +253,17 @@ def _autocast(enabled: bool):
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
-def mean_loss(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    logits = logits.float()
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                           ids[:, 1:].reshape(-1).to(logits.device))
+def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, backward=None, *, bf16: bool = False) -> float:
+    """One forward + backward through an nnsight trace; gradients land on the gate parameters.
 
-
-def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, *, bf16: bool = False) -> float:
-    """One forward + backward through an nnsight trace; gradients land on the gate parameters."""
+    ``backward`` (from the fitting loop; default ``loss.backward()``) runs inside the trace.
+    """
+    backward = backward or (lambda loss: loss.backward())
     with _autocast(bf16):
         with lm.trace(ids, remote=info.remote):
             apply_gates(lm, info, gates)
-            logits = lm.output.logits
-            loss = mean_loss(logits, ids)
-            loss.backward()
+            loss = next_token_loss(lm.output.logits, ids)
+            backward(loss)
             saved = loss.detach().save()
     return float(saved)
 
@@ -289,85 +288,50 @@ def split_windows(cfg: GateConfig, tokenizer, info: ModelInfo) -> tuple[torch.Te
     return w[:cfg.n_train], w[cfg.n_train:]
 
 
-def _batch(train: torch.Tensor, step: int, batch_size: int, seed: int) -> torch.Tensor:
-    """The batch of a given step: a seeded permutation per epoch, so a resumed fit sees the same data."""
-    per_epoch = max(1, math.ceil(len(train) / batch_size))
-    epoch, k = divmod(step, per_epoch)
-    g = torch.Generator().manual_seed(seed * 100_003 + epoch)
-    order = torch.randperm(len(train), generator=g)
-    return train[order[k * batch_size:(k + 1) * batch_size]]
+def fit_config(cfg: GateConfig) -> FitConfig:
+    """The fitting loop's settings for a gate fit: Adam, constant lr, early stopping on held-out loss."""
+    return FitConfig(steps=cfg.steps, lr=cfg.lr, optimizer="adam", eval_every=cfg.eval_every,
+                     eval_at_start=True, patience=cfg.patience, seed=cfg.seed)
 
 
 def fit_gates_on(lm, info: ModelInfo, cfg: GateConfig, train: torch.Tensor, heldout: torch.Tensor, *,
                  checkpoint: Path | None = None, stop_after: int | None = None,
-                 log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Fit gates on ``train`` windows with early stopping on ``heldout``; see the module docstring.
+                 progress: bool | str = False) -> dict[str, Any]:
+    """Fit gates on ``train`` windows with early stopping on ``heldout`` (:mod:`residshift.core.fitting`).
 
-    ``stop_after`` ends the call after that many steps (leaving the checkpoint to resume from):
-    the tests use it to interrupt a fit. Returns a dict with the best gates' state, the history
-    (train loss per step, held-out loss per evaluation) and the held-out loss before (unmodified
-    model) and at initialisation.
+    Batches: a seeded permutation of the training windows per epoch. The held-out loss of the
+    unmodified model and of the gates at initialisation are measured first; the initial gates are
+    a candidate best. ``stop_after`` ends the call after that many steps (leaving the checkpoint
+    to resume from): the tests use it to interrupt a fit. Returns a dict with the best gates'
+    state, the history (train loss per step, held-out loss per evaluation) and the held-out loss
+    before (unmodified model) and at initialisation.
     """
     cfg = cfg.checked(info)
     torch.manual_seed(cfg.seed)
     gates = make_gates(cfg.kind, cfg.layers, info.d_model, cfg.theta_init)
-    opt = torch.optim.Adam(gates.parameters(), lr=cfg.lr)
-    state = None
-    if checkpoint is not None and Path(checkpoint).is_file():
-        state = torch.load(checkpoint, weights_only=False)
-        gates.load_state_dict(state["gates"])
-        opt.load_state_dict(state["opt"])
-    if state is None:
-        base = float(gated_window_losses(lm, info, None, heldout, bf16=cfg.bf16).mean())
-        init = float(gated_window_losses(lm, info, gates, heldout, bf16=cfg.bf16).mean())
-        state = {"step": 0, "train_loss": [], "heldout": [(0, init)], "best_loss": init,
-                 "best_step": 0, "best_gates": {k: v.clone() for k, v in gates.state_dict().items()},
-                 "bad_evals": 0, "stopped_early": False, "heldout_base": base, "heldout_init": init,
-                 "seconds": 0.0}
-    t0 = time.perf_counter()
-    done_here = 0
-    while state["step"] < cfg.steps and not state["stopped_early"]:
-        if stop_after is not None and done_here >= stop_after:
-            break
-        ids = _batch(train, state["step"], cfg.batch_size, cfg.seed)
-        opt.zero_grad(set_to_none=True)
-        loss = train_step(lm, info, gates, ids, bf16=cfg.bf16)
-        opt.step()
-        state["step"] += 1
-        done_here += 1
-        state["train_loss"].append(loss)
-        if state["step"] % cfg.eval_every == 0 or state["step"] == cfg.steps:
-            with torch.no_grad():
-                h = float(gated_window_losses(lm, info, gates, heldout, bf16=cfg.bf16).mean())
-            state["heldout"].append((state["step"], h))
-            if h < state["best_loss"]:
-                state.update(best_loss=h, best_step=state["step"], bad_evals=0,
-                             best_gates={k: v.detach().clone() for k, v in gates.state_dict().items()})
-            else:
-                state["bad_evals"] += 1
-                if state["bad_evals"] >= cfg.patience:
-                    state["stopped_early"] = True
-            if log:
-                log(f"{info.name} {cfg.kind} seed {cfg.seed} step {state['step']}: train {loss:.4f} "
-                    f"held-out {h:.4f} (best {state['best_loss']:.4f} @ {state['best_step']})")
-            if checkpoint is not None:
-                state["seconds"] += time.perf_counter() - t0
-                t0 = time.perf_counter()
-                cache.atomic_torch_save({**state, "gates": gates.state_dict(), "opt": opt.state_dict()},
-                                        checkpoint)
-    state["seconds"] += time.perf_counter() - t0
-    finished = state["step"] >= cfg.steps or state["stopped_early"]
-    best = make_gates(cfg.kind, cfg.layers, info.d_model, cfg.theta_init)
-    best.load_state_dict(state["best_gates"])
-    return {"model": info.name, "config": cfg.key_dict(), "finished": finished,
-            "gates": gate_state(best, info), "alphas": best.alphas(), "layers": list(cfg.layers),
-            "steps": state["step"], "best_step": state["best_step"], "stopped_early": state["stopped_early"],
-            "train_loss": list(state["train_loss"]), "heldout": list(state["heldout"]),
-            "heldout_base": state["heldout_base"], "heldout_init": state["heldout_init"],
-            "heldout_best": state["best_loss"], "seconds": state["seconds"]}
+    extra = None
+    if checkpoint is None or not Path(checkpoint).is_file():
+        extra = {"heldout_base": float(gated_window_losses(lm, info, None, heldout, bf16=cfg.bf16).mean())}
+
+    def step_fn(step, micro, backward):
+        ids = train[epoch_batch(len(train), cfg.batch_size, step, cfg.seed)]
+        return train_step(lm, info, gates, ids, backward, bf16=cfg.bf16)
+
+    def eval_fn():
+        return float(gated_window_losses(lm, info, gates, heldout, bf16=cfg.bf16).mean())
+
+    r = run_fit(gates, fit_config(cfg), step_fn=step_fn, eval_fn=eval_fn, checkpoint=checkpoint,
+                stop_after=stop_after, progress=progress, extra=extra)
+    evals = r.evals
+    return {"model": info.name, "config": cfg.key_dict(), "finished": r.finished,
+            "gates": gate_state(gates, info), "alphas": gates.alphas(), "layers": list(cfg.layers),
+            "steps": r.steps, "best_step": r.best_step, "stopped_early": r.stopped_early,
+            "train_loss": r.train_loss, "heldout": evals, "heldout_base": r.extra["heldout_base"],
+            "heldout_init": evals[0][1], "heldout_best": r.best, "seconds": r.seconds}
 
 
-def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, log=None, refresh: bool = False):
+def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, progress: bool | str = False,
+              refresh: bool = False):
     """Cached, resumable :func:`fit_gates_on` on ``cfg.corpus`` windows."""
     cfg = cfg.checked(info)
     key = cfg.key_dict()
@@ -375,7 +339,7 @@ def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, log=None, refr
 
     def compute():
         train, heldout = split_windows(cfg, tokenizer, info)
-        return fit_gates_on(lm, info, cfg, train, heldout, checkpoint=ckpt, log=log)
+        return fit_gates_on(lm, info, cfg, train, heldout, checkpoint=ckpt, progress=progress)
 
     return cache.cached("gates", key, compute, refresh=refresh)
 

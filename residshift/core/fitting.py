@@ -209,7 +209,8 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
     """Optimise ``module``'s parameters (or ``param_groups``) with ``step_fn``; see the module docstring.
 
     - ``step_fn(step, micro, backward)`` computes the loss of its batch and calls ``backward(loss)``;
-      it returns the loss value (a float or a 0-d tensor) for the log.
+      it returns the loss value for the log: a number, or one per part (logged as ``parts``, with
+      their mean as ``loss``).
     - ``eval_fn()`` returns the held-out value(s) to minimise; None = no evaluation (the last state).
     - ``checkpoint``: where to checkpoint and resume from. ``log_path``: the JSON-lines log.
     - ``tokens_per_step``: for the tokens/s column. ``progress``: a tqdm bar (a string is its label).
@@ -323,11 +324,15 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
             done_here += 1
             seconds = time.perf_counter() - t0
             state["seconds"] += seconds
-            loss = sum(float(x) for x in losses) / len(losses)
+            parts = [_as_list(x) for x in losses]  # one value, or one per part (e.g. per layer)
+            parts = [sum(col) / len(col) for col in zip(*parts)]
+            loss = sum(parts) / len(parts)
             if not math.isfinite(loss):
                 raise FitError(f"the training loss is {loss} at step {step}: lower the learning rate "
                                f"(lr={cfg.lr}) or enable grad_clip")
             record = {"step": state["step"], "loss": loss, "lr": lr, "seconds": seconds}
+            if len(parts) > 1:
+                record["parts"] = parts
             if grad_norm is not None:
                 record["grad_norm"] = grad_norm
             if tokens_per_step:

@@ -39,6 +39,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import cache
+from ..core.fitting import FitConfig, fit as run_fit, random_batch
+from ..core.unembed import Unembed
 from ..core.models import ModelInfo
 from ..core.paths import results_dir
 
@@ -70,6 +72,7 @@ class TunedLensConfig:
     lr: float = 1e-3  # Adam
     weight_decay: float = 0.0
     eval_every: int = 20  # early-stopping evaluation period (steps); 0 = never, keep the last state
+    patience: int | None = None  # stop after this many evaluations in which no layer improved
     checkpoint_every: int = 10
     train_vocab: int | None = None  # K most frequent training tokens for the objective; None = all
     skip_first: int = 1  # positions excluded from fitting and report (attention sink / BOS)
@@ -101,16 +104,12 @@ class TunedLensConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def softcap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
-    """``cap · tanh(logits / cap)`` where the model soft-caps its final logits, else unchanged."""
-    return logits if not cap else cap * torch.tanh(logits / cap)
-
-
 def decode_logits(info: ModelInfo, h: torch.Tensor, vocab: torch.Tensor | None = None) -> torch.Tensor:
-    """Logit-lens logits ``softcap(E · N(h))`` of residuals ``h`` [..., d] (optionally on a vocab subset)."""
-    E = info.embedding if vocab is None else info.embedding[vocab]
-    normed = info.final_norm(h)
-    return softcap(normed @ E.T.to(normed.dtype), info.logit_softcap)
+    """Logit-lens logits ``softcap(E · N(h))`` of residuals ``h`` [..., d] (optionally on a vocab subset).
+
+    The one head of :class:`residshift.core.unembed.Unembed`; gradients flow to ``h``.
+    """
+    return Unembed(info, vocab=vocab)(h)
 
 
 class TunedLens(nn.Module):
@@ -272,39 +271,24 @@ def training_vocab(windows: torch.Tensor, k: int | None) -> torch.Tensor | None:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _State:
-    step: int = 0
-    best_kl: list = field(default_factory=list)  # per layer, early-stopping KL of the best state
-    best_state: dict | None = None
-    history: list = field(default_factory=list)  # [{"step", "train_kl": [L] | None, "es_kl": [L] | None}]
-    seconds: float = 0.0
-
-
-def _batch_indices(cfg: TunedLensConfig, step: int, n: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
-    return torch.randint(0, n, (cfg.batch,), generator=g)
-
-
-def train_step(lm, info: ModelInfo, lens: TunedLens, opt: torch.optim.Optimizer, ids: torch.Tensor,
-               *, skip_first: int, vocab: torch.Tensor | None) -> list[float]:
-    """One optimisation step on one batch; returns each layer's mean training KL (before the step).
+def train_step(lm, info: ModelInfo, lens: TunedLens, ids: torch.Tensor, backward, *, skip_first: int,
+               vocab: torch.Tensor | None) -> list[float]:
+    """Forward and backward of one batch; returns each layer's mean training KL (before the step).
 
     Layers are independent (each translator only sees its own layer), so each layer's loss is
-    back-propagated on its own, which keeps only one layer's vocabulary-sized tensors alive.
+    back-propagated on its own (``backward``, from the fitting loop), which keeps only one layer's
+    vocabulary-sized tensors alive.
     """
     L = info.n_layers
     hs = collect_residuals(lm, info, ids)
     with torch.no_grad():
         target = torch.log_softmax(decode_logits(info, _flat(hs[L], skip_first), vocab).float(), -1)
-    opt.zero_grad(set_to_none=True)
     kls = []
     for l in range(L):
         h = _flat(hs[l], skip_first)
         loss = _kl(target, decode_logits(info, lens.transform(l, h), vocab)).mean()
-        loss.backward()
+        backward(loss)
         kls.append(float(loss.detach()))
-    opt.step()
     return kls
 
 
@@ -316,64 +300,50 @@ def cache_config(info: ModelInfo, cfg: TunedLensConfig) -> dict:
     return {"model": info.name, "source": info.source, "version": FORMAT, **asdict(cfg)}
 
 
+def fit_config(cfg: TunedLensConfig) -> FitConfig:
+    """The fitting loop's settings for a tuned-lens fit (Adam, constant lr, per-layer best states)."""
+    return FitConfig(steps=cfg.steps, lr=cfg.lr, optimizer="adam", weight_decay=cfg.weight_decay,
+                     eval_every=cfg.eval_every, eval_at_start=True, patience=cfg.patience,
+                     checkpoint_every=cfg.checkpoint_every, seed=cfg.seed)
+
+
 def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: torch.Tensor | None,
         checkpoint: Path | None = None, stop_after: int | None = None,
-        progress: Callable[[str], None] | None = None) -> tuple[TunedLens, dict]:
-    """Fit a tuned lens on ``train`` windows; resume from ``checkpoint`` when it exists.
+        progress: bool | str = False) -> tuple[TunedLens, dict]:
+    """Fit a tuned lens on ``train`` windows through :func:`residshift.core.fitting.fit`.
 
-    ``stop_after`` ends the run after that many steps *of this call* (what an interruption does;
-    tests use it), leaving the checkpoint to resume from. Returns the lens (each layer's best
-    early-stopping state when ``es`` is given, else the last) and a dict with the history.
+    Batches are drawn with replacement from a generator seeded by ``(seed, step)``. With ``es``
+    (early-stopping windows) and ``eval_every``, each layer keeps the translator with its lowest
+    early-stopping KL (step 0, the logit lens itself, is a candidate); ``cfg.patience`` ends the fit
+    when no layer improved for that many evaluations. Resumes from ``checkpoint`` when it exists;
+    ``stop_after`` ends this call after that many steps (what an interruption does; tests use it).
+    Returns the lens and a report: ``history`` (the fitting loop's records: ``parts`` = per-layer
+    training KL per step, ``eval`` = per-layer early-stopping KL), ``best_es_kl``, ``steps``,
+    ``stopped_early``, ``fit_seconds``, ``vocab_size``.
     """
     lens = TunedLens(info)
-    opt = torch.optim.Adam(lens.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    state = _State()
-    if checkpoint is not None and Path(checkpoint).is_file():
-        saved = torch.load(checkpoint, weights_only=False)
-        if saved["config"] != asdict(cfg) or saved["model"] != info.name:
-            raise TunedLensError(f"checkpoint {checkpoint} belongs to another fit "
-                                 f"({saved['model']}, {saved['config']}); delete it to start over")
-        lens.load_state_dict(saved["lens"])
-        opt.load_state_dict(saved["opt"])
-        state = saved["state"]
     vocab = training_vocab(train, cfg.train_vocab)
-    if es is not None and cfg.eval_every and state.step == 0 and state.best_state is None:
-        # step 0 (the logit lens) is a candidate too: early stopping may keep a layer's identity
-        state.best_kl = evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
-                                    vocab=vocab)["tuned"].mean(0)[:-1].tolist()
-        state.best_state = {k: v.clone() for k, v in lens.state_dict().items()}
-        state.history.append({"step": 0, "train_kl": None, "es_kl": list(state.best_kl)})
-    done_here = 0
-    while state.step < cfg.steps:
-        if stop_after is not None and done_here >= stop_after:
-            return lens, {"interrupted_at": state.step}
-        t0 = time.perf_counter()
-        ids = train[_batch_indices(cfg, state.step, len(train))]
-        kls = train_step(lm, info, lens, opt, ids, skip_first=cfg.skip_first, vocab=vocab)
-        state.step += 1
-        done_here += 1
-        record = {"step": state.step, "train_kl": kls, "es_kl": None}
-        last = state.step == cfg.steps
-        if es is not None and cfg.eval_every and (state.step % cfg.eval_every == 0 or last):
-            es_kl = evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
-                                vocab=vocab)["tuned"].mean(0)[:-1].tolist()
-            record["es_kl"] = es_kl
-            for l, value in enumerate(es_kl):
-                if value < state.best_kl[l]:
-                    state.best_kl[l] = value
-                    for part in ("weight", "bias"):
-                        key = f"translators.{l}.{part}"
-                        state.best_state[key] = lens.state_dict()[key].clone()
-        state.history.append(record)
-        state.seconds += time.perf_counter() - t0
-        if progress is not None:
-            progress(f"step {state.step}/{cfg.steps}: mean train KL {sum(kls) / len(kls):.4f}")
-        if checkpoint is not None and (state.step % cfg.checkpoint_every == 0 or last):
-            cache.atomic_torch_save({"config": asdict(cfg), "model": info.name, "lens": lens.state_dict(),
-                                     "opt": opt.state_dict(), "state": state}, Path(checkpoint))
-    if state.best_state is not None:
-        lens.load_state_dict(state.best_state)
-    return lens, {"history": state.history, "best_es_kl": state.best_kl, "fit_seconds": state.seconds,
+    if vocab is not None and vocab.numel() < 2:
+        raise TunedLensError("the training vocabulary has fewer than 2 tokens: use more windows")
+
+    def step_fn(step, micro, backward):
+        ids = train[random_batch(len(train), cfg.batch, step, cfg.seed)]
+        return train_step(lm, info, lens, ids, backward, skip_first=cfg.skip_first, vocab=vocab)
+
+    def eval_fn():
+        return evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
+                           vocab=vocab)["tuned"].mean(0)[:-1].tolist()
+
+    def best_keys(layer):
+        return [f"translators.{layer}.weight", f"translators.{layer}.bias"]
+
+    use_es = es is not None and cfg.eval_every > 0
+    result = run_fit(lens, fit_config(cfg), step_fn=step_fn, eval_fn=eval_fn if use_es else None,
+                     best_keys=best_keys, checkpoint=checkpoint, stop_after=stop_after, progress=progress)
+    if not result.finished:
+        return lens, {"interrupted_at": result.steps}
+    return lens, {"history": result.history, "best_es_kl": result.best, "steps": result.steps,
+                  "stopped_early": result.stopped_early, "fit_seconds": result.seconds,
                   "vocab_size": None if vocab is None else len(vocab)}
 
 
@@ -389,7 +359,7 @@ def windows_for(tokenizer, info: ModelInfo, cfg: TunedLensConfig) -> dict[str, t
 
 
 def fit_cached(lm, info: ModelInfo, cfg: TunedLensConfig, tokenizer=None, *, refresh: bool = False,
-               progress: Callable[[str], None] | None = None) -> tuple[TunedLens, dict]:
+               progress: bool | str = False) -> tuple[TunedLens, dict]:
     """Fit (or load the cached) tuned lens of ``info.name`` for ``cfg``, and its held-out report.
 
     The report holds ``kl_logit`` and ``kl_tuned``: ``[val_windows, L+1]`` per-window mean KL (nats)
