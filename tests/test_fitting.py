@@ -207,3 +207,29 @@ def test_errors_name_the_fix(tmp_path):
         return loss
     with pytest.raises(F.FitError, match="learning rate"):
         F.fit(Net(), F.FitConfig(steps=1, lr=0.1), step_fn=bad)
+
+
+def test_eval_extra_fields_and_no_best_snapshots_when_keeping_the_last(tmp_path):
+    X, Y = _problem()
+    net = Net()
+    step, ev = _fns(net, X, Y)
+    ck, log = tmp_path / "ck.pt", tmp_path / "log.jsonl"
+    cfg = F.FitConfig(steps=6, lr=0.05, eval_every=3, keep_best=False)
+    r = F.fit(net, cfg, step_fn=step, eval_fn=ev, checkpoint=ck, log_path=log,
+              eval_extra=lambda: {"w0": float(net.a.weight[0, 0]), "eval": "ignored"})
+    evals = [x for x in r.history if "eval" in x]
+    assert [e["step"] for e in evals] == [3, 6]
+    assert evals[-1]["w0"] == pytest.approx(float(net.a.weight[0, 0]))
+    assert all(isinstance(e["eval"], float) for e in evals)  # extras never overwrite the record's own fields
+    logged = [json.loads(x) for x in log.read_text().splitlines() if "eval" in json.loads(x)]
+    assert [e["w0"] for e in logged] == [e["w0"] for e in evals]
+    assert torch.load(ck, weights_only=False)["state"]["best_state"] is None  # keep_best=False: no copy
+    assert r.best == min(e["eval"] for e in evals)
+
+
+def test_epoch_batch_cached_order_is_not_mutated_by_callers():
+    a = F.epoch_batch(50, 10, 2, 7)
+    expect = torch.randperm(50, generator=torch.Generator().manual_seed(7 * 100_003))[20:30]
+    assert torch.equal(a, expect)
+    a.zero_()
+    assert torch.equal(F.epoch_batch(50, 10, 2, 7), expect)

@@ -30,6 +30,7 @@ that many steps, as an interruption would (tests use it).
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -119,8 +120,13 @@ def epoch_batch(n: int, batch_size: int, step: int, seed: int) -> torch.Tensor:
         raise FitError(f"need n >= 1 and batch_size >= 1, got {n} and {batch_size}")
     per_epoch = max(1, math.ceil(n / batch_size))
     epoch, k = divmod(step, per_epoch)
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-    return order[k * batch_size:(k + 1) * batch_size]
+    return _epoch_order(n, epoch, seed)[k * batch_size:(k + 1) * batch_size].clone()
+
+
+@functools.lru_cache(maxsize=2)
+def _epoch_order(n: int, epoch: int, seed: int) -> torch.Tensor:
+    # cached: a trainer draws every micro-batch of an epoch from one permutation of millions of windows
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
 def random_batch(n: int, batch_size: int, step: int, seed: int) -> torch.Tensor:
@@ -205,7 +211,8 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
         checkpoint: str | Path | None = None, log_path: str | Path | None = None,
         tokens_per_step: int | None = None, stop_after: int | None = None,
         progress: bool | str = False, no_sync: Callable[[], ContextManager] | None = None,
-        is_main: bool = True, extra: dict[str, Any] | None = None) -> FitResult:
+        is_main: bool = True, extra: dict[str, Any] | None = None,
+        eval_extra: Callable[[], dict[str, Any]] | None = None) -> FitResult:
     """Optimise ``module``'s parameters (or ``param_groups``) with ``step_fn``; see the module docstring.
 
     - ``step_fn(step, micro, backward)`` computes the loss of its batch and calls ``backward(loss)``;
@@ -217,6 +224,7 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
     - ``no_sync()``: a context for micro-steps before the last of a step (DDP's ``model.no_sync``).
     - ``is_main``: only the main process writes checkpoints and the log (DDP rank 0).
     - ``extra``: caller's numbers saved with the checkpoint and returned (e.g. the loss before fitting).
+    - ``eval_extra()``: more fields for each evaluation record (e.g. learned gate values over training).
     """
     groups = list(param_groups) if param_groups is not None else [p for p in module.parameters()
                                                                     if p.requires_grad]
@@ -231,7 +239,7 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
     resume_step = None
     if ckpt is not None and ckpt.is_file():
         try:
-            saved = torch.load(ckpt, weights_only=False)
+            saved = torch.load(ckpt, weights_only=False, map_location="cpu")
         except Exception as err:  # a truncated or foreign file
             raise FitError(f"checkpoint {ckpt} cannot be read ({type(err).__name__}: {err}); delete it "
                            "to start the fit over") from err
@@ -243,6 +251,8 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
         module.load_state_dict(saved["module"])
         opt.load_state_dict(saved["opt"])
         torch.set_rng_state(saved["rng"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():  # dropout on the GPU
+            torch.cuda.set_rng_state(saved["cuda_rng"])
         state = saved["state"]
         resume_step = state["step"]
     else:
@@ -252,7 +262,9 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
     def save() -> None:
         if ckpt is not None and is_main:
             atomic_torch_save({"format": FORMAT, "config": config, "module": module.state_dict(),
-                               "opt": opt.state_dict(), "rng": torch.get_rng_state(), "state": state}, ckpt)
+                               "opt": opt.state_dict(), "rng": torch.get_rng_state(),
+                               "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None,
+                               "state": state}, ckpt)
 
     def snapshot() -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in module.state_dict().items()}
@@ -262,7 +274,7 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
             values = _as_list(eval_fn())
         if state["best"] is None:
             state["best"], state["best_step"] = [math.inf] * len(values), [state["step"]] * len(values)
-            state["best_state"] = snapshot()
+            state["best_state"] = snapshot() if cfg.keep_best else None  # (a trainer keeps the last state)
         if len(values) != len(state["best"]):
             raise FitError(f"eval_fn returned {len(values)} values, earlier {len(state['best'])}")
         improved = [v < b - cfg.min_delta for v, b in zip(values, state["best"])]
@@ -271,6 +283,8 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
             if not ok:
                 continue
             state["best"][i], state["best_step"][i] = values[i], state["step"]
+            if state["best_state"] is None:
+                continue
             current = current or module.state_dict()
             keys = best_keys(i) if best_keys is not None and len(values) > 1 else list(current)
             for k in keys:
@@ -280,6 +294,8 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
             state["stopped_early"] = True
         record = {"step": state["step"], "eval": values if len(values) > 1 else values[0],
                   "best": list(state["best"]) if len(values) > 1 else state["best"][0]}
+        if eval_extra is not None:
+            record.update({k: v for k, v in eval_extra().items() if k not in record})
         state["history"].append(record)
         log.write(record)
 
