@@ -1,4 +1,9 @@
 import json
+import os
+import subprocess
+import sys
+import time
+import types
 
 import pytest
 import torch
@@ -22,15 +27,16 @@ def test_cached_computes_once_per_config(tmp_path, monkeypatch):
         calls.append(1)
         return {"loss": torch.tensor([1.0, 2.0])}
 
-    first = cache.cached("toy", {"n": 1}, compute)
-    second = cache.cached("toy", {"n": 1}, compute)
+    first = cache.cached("toy", {"n": 1}, compute, code=compute)
+    second = cache.cached("toy", {"n": 1}, compute, code=compute)
     assert len(calls) == 1 and torch.equal(first["loss"], second["loss"])
-    cache.cached("toy", {"n": 2}, compute)
+    cache.cached("toy", {"n": 2}, compute, code=compute)
     assert len(calls) == 2
-    cache.cached("toy", {"n": 1}, compute, refresh=True)
+    cache.cached("toy", {"n": 1}, compute, code=compute, refresh=True)
     assert len(calls) == 3
-    sidecar = cache.entry_path("toy", {"n": 1}).with_suffix(".json")
-    assert json.loads(sidecar.read_text()) == {"n": 1}
+    sidecar = json.loads(cache.entry_path("toy", {"n": 1}, code=compute).with_suffix(".json").read_text())
+    assert sidecar["config"] == {"n": 1}
+    assert sidecar["code"]["fingerprint"] == cache.code_fingerprint(compute)
 
 
 def test_failed_write_leaves_no_partial_file(tmp_path):
@@ -50,3 +56,145 @@ def test_config_must_be_json_like():
         cache.config_key({"f": object()})
     with pytest.raises(ValueError):
         cache.entry_path("../escape", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Code fingerprints: a change to the code that computed a result recomputes it
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    """A throwaway `residshift` source tree: core/a.py imports core/b.py, which imports nothing."""
+    root = tmp_path / "residshift"
+    (root / "core").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "core" / "__init__.py").write_text("")
+    (root / "core" / "a.py").write_text("from . import b\n\n\ndef f(x):\n    return b.g(x) + 1\n")
+    (root / "core" / "b.py").write_text("def g(x):\n    return 2 * x\n")
+    (root / "core" / "c.py").write_text("def h(x):\n    return x\n")
+    monkeypatch.setattr(cache, "PACKAGE_DIR", root)
+    monkeypatch.setattr(cache, "_DISK", {})  # memos of the real package must not leak in
+    monkeypatch.setattr(cache, "_LOADED", {})
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
+    return root
+
+
+def _edit(path, text):
+    old = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(old + 10**9, old + 10**9))  # a distinct mtime even on coarse clocks
+
+
+def test_a_change_in_a_transitive_import_recomputes(fake_package):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return len(calls)
+
+    code = "residshift.core.a"
+    assert cache.code_modules(code) == ["residshift", "residshift.core", "residshift.core.a",
+                                        "residshift.core.b"]
+    assert cache.cached("toy", {"n": 1}, compute, code=code) == 1
+    assert cache.cached("toy", {"n": 1}, compute, code=code) == 1
+    fp, ckpt = cache.code_fingerprint(code), cache.config_key({"n": 1}, code=code)
+    _edit(fake_package / "core" / "b.py", "def g(x):\n    return 3 * x\n")  # a fix two modules down
+    assert cache.code_fingerprint(code) != fp
+    assert cache.config_key({"n": 1}, code=code) != ckpt, "a checkpoint of other code must not resume"
+    assert cache.cached("toy", {"n": 1}, compute, code=code) == 2
+    _edit(fake_package / "core" / "c.py", "def h(x):\n    return -x\n")  # not imported by a
+    assert cache.cached("toy", {"n": 1}, compute, code=code) == 2
+
+
+def test_comments_and_blank_lines_do_not_count(fake_package):
+    fp = cache.code_fingerprint("residshift.core.b")
+    _edit(fake_package / "core" / "b.py", "# a comment\n\ndef g(x):  # double it\n\n    return 2 *  x\n")
+    assert cache.code_fingerprint("residshift.core.b") == fp
+    _edit(fake_package / "core" / "b.py", "def g(x):\n  return 2 * x\n")  # indentation width only
+    assert cache.code_fingerprint("residshift.core.b") == fp
+    _edit(fake_package / "core" / "b.py", "def g(y):\n    return 2 * y\n")
+    assert cache.code_fingerprint("residshift.core.b") != fp
+
+
+def test_an_imported_module_keeps_the_fingerprint_of_the_code_it_runs(fake_package, monkeypatch):
+    """Editing a file under a running kernel does not change what that kernel computes with; a
+    reload (a new module spec) does."""
+    mod = types.ModuleType("residshift.core.c")
+    mod.__spec__ = object()
+    monkeypatch.setitem(sys.modules, "residshift.core.c", mod)
+    fp = cache.code_fingerprint("residshift.core.c")
+    _edit(fake_package / "core" / "c.py", "def h(x):\n    return -x\n")
+    assert cache.code_fingerprint("residshift.core.c") == fp
+    mod.__spec__ = object()  # what importlib.reload does
+    assert cache.code_fingerprint("residshift.core.c") != fp
+
+
+def test_outside_code_counts_by_its_source_and_bad_targets_are_refused():
+    def double(x):
+        return 2 * x
+
+    def triple(x):
+        return 3 * x
+
+    assert cache.code_fingerprint(double) != cache.code_fingerprint(triple)
+    assert cache.code_fingerprint(double, None) == cache.code_fingerprint(double)
+    with pytest.raises(ValueError, match="residshift module"):
+        cache.code_fingerprint("torch.nn")
+    with pytest.raises(TypeError, match="code="):
+        cache.code_fingerprint(42)
+    made = {}
+    exec("def anonymous():\n    return 1\n", made)  # no file: its source cannot be read
+    with pytest.raises(TypeError, match="source cannot be read"):
+        cache.code_fingerprint(made["anonymous"])
+
+
+def test_the_real_package_fingerprint_covers_imports_and_is_stable_across_runs():
+    from residshift.measure import lens, tuned_lens
+
+    mods = cache.code_modules(lens.run_lens)
+    assert "residshift.measure.lens" in mods and "residshift.core.models" in mods
+    assert "residshift.core.cache" not in mods  # storing results computes nothing
+    assert cache.code_fingerprint(lens.run_lens) == cache.code_fingerprint(lens)
+    assert cache.code_fingerprint(lens) == cache.code_fingerprint("residshift.measure.lens")
+    lens_obj = tuned_lens.TunedLens.__new__(tuned_lens.TunedLens)  # a method counts by its module
+    assert cache.code_fingerprint(lens_obj.transform) == cache.code_fingerprint(tuned_lens)
+    assert cache.code_fingerprint(lens.run_lens, tuned_lens) != cache.code_fingerprint(lens.run_lens)
+    out = subprocess.run([sys.executable, "-c", "from residshift.core import cache; "
+                          "print(cache.code_fingerprint('residshift.measure.lens'))"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == cache.code_fingerprint(lens)
+
+
+def test_default_code_is_what_the_caller_reaches(tmp_path, monkeypatch):
+    """Without code=, a residshift caller's module counts; elsewhere (a notebook) the residshift
+    names in the caller's globals and the source of compute."""
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    from residshift.measure import lens
+
+    notebook = {"__name__": "__main__", "lens": lens, "cache": cache}
+    exec("def run(compute):\n    return cache.cached('toy', {'n': 1}, compute)\n"
+         "def path():\n    return cache.entry_path('toy', {'n': 1})\n", notebook)
+    def compute():
+        return 1
+
+    notebook["run"](compute)
+    stored = cache.entry_path("toy", {"n": 1}, code=(lens, compute))
+    sidecar = json.loads(stored.with_suffix(".json").read_text())
+    assert "residshift.measure.lens" in sidecar["code"]["modules"]
+    assert any(m.endswith("compute") for m in sidecar["code"]["modules"])
+    assert notebook["path"]() == cache.entry_path("toy", {"n": 1}, code=lens)  # load/store: no compute
+    inside = {"__name__": "residshift.core.data", "cache": cache}
+    exec("def path():\n    return cache.entry_path('toy', {'n': 1})\n", inside)
+    assert inside["path"]() == cache.entry_path("toy", {"n": 1}, code="residshift.core.data")
+
+
+def test_fingerprint_overhead_is_small_once_warm():
+    """Not a timing target: a guard that the warm path stays memoized (no re-reading of files)."""
+    from residshift.measure import lens
+
+    cache.code_fingerprint(lens.run_lens)
+    before = dict(cache._DISK)
+    for _ in range(3):
+        cache.code_fingerprint(lens.run_lens)
+    assert all(cache._DISK[k] is v for k, v in before.items())

@@ -335,13 +335,13 @@ def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, progress: bool
     """Cached, resumable :func:`fit_gates_on` on ``cfg.corpus`` windows."""
     cfg = cfg.checked(info)
     key = cfg.key_dict()
-    ckpt = cache.results_dir() / "gates-ckpt" / f"{cache.config_key(key)}.pt"
+    ckpt = cache.results_dir() / "gates-ckpt" / f"{cache.config_key(key, code=fit_gates)}.pt"
 
     def compute():
         train, heldout = split_windows(cfg, tokenizer, info)
         return fit_gates_on(lm, info, cfg, train, heldout, checkpoint=ckpt, progress=progress)
 
-    return cache.cached("gates", key, compute, refresh=refresh)
+    return cache.cached("gates", key, compute, code=fit_gates, refresh=refresh)
 
 
 def fitted(result: dict[str, Any], info: ModelInfo):
@@ -434,4 +434,4 @@ def gated_lens(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any], *, co
         return lens.corpus_metrics(lm, info, windows, batch=batch, attenuation=attenuation_map(g),
                                    options=lens.LensOptions(metrics=tuple(metrics)))
 
-    return cache.cached("gated-lens", key, compute)
+    return cache.cached("gated-lens", key, compute, code=gated_lens)

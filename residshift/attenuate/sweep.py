@@ -209,14 +209,14 @@ def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: boo
 
     cfg = cfg.checked(info)
     key = cfg.key_dict()
-    partial = cache.results_dir() / "sweep-partial" / cache.config_key(key)
+    partial = cache.results_dir() / "sweep-partial" / cache.config_key(key, code=run_sweep)
 
     def compute():
         windows = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
                                 n=cfg.n_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)
         return sweep_windows(lm, info, windows, cfg, partial_dir=partial, progress=progress)
 
-    return cache.cached("attenuation-sweep", key, compute, refresh=refresh)
+    return cache.cached("attenuation-sweep", key, compute, code=run_sweep, refresh=refresh)
 
 
 def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int],

@@ -1,26 +1,53 @@
-"""Results keyed by a hash of their configuration, written atomically.
+"""Results keyed by a hash of their configuration and of the code that computed them, written atomically.
 
->>> result = cached("lens-metrics", config, lambda: compute(config))   # computes once per config
+>>> result = cached("lens-metrics", config, lambda: compute(config), code=run_lens)
 
-The key is the sha256 of the configuration as canonical JSON plus a schema version, so a changed
-configuration never reuses a stale result. Each entry is ``results/<kind>/<key>.pt`` (torch.save of
-any picklable object of tensors, numbers, lists and dicts) with ``<key>.json`` beside it holding the
-configuration, for a reader who wants to know what produced a file.
+The key is the sha256 of the configuration as canonical JSON, a schema version and the
+*code fingerprint* (:func:`code_fingerprint`): the hash of the source of the given residshift
+modules and of every residshift module they import, directly or not (found statically with
+``ast``; comments and blank lines do not count). So a changed configuration never reuses a
+stale result, and neither does a fix to the code that computed it. Each entry is
+``results/<kind>/<key>.pt`` (torch.save of any picklable object of tensors, numbers, lists and
+dicts) with ``<key>.json`` beside it holding the configuration and the code fingerprint (with the
+modules it covers), for a reader who wants to know what produced a file.
+
+``code=`` takes residshift modules (objects or dotted names), functions, methods, classes or
+instances; anything defined outside the package (a notebook's lambda) counts by its own source.
+Without ``code=`` the fingerprint covers the residshift code the *caller* can reach: its own
+module when it is a residshift module, else every residshift module, function or class in the
+caller's globals (a notebook's imports), plus the source of ``compute`` when it is defined
+outside the package. Resumable partial files (checkpoints) use :func:`config_key` with the same
+``code=``, so a code change never resumes from another code's checkpoint.
+
+:func:`code_state` says which commit the code is at and whether the code (package, notebooks,
+pyproject.toml) differs from it; the figures manifest records it.
 """
 from __future__ import annotations
 
+import datetime as _dt
+import functools
 import hashlib
+import inspect
+import io
 import json
 import os
+import subprocess
+import sys
 import tempfile
+import tokenize
+import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
-from .paths import results_dir
+from .paths import REPO_ROOT, results_dir
 
-SCHEMA = 1  # bump when the meaning of cached results changes
+SCHEMA = 2  # bump when the meaning of cached results changes (2: keys include the code fingerprint)
+PACKAGE = "residshift"
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Modules that store and locate results but compute none: a change to them recomputes nothing.
+NOT_FINGERPRINTED = frozenset({"residshift.core.cache", "residshift.core.paths"})
 
 
 def _canonical(value: Any) -> Any:
@@ -40,11 +67,6 @@ def _canonical(value: Any) -> Any:
         f"cache configs must be JSON-like (dict, list, str, number, bool, None); got "
         f"{type(value).__name__}: convert it to one of those first"
     )
-
-
-def config_key(config: dict[str, Any]) -> str:
-    payload = json.dumps({"schema": SCHEMA, "config": _canonical(config)}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -78,32 +100,376 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         raise
 
 
-def entry_path(kind: str, config: dict[str, Any]) -> Path:
+# --------------------------------------------------------------------------------------------
+# Code fingerprints
+# --------------------------------------------------------------------------------------------
+
+
+def _normalized_source(text: str) -> str:
+    """The source's tokens without comments, blank lines or spacing (indentation kept as tokens)."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
+    try:
+        toks = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return text  # not tokenizable: hash it as it is
+    return "\x1f".join("<INDENT>" if t.type == tokenize.INDENT else "<DEDENT>" if t.type == tokenize.DEDENT
+                       else t.string for t in toks)
+
+
+def _module_file(name: str) -> Path | None:
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    if len(parts) == 1:
+        return PACKAGE_DIR / "__init__.py"
+    rel = Path(*parts[1:])
+    for candidate in (PACKAGE_DIR / rel.with_suffix(".py"), PACKAGE_DIR / rel / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _is_package(name: str) -> bool:
+    path = _module_file(name)
+    return path is not None and path.name == "__init__.py"
+
+
+def _imports(name: str, text: str) -> set[str]:
+    """residshift modules that module ``name`` imports anywhere in its body (static, via ast)."""
+    import ast
+
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def add(mod: str) -> None:
+        if mod == PACKAGE or mod.startswith(PACKAGE + "."):
+            found.add(mod)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                add(a.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            add(mod)
+            for a in node.names:  # `from .core import cache` imports the module residshift.core.cache
+                if _module_file(f"{mod}.{a.name}") is not None:
+                    add(f"{mod}.{a.name}")
+    out = set()
+    for mod in found:  # importing a.b.c runs a/__init__ and a/b/__init__ too
+        parts = mod.split(".")
+        out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return {m for m in out if _module_file(m) is not None}
+
+
+_DISK: dict[Path, tuple[tuple[int, int], str, frozenset[str]]] = {}  # file -> (stat, hash, imports)
+_LOADED: dict[str, tuple[int, int, str, frozenset[str]]] = {}  # module -> (id, spec id, hash, imports)
+
+
+def _module_entry(name: str) -> tuple[str, frozenset[str]]:
+    """(hash of the normalized source, residshift imports) of one residshift module.
+
+    A module already imported is hashed once per import (keyed by the module object and its spec,
+    which a reload replaces), so editing a file under a running kernel does not change the
+    fingerprint of the code that kernel actually runs; a module not imported is read from disk.
+    """
+    path = _module_file(name)
+    if path is None:
+        raise ValueError(f"{name!r} is not a module of the {PACKAGE} package (no file under {PACKAGE_DIR})")
+    mod = sys.modules.get(name)
+    if mod is not None:
+        seen = _LOADED.get(name)
+        if seen is not None and seen[:2] == (id(mod), id(getattr(mod, "__spec__", None))):
+            return seen[2], seen[3]
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached_disk = _DISK.get(path)
+    if cached_disk is None or cached_disk[0] != stamp:
+        text = path.read_text(encoding="utf-8")
+        digest = hashlib.sha256(_normalized_source(text).encode()).hexdigest()
+        cached_disk = (stamp, digest, frozenset(_imports(name, text)))
+        _DISK[path] = cached_disk
+    if mod is not None:
+        _LOADED[name] = (id(mod), id(getattr(mod, "__spec__", None)), cached_disk[1], cached_disk[2])
+    return cached_disk[1], cached_disk[2]
+
+
+def _closure(modules: Iterable[str]) -> dict[str, str]:
+    """``{module: source hash}`` for ``modules`` and their transitive residshift imports."""
+    out: dict[str, str] = {}
+    todo = [".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 2)]
+    while todo:
+        name = todo.pop()
+        if name in out:
+            continue
+        digest, imports = _module_entry(name)
+        out[name] = digest
+        todo.extend(m for m in imports if m not in out)
+    return out
+
+
+def _is_ours(module_name: str | None) -> bool:
+    return bool(module_name) and (module_name == PACKAGE or module_name.startswith(PACKAGE + "."))
+
+
+def _targets(obj: Any, *, strict: bool) -> tuple[set[str], list[str]]:
+    """(residshift modules, outside sources) that ``obj`` stands for."""
+    if obj is None:
+        return set(), []
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        mods, srcs = set(), []
+        for item in obj:
+            m, s = _targets(item, strict=strict)
+            mods |= m
+            srcs += s
+        return mods, srcs
+    if isinstance(obj, str):
+        if not _is_ours(obj) or _module_file(obj) is None:
+            raise ValueError(f"code={obj!r}: a module name must name a {PACKAGE} module, like "
+                             "'residshift.measure.lens' (pass functions or modules for anything else)")
+        return {obj}, []
+    if isinstance(obj, types.ModuleType):
+        return _targets(obj.__name__, strict=strict)
+    if isinstance(obj, functools.partial):
+        return _targets(obj.func, strict=strict)
+    if inspect.ismethod(obj):
+        return _targets(obj.__func__, strict=strict)
+    if inspect.isfunction(obj) or inspect.isclass(obj):
+        if _is_ours(obj.__module__) and _module_file(obj.__module__) is not None:
+            return {obj.__module__}, []
+        try:
+            return set(), [f"{obj.__module__}.{obj.__qualname__}:" + _normalized_source(inspect.getsource(obj))]
+        except (OSError, TypeError):
+            if strict:
+                raise TypeError(
+                    f"code={obj!r}: its source cannot be read, so results computed with it cannot be "
+                    f"keyed by it. Define it in a file or a notebook cell, or pass the {PACKAGE} "
+                    "modules it runs instead") from None
+            return set(), [f"{obj.__module__}.{obj.__qualname__}"]
+    if _is_ours(type(obj).__module__):  # an instance of one of our classes: its class's code
+        return _targets(type(obj), strict=strict)
+    if callable(obj) and strict:
+        return _targets(type(obj), strict=strict)
+    if strict:
+        raise TypeError(f"code= takes {PACKAGE} modules, module names, functions, methods or classes; "
+                        f"got {type(obj).__name__}")
+    return set(), []
+
+
+def _fingerprint(modules: set[str], sources: list[str]) -> tuple[str, list[str]]:
+    covered = _closure(modules)
+    h = hashlib.sha256()
+    for name in sorted(covered):
+        if name not in NOT_FINGERPRINTED:
+            h.update(f"{name}\0{covered[name]}\n".encode())
+    for src in sorted(set(sources)):
+        h.update(hashlib.sha256(src.encode()).digest())
+    names = sorted(n for n in covered if n not in NOT_FINGERPRINTED)
+    return h.hexdigest()[:20], names + [s.split(":", 1)[0] for s in sorted(set(sources))]
+
+
+def code_fingerprint(*code: Any) -> str:
+    """The fingerprint of ``code`` (modules, names, functions, classes; see the module docstring):
+    a hash of their source and of every residshift module they import, transitively."""
+    modules, sources = _targets(list(code), strict=True)
+    return _fingerprint(modules, sources)[0]
+
+
+def code_modules(*code: Any) -> list[str]:
+    """The residshift modules (and outside sources) a fingerprint of ``code`` covers."""
+    modules, sources = _targets(list(code), strict=True)
+    return _fingerprint(modules, sources)[1]
+
+
+def _caller_code(depth: int, compute: Callable | None = None) -> tuple[set[str], list[str]]:
+    """The default ``code``: what the function ``depth`` frames up can reach (see module doc)."""
+    frame = sys._getframe(depth + 1)
+    name = frame.f_globals.get("__name__")
+    if _is_ours(name) and _module_file(name) is not None:
+        modules, sources = {name}, []
+    else:
+        modules, sources = set(), []
+        for value in list(frame.f_globals.values()):
+            if isinstance(value, types.ModuleType) and _is_ours(value.__name__):
+                modules |= _targets(value, strict=False)[0]
+            elif (inspect.isfunction(value) or inspect.isclass(value)) and _is_ours(getattr(value, "__module__", None)):
+                modules |= _targets(value, strict=False)[0]
+        if not modules:  # nothing imported by name: be safe, cover the whole package
+            modules = {PACKAGE + "." + ".".join(p.relative_to(PACKAGE_DIR).with_suffix("").parts)
+                       for p in PACKAGE_DIR.rglob("*.py") if p.name != "__init__.py"}
+    if compute is not None:
+        m, s = _targets(compute, strict=False)
+        modules |= m
+        sources += s
+    return modules, sources
+
+
+def _resolve_code(code: Any, depth: int, compute: Callable | None = None) -> tuple[str, list[str]]:
+    if isinstance(code, CodeFingerprint):
+        return code.fingerprint, code.modules
+    if code is None:
+        return _fingerprint(*_caller_code(depth + 1, compute))
+    return _fingerprint(*_targets(code, strict=True))
+
+
+class CodeFingerprint:
+    """A fingerprint computed once and passed as ``code=`` to several calls."""
+
+    def __init__(self, *code: Any):
+        self.fingerprint, self.modules = _fingerprint(*_targets(list(code), strict=True))
+
+    def __repr__(self) -> str:
+        return f"CodeFingerprint({self.fingerprint}, {len(self.modules)} modules)"
+
+
+# --------------------------------------------------------------------------------------------
+# Keys, entries
+# --------------------------------------------------------------------------------------------
+
+
+def config_key(config: dict[str, Any], *, code: Any = None) -> str:
+    """The key of ``config``; with ``code=`` it also covers that code's fingerprint (use it for
+    checkpoints and partial results, so another code's checkpoint is never resumed).
+
+    Without ``code=`` the key is the configuration's alone, for naming a configuration (for
+    example a decoder id); :func:`cached`, :func:`load` and :func:`store` always add the code.
+    """
+    payload: dict[str, Any] = {"schema": SCHEMA, "config": _canonical(config)}
+    if code is not None:
+        payload["code"] = _resolve_code(code, 1)[0]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _check_kind(kind: str) -> str:
     if not kind or "/" in kind or kind.startswith("."):
         raise ValueError(f"cache kind must be a plain name like 'lens-metrics', got {kind!r}")
-    return results_dir() / kind / f"{config_key(config)}.pt"
+    return kind
 
 
-def load(kind: str, config: dict[str, Any]) -> Any | None:
-    path = entry_path(kind, config)
-    if not path.is_file():
-        return None
-    return torch.load(path, weights_only=False)
+def _path(kind: str, config: dict[str, Any], fingerprint: str) -> Path:
+    payload = {"schema": SCHEMA, "config": _canonical(config), "code": fingerprint}
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+    return results_dir() / _check_kind(kind) / f"{key}.pt"
 
 
-def store(kind: str, config: dict[str, Any], value: Any) -> Path:
-    path = entry_path(kind, config)
+def entry_path(kind: str, config: dict[str, Any], *, code: Any = None) -> Path:
+    """Where the result of ``(kind, config)`` computed by ``code`` lives (default: the caller's code)."""
+    _check_kind(kind)
+    return _path(kind, config, _resolve_code(code, 1)[0])
+
+
+def _load(path: Path) -> Any | None:
+    return torch.load(path, weights_only=False) if path.is_file() else None
+
+
+def _store(path: Path, config: dict[str, Any], value: Any, fingerprint: str, modules: list[str]) -> Path:
     atomic_torch_save(value, path)
-    atomic_write_text(path.with_suffix(".json"), json.dumps(_canonical(config), indent=2))
+    sidecar = {"config": _canonical(config), "code": {"fingerprint": fingerprint, "modules": modules},
+               "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    atomic_write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2))
     return path
 
 
-def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, refresh: bool = False) -> Any:
-    """Return the stored result for ``(kind, config)``, computing and storing it when absent."""
+def load(kind: str, config: dict[str, Any], *, code: Any = None) -> Any | None:
+    """The stored result of ``(kind, config)`` computed by ``code``, or None."""
+    _check_kind(kind)
+    return _load(_path(kind, config, _resolve_code(code, 1)[0]))
+
+
+def store(kind: str, config: dict[str, Any], value: Any, *, code: Any = None) -> Path:
+    _check_kind(kind)
+    fingerprint, modules = _resolve_code(code, 1)
+    return _store(_path(kind, config, fingerprint), config, value, fingerprint, modules)
+
+
+def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, code: Any = None,
+           refresh: bool = False) -> Any:
+    """Return the stored result for ``(kind, config, code)``, computing and storing it when absent.
+
+    ``code``: what computes the result (see the module docstring); default: the caller's code.
+    """
+    _check_kind(kind)
+    fingerprint, modules = _resolve_code(code, 1, compute)
+    path = _path(kind, config, fingerprint)
     if not refresh:
-        hit = load(kind, config)
+        hit = _load(path)
         if hit is not None:
             return hit
     value = compute()
-    store(kind, config, value)
+    _store(path, config, value, fingerprint, modules)
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# Which code made an output: commit, uncommitted changes, a hash of the code
+# --------------------------------------------------------------------------------------------
+
+CODE_PATHS = ("residshift", "notebooks", "pyproject.toml")  # the profiles live in residshift/core
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
+                          check=True).stdout.strip()
+
+
+def _notebook_code(path: Path) -> str:
+    """The code cells of a notebook (outputs and execution counts do not count)."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return path.read_bytes().hex()
+    cells = [c.get("source", "") for c in nb.get("cells", []) if c.get("cell_type") == "code"]
+    return "\n\x1e".join("".join(c) if isinstance(c, list) else c for c in cells)
+
+
+_DIGESTS: dict[Path, tuple[tuple[int, int], str]] = {}
+
+
+def _file_digest(path: Path, read: Callable[[Path], str]) -> str:
+    st = path.stat()
+    stamp = (st.st_mtime_ns, st.st_size)
+    seen = _DIGESTS.get(path)
+    if seen is None or seen[0] != stamp:
+        seen = (stamp, hashlib.sha256(read(path).encode()).hexdigest())
+        _DIGESTS[path] = seen
+    return seen[1]
+
+
+def code_hash() -> str:
+    """A hash of the code a run depends on: every package module (normalized source), the code
+    cells of every notebook and pyproject.toml."""
+    h = hashlib.sha256()
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(PACKAGE_DIR.parent).as_posix()
+        digest = _file_digest(path, lambda p: _normalized_source(p.read_text(encoding="utf-8")))
+        h.update(f"{rel}\0{digest}\n".encode())
+    for path in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
+        h.update(f"notebooks/{path.name}\0{_file_digest(path, _notebook_code)}\n".encode())
+    project = REPO_ROOT / "pyproject.toml"
+    if project.is_file():
+        h.update(f"pyproject.toml\0{_file_digest(project, lambda p: p.read_text(encoding='utf-8'))}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def code_state() -> dict[str, Any]:
+    """``{"commit", "code_dirty", "code_hash"}``: the commit checked out (short sha, "unknown"
+    without git), whether the code (package, notebooks, pyproject.toml; untracked files included)
+    differs from it (None without git), and :func:`code_hash`. Outputs being written (figures,
+    the manifest) do not count."""
+    try:
+        commit = _git("rev-parse", "--short", "HEAD")
+        dirty: bool | None = bool(_git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS))
+    except (OSError, subprocess.CalledProcessError):
+        commit, dirty = "unknown", None
+    return {"commit": commit, "code_dirty": dirty, "code_hash": code_hash()}

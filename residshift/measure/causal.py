@@ -440,4 +440,4 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
         out["seconds"] = {"skip": t1 - t0, "direction": time.perf_counter() - t1}
         return out
 
-    return cache.cached("causal-profile", cache_config(info, cfg), compute, refresh=refresh)
+    return cache.cached("causal-profile", cache_config(info, cfg), compute, code=run_cached, refresh=refresh)

@@ -434,7 +434,9 @@ def _cache_base(model, info: ModelInfo, tokenizer, task: str, config: EvalConfig
         return None
     return {"task": task, "model": info.name, "source": info.source, "weights": model_fingerprint(model),
             "tokenizer": tokenizer_fingerprint(tokenizer), "prepend_bos": info.prepend_bos,
-            "intervention": cache_tag if intervene is not None else None, **config.key(windows)}
+            "intervention": cache_tag if intervene is not None else None,
+            "intervention_code": _cache.code_fingerprint(intervene) if intervene is not None else None,
+            **config.key(windows)}
 
 
 def _sharded(base: dict[str, Any] | None, items: np.ndarray, shard_size: int,
@@ -450,7 +452,8 @@ def _sharded(base: dict[str, Any] | None, items: np.ndarray, shard_size: int,
             continue
         digest = hashlib.sha256(shard.astype(np.int64).tobytes()).hexdigest()[:16]
         config = {**base, "items": digest, "n_items": int(len(shard))}
-        parts.append(_cache.cached(f"eval-{base['task']}", config, lambda: compute(shard), refresh=refresh))
+        parts.append(_cache.cached(f"eval-{base['task']}", config, lambda: compute(shard), code=_sharded,
+                                   refresh=refresh))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 

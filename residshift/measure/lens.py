@@ -543,7 +543,7 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
         res.config = config
         return res
 
-    return cache.cached("lens-metrics", config, compute, refresh=refresh)
+    return cache.cached("lens-metrics", config, compute, code=(run_lens, decoder), refresh=refresh)
 
 
 # --------------------------------------------------------------------------------------------

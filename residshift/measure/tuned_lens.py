@@ -293,7 +293,7 @@ def train_step(lm, info: ModelInfo, lens: TunedLens, ids: torch.Tensor, backward
 
 
 def checkpoint_path(info: ModelInfo, cfg: TunedLensConfig) -> Path:
-    return results_dir() / "tuned-lens-ckpt" / f"{cache.config_key(cache_config(info, cfg))}.pt"
+    return results_dir() / "tuned-lens-ckpt" / f"{cache.config_key(cache_config(info, cfg), code=fit_cached)}.pt"
 
 
 def cache_config(info: ModelInfo, cfg: TunedLensConfig) -> dict:
@@ -384,7 +384,7 @@ def fit_cached(lm, info: ModelInfo, cfg: TunedLensConfig, tokenizer=None, *, ref
         value = {"state": {k: v.detach().cpu() for k, v in lens.state_dict().items()}, "report": report}
         return value
 
-    value = cache.cached("tuned-lens", key, compute, refresh=refresh)
+    value = cache.cached("tuned-lens", key, compute, code=fit_cached, refresh=refresh)
     ckpt = checkpoint_path(info, cfg)
     ckpt.unlink(missing_ok=True)  # the cached result supersedes the checkpoint
     lens = TunedLens(info)

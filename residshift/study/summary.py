@@ -53,7 +53,7 @@ def sample_perplexity(loaded: LoadedModel, *, corpus: str, split: str, window: i
             losses = losses[:, 1:]
         return perplexity(losses)
 
-    result = dict(cache.cached("sample-perplexity", config, compute))
+    result = dict(cache.cached("sample-perplexity", config, compute, code=sample_perplexity))
     result["model"] = info.name
     result["uniform_ppl"] = info.vocab_size
     return result
