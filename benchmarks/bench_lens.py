@@ -30,6 +30,7 @@ from contextlib import contextmanager
 
 import torch
 
+from residshift.core.unembed import Unembed
 from residshift.measure import lens
 from residshift.core.data import token_windows
 from residshift.core.models import load_model
@@ -81,7 +82,7 @@ def streamed(info, batches, metrics, dtype):
 
 
 def bare(info, batches, dtype):
-    unembed = lens._Unembed(info, dtype)
+    unembed = Unembed(info, dtype=dtype)
     rows = max(1, (1 << 24) // info.vocab_size)
     checksum = 0.0
     with torch.no_grad():
@@ -89,7 +90,7 @@ def bare(info, batches, dtype):
             h = hs[:, :, 1:-1].reshape(hs.shape[0], -1, hs.shape[-1])
             for s in range(0, h.shape[1], rows):
                 for l in range(h.shape[0]):
-                    checksum += float(unembed(info.final_norm(h[l, s:s + rows]))[0, 0])
+                    checksum += float(unembed(h[l, s:s + rows])[0, 0])
     return checksum
 
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from residshift.analysis.stats import binomial_se
 from residshift.measure import evaluate as ev
 from residshift.core.interventions import attenuate
 from residshift.core.models import load_model
@@ -31,7 +32,7 @@ def direct_logprobs(module, ids: list[int]) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------
-# Statistics and the multiple-choice rule
+# The multiple-choice rule (standard errors: tests/test_stats.py)
 # ------------------------------------------------------------------------------------------
 
 
@@ -45,27 +46,6 @@ def test_multiple_choice_rule_by_hand():
         ev.multiple_choice_metrics([-1.0, -2.0], ["a", "b"], gold=2)
     with pytest.raises(ValueError, match="empty"):
         ev.multiple_choice_metrics([-1.0, -2.0], ["a", ""], gold=0)
-
-
-def test_standard_errors():
-    scores = np.array([1, 0, 1, 1, 0, 1, 1, 1], dtype=float)
-    p = scores.mean()
-    assert ev.binomial_se(p, len(scores)) == pytest.approx(ev.mean_se(scores)[1], rel=1e-12)
-    assert ev.binomial_se(p, len(scores)) == pytest.approx(math.sqrt(p * (1 - p) / 7))
-    x = np.array([1.0, 2.0, 4.0])
-    assert ev.mean_se(x) == pytest.approx((7 / 3, np.std(x, ddof=1) / math.sqrt(3)))
-    # equal denominators: the ratio estimator reduces to the mean of num/den and its SE
-    num, den = np.array([2.0, 4.0, 9.0]), np.array([2.0, 2.0, 2.0])
-    assert ev.ratio_se(num, den) == pytest.approx(ev.mean_se(num / den))
-    # unequal denominators, by hand: R = 15/6; residuals num - R den
-    num, den = np.array([2.0, 4.0, 9.0]), np.array([1.0, 2.0, 3.0])
-    r = 15 / 6
-    se = math.sqrt(sum((a - r * b) ** 2 for a, b in zip(num, den)) / (3 * 2)) / 2.0
-    assert ev.ratio_se(num, den) == pytest.approx((r, se))
-    with pytest.raises(ValueError):
-        ev.binomial_se(0.5, 0)
-    with pytest.raises(ValueError):
-        ev.mean_se([])
 
 
 # ------------------------------------------------------------------------------------------
@@ -296,7 +276,7 @@ def test_multiple_choice_aggregates_questions(tiny):
     qs = [ev.Question(f"Question: q{i}\nAnswer:", ("yes", "no", "maybe"), i % 3) for i in range(7)]
     r = ev.multiple_choice_score(lm, info, tok, qs, config=CFG, cache=False)
     acc = r.details["acc"].mean()
-    assert r.n == 7 and r.metrics["acc"] == pytest.approx((acc, ev.binomial_se(acc, 7)), nan_ok=True)
+    assert r.n == 7 and r.metrics["acc"] == pytest.approx((acc, binomial_se(acc, 7)), nan_ok=True)
 
 
 # ------------------------------------------------------------------------------------------

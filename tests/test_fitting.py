@@ -1,7 +1,6 @@
 """The one fitting loop: schedule, accumulation, clipping, early stopping, per-part best states,
 resume equals uninterrupted, the log, and the errors."""
 import json
-import math
 
 import pytest
 import torch

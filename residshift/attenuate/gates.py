@@ -29,7 +29,6 @@ atomically under ``results/gates-ckpt/<config key>.pt``; the final result goes t
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -347,37 +346,6 @@ def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, progress: bool
 def fitted(result: dict[str, Any], info: ModelInfo):
     """The best gates of a :func:`fit_gates` result, checked against ``info``."""
     return gates_from_state(result["gates"], info)
-
-
-def concentration(alphas_by_seed: Sequence[Sequence[float]], layers: Sequence[int], n_layers: int,
-                  ) -> dict[str, Any]:
-    """Does the learned attenuation concentrate on the final layer (claim C3)? Computed verdict.
-
-    Attenuation of a layer is ``1 - alpha_l``. Per seed: the most attenuated layer, and the final
-    layer's share of the total attenuation. Reproduced if in every seed the final layer is the most
-    attenuated and holds more attenuation than twice the next most attenuated layer; not reproduced
-    if it is the most attenuated in no seed; inconclusive otherwise.
-    """
-    layers = list(layers)
-    if n_layers - 1 not in layers:
-        return {"verdict": "inconclusive", "why": "the final layer was not gated"}
-    last = layers.index(n_layers - 1)
-    per_seed = []
-    for alphas in alphas_by_seed:
-        att = 1 - torch.as_tensor(alphas, dtype=torch.float64)
-        order = torch.argsort(att, descending=True)
-        top, second = int(order[0]), (int(order[1]) if len(order) > 1 else None)
-        dominant = top == last and (second is None or float(att[last]) > 2 * float(att[second]))
-        per_seed.append({"most_attenuated_layer": layers[top], "final_is_top": top == last,
-                         "final_dominant": dominant, "final_alpha": float(1 - att[last]),
-                         "final_share": float(att[last] / att.sum()) if float(att.sum()) > 0 else 0.0})
-    if all(s["final_dominant"] for s in per_seed):
-        v = "reproduced"
-    elif not any(s["final_is_top"] for s in per_seed):
-        v = "not reproduced"
-    else:
-        v = "inconclusive"
-    return {"verdict": v, "per_seed": per_seed}
 
 
 # ------------------------------------------------------------------------------------------

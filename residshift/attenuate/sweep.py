@@ -30,11 +30,12 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from ..analysis import stats
 from ..core import cache
 from ..core.interventions import _alpha_ok, attenuated
 from ..core.models import ModelInfo
+from ..core.unembed import Unembed, next_token_losses
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 
@@ -124,14 +125,6 @@ def capture(module: torch.nn.Module, info: ModelInfo, ids: torch.Tensor,
     return Captured(ids, inputs, calls, logits.detach() if keep_logits else None)
 
 
-def head(module: torch.nn.Module, info: ModelInfo, h: torch.Tensor) -> torch.Tensor:
-    """Final norm, tied head and the model's soft-cap (as the model's own forward does)."""
-    logits = module.get_output_embeddings()(info.final_norm(h))
-    if info.logit_softcap:
-        logits = torch.tanh(logits / info.logit_softcap) * info.logit_softcap
-    return logits
-
-
 def replay(module: torch.nn.Module, info: ModelInfo, cap: Captured, layer: int, alpha) -> torch.Tensor:
     """Logits with block ``layer`` attenuated by ``alpha``, running only blocks ``layer..L-1``."""
     info.check_layer(layer)
@@ -142,15 +135,7 @@ def replay(module: torch.nn.Module, info: ModelInfo, cap: Captured, layer: int, 
         for j in range(layer + 1, info.n_layers):
             rest, kwargs = cap.calls[j]
             h = _first(info.layers[j](h, *rest, **kwargs))
-        return head(module, info, h)
-
-
-def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Per-token next-token losses ``[batch, length - 1]`` (position t predicts token t+1)."""
-    logits = logits.float()
-    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                           ids[:, 1:].reshape(-1).to(logits.device),
-                           reduction="none").view(ids.shape[0], -1).cpu()
+        return Unembed(info)(h)
 
 
 # ------------------------------------------------------------------------------------------
@@ -172,7 +157,7 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
     module = lm._module
     batches = [windows[s:s + cfg.batch_size] for s in range(0, len(windows), cfg.batch_size)]
     caps = [capture(module, info, b, keep_logits=True) for b in batches]
-    base_tok = torch.cat([token_losses(c.logits, c.ids) for c in caps])
+    base_tok = torch.cat([next_token_losses(c.logits, c.ids).cpu() for c in caps])
     for c in caps:
         c.logits = None  # free the big tensors early
     base = base_tok.mean(dim=1)
@@ -192,7 +177,8 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
         for ai, alpha in enumerate(cfg.alphas):
             if alpha == 1.0:
                 continue  # the unmodified model: dloss is exactly zero
-            per = [token_losses(replay(module, info, c, layer, alpha), c.ids).mean(dim=1) for c in caps]
+            per = [next_token_losses(replay(module, info, c, layer, alpha), c.ids).mean(dim=1).cpu()
+                   for c in caps]
             row[ai] = torch.cat(per) - base
         if path is not None:
             cache.atomic_torch_save(row, path)
@@ -238,36 +224,21 @@ def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int
 
 
 # ------------------------------------------------------------------------------------------
-# Summaries and computed verdicts
+# Summaries (statistics: residshift.analysis.stats; verdict rules: residshift.analysis.verdicts)
 # ------------------------------------------------------------------------------------------
 
 
-def bootstrap_mean(x: torch.Tensor | np.ndarray, *, n_boot: int = 1000, seed: int = 0,
-                   level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of ``x`` (over its last axis: windows) and a percentile bootstrap CI of that mean."""
-    x = np.asarray(x, dtype=np.float64)
-    n = x.shape[-1]
-    if n < 2:
-        m = float(x.mean())
-        return m, float("nan"), float("nan")
-    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
-    boots = x[..., idx].mean(axis=-1)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=-1)
-    return float(x.mean()), float(lo), float(hi)
-
-
 def summarize(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0):
-    """A long table: one row per (layer, alpha) with mean dloss, bootstrap CI and SE."""
+    """A long table: one row per (layer, alpha) with mean dloss, bootstrap CI and SE (:mod:`..analysis.stats`)."""
     import pandas as pd
 
     rows = []
     d = result["dloss"]
-    n = d.shape[-1]
     for li, layer in enumerate(result["layers"]):
         for ai, alpha in enumerate(result["alphas"]):
             x = d[li, ai]
-            m, lo, hi = bootstrap_mean(x, n_boot=n_boot, seed=seed)
-            se = float(x.double().std() / math.sqrt(n)) if n > 1 else float("nan")
+            m, lo, hi = stats.bootstrap_mean(x, n_boot=n_boot, seed=seed)
+            se = stats.mean_se(x)[1]
             rows.append({"layer": layer, "alpha": alpha, "dloss": m, "lo": lo, "hi": hi, "se": se})
     return pd.DataFrame(rows)
 
@@ -276,68 +247,6 @@ def best_alpha_per_layer(table) -> Any:
     """Per layer, the alpha with the lowest mean dloss (alpha = 1, dloss 0, included)."""
     idx = table.groupby("layer")["dloss"].idxmin()
     return table.loc[idx].reset_index(drop=True)
-
-
-def c2_verdicts(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0,
-                late_fraction: float = 2 / 3, probe_alpha: float = 0.5) -> dict[str, dict[str, Any]]:
-    """Computed verdicts on the three parts of claim C2 (our operationalisation, on a pretrained model).
-
-    - ``late_layer_improves``: reproduced if some late layer (``l >= late_fraction * L``) with some
-      alpha < 1 lowers the loss with a 95 % CI entirely below 0; not reproduced if every late
-      (layer, alpha < 1) has a CI entirely above 0; inconclusive otherwise.
-    - ``alpha0_hurts``: reproduced if alpha = 0 raises the loss (CI above 0) at every swept layer;
-      not reproduced if it does so at no layer; inconclusive otherwise (the fraction is reported).
-    - ``layer_sensitive``: at ``probe_alpha``, the paired difference worst-minus-best layer has a
-      CI above 0 AND the worst layer's dloss is at least 10x the best layer's |dloss| (plus 0.01
-      nats): reproduced; if the CI includes 0: not reproduced; otherwise inconclusive.
-    """
-    d, layers, alphas = result["dloss"], list(result["layers"]), list(result["alphas"])
-    n_layers = result.get("n_layers") or (max(layers) + 1)
-    out: dict[str, dict[str, Any]] = {}
-
-    late = [i for i, l in enumerate(layers) if l >= late_fraction * n_layers]
-    cands = []
-    for li in late:
-        for ai, a in enumerate(alphas):
-            if a < 1:
-                m, lo, hi = bootstrap_mean(d[li, ai], n_boot=n_boot, seed=seed)
-                cands.append((m, lo, hi, layers[li], a))
-    if not cands:
-        out["late_layer_improves"] = {"verdict": "inconclusive", "why": "no late layer swept"}
-    else:
-        best = min(cands)
-        if any(c[2] < 0 for c in cands):
-            v = "reproduced"
-        elif all(c[1] > 0 for c in cands):
-            v = "not reproduced"
-        else:
-            v = "inconclusive"
-        out["late_layer_improves"] = {"verdict": v, "best_layer": best[3], "best_alpha": best[4],
-                                      "dloss": best[0], "ci": [best[1], best[2]],
-                                      "n_significant_improvements": sum(c[2] < 0 for c in cands)}
-    if 0.0 in alphas:
-        a0 = alphas.index(0.0)
-        stats = [bootstrap_mean(d[li, a0], n_boot=n_boot, seed=seed) for li in range(len(layers))]
-        hurt = [s[1] > 0 for s in stats]
-        v = "reproduced" if all(hurt) else ("not reproduced" if not any(hurt) else "inconclusive")
-        out["alpha0_hurts"] = {"verdict": v, "fraction_layers_hurt": sum(hurt) / len(hurt),
-                               "min_dloss": min(s[0] for s in stats),
-                               "max_dloss": max(s[0] for s in stats)}
-    else:
-        out["alpha0_hurts"] = {"verdict": "inconclusive", "why": "alpha = 0 not swept"}
-    if probe_alpha in alphas and len(layers) > 1:
-        ap = alphas.index(probe_alpha)
-        means = d[:, ap].mean(dim=1)
-        worst, best = int(means.argmax()), int(means.argmin())
-        m, lo, hi = bootstrap_mean(d[worst, ap] - d[best, ap], n_boot=n_boot, seed=seed)
-        ratio_ok = float(means[worst]) >= 10 * abs(float(means[best])) + 0.01
-        v = ("reproduced" if lo > 0 and ratio_ok else "not reproduced" if lo <= 0 else "inconclusive")
-        out["layer_sensitive"] = {"verdict": v, "alpha": probe_alpha, "worst_layer": layers[worst],
-                                  "best_layer": layers[best], "worst_dloss": float(means[worst]),
-                                  "best_dloss": float(means[best]), "difference": m, "ci": [lo, hi]}
-    else:
-        out["layer_sensitive"] = {"verdict": "inconclusive", "why": f"alpha {probe_alpha} not swept"}
-    return out
 
 
 def best_late_cut(result: dict[str, Any], *, late_fraction: float = 2 / 3) -> tuple[int, float, float]:
@@ -356,54 +265,3 @@ def best_late_cut(result: dict[str, Any], *, late_fraction: float = 2 / 3) -> tu
     if best is None:
         raise ValueError(f"no late layer (>= {late_fraction:.2f} x {n_layers}) with alpha < 1 was swept")
     return best
-
-
-def paired_delta(after, before, *, n_boot: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Mean of ``after - before`` over paired units (windows / sequences) with a bootstrap CI."""
-    a = torch.as_tensor(after, dtype=torch.float64)
-    b = torch.as_tensor(before, dtype=torch.float64)
-    if a.shape != b.shape:
-        raise ValueError(f"paired values need the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
-    m, lo, hi = bootstrap_mean(a - b, n_boot=n_boot, seed=seed)
-    n = a.numel()
-    se = float((a - b).std() / math.sqrt(n)) if n > 1 else float("nan")
-    return {"delta": m, "lo": lo, "hi": hi, "se": se, "n": n}
-
-
-def alignment_gap(lens_result, *, metric: str = "logprob", layers: Sequence[int] | None = None):
-    """Per sequence, mean over ``layers`` of (alignment with x_{t+1}) - (alignment with x_t).
-
-    Our measure of the misalignment the paper describes: the residual stream keeps carrying the
-    input token (through the skip path) into layers whose job is the next token. A larger gap in
-    late layers = less misaligned. ``layers`` index the lens's ``h_0..h_L`` (default: the last
-    third, ``h_l`` with ``l >= 2(L+1)/3``). ``metric`` is a paired lens metric where larger is more
-    aligned (logprob, prob, top1, cos_*, proj).
-    """
-    nxt = lens_result.per_seq[f"{metric}_next"].double()
-    inp = lens_result.per_seq[f"{metric}_input"].double()
-    n_h = nxt.shape[1]
-    idx = list(range(int(math.ceil(2 * n_h / 3)), n_h)) if layers is None else list(layers)
-    return (nxt[:, idx] - inp[:, idx]).mean(dim=1)
-
-
-def combine_verdicts(per_seed: Sequence[str]) -> str:
-    """One verdict from several seeds: unanimous 'reproduced' or 'not reproduced', else inconclusive."""
-    if not per_seed:
-        raise ValueError("combine_verdicts needs at least one verdict")
-    for v in ("reproduced", "not reproduced"):
-        if all(x == v for x in per_seed):
-            return v
-    return "inconclusive"
-
-
-def verdict_from_ci(lo: float, hi: float, *, better_if: str = "lower", n: int | None = None,
-                    min_n: int = 5) -> str:
-    """'reproduced' when the CI lies on the claimed side of 0, 'not reproduced' when on the other.
-
-    With fewer than ``min_n`` paired units a bootstrap CI means little: 'inconclusive'.
-    """
-    if n is not None and n < min_n:
-        return "inconclusive"
-    if better_if == "lower":
-        return "reproduced" if hi < 0 else ("not reproduced" if lo > 0 else "inconclusive")
-    return "reproduced" if lo > 0 else ("not reproduced" if hi < 0 else "inconclusive")

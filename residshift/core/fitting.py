@@ -178,7 +178,7 @@ def _optimizer(cfg: FitConfig, groups) -> torch.optim.Optimizer:
 
 def _as_list(value) -> list[float]:
     if isinstance(value, torch.Tensor):
-        return [float(v) for v in value.reshape(-1)]
+        return [float(v) for v in value.detach().reshape(-1)]
     if isinstance(value, (list, tuple)):
         return [float(v) for v in value]
     return [float(value)]

@@ -50,6 +50,7 @@ from ..core import cache
 from .evaluate import window_losses
 from ..core.interventions import attenuate
 from ..core.models import ModelInfo
+from ..core.unembed import next_token_losses
 
 VERSION = "residshift-causal/1"
 DIRECTIONS = ("input", "next", "random")
@@ -107,10 +108,7 @@ def check_window(length: int, skip_first: int) -> None:
 def sequence_losses(logits: torch.Tensor, ids: torch.Tensor, skip_first: int = 1) -> torch.Tensor:
     """Mean next-token cross-entropy (nats) over positions ``skip_first .. T-2``, per sequence [B]."""
     check_window(ids.shape[1], skip_first)
-    logits = logits.float()
-    ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1).to(logits.device),
-                         reduction="none").view(ids.shape[0], -1)
-    return ce[:, skip_first:].mean(1).cpu()
+    return next_token_losses(logits, ids)[:, skip_first:].mean(1).cpu()
 
 
 def _check_windows(windows: torch.Tensor, skip_first: int) -> None:

@@ -54,10 +54,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from ..analysis.stats import binomial_se, mean_se, ratio_se
 from ..core import cache as _cache
 from ..core.models import ModelInfo
+from ..core.unembed import next_token_losses
 
 Intervene = Callable[[Any, ModelInfo], None]
 
@@ -92,10 +93,7 @@ def window_losses(model, info: ModelInfo, windows: torch.Tensor, *, batch_size: 
                 with model.trace(ids, remote=info.remote):
                     intervene(model, info)
                     logits = model.output.logits.save()
-        logits = logits.float()
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                               ids[:, 1:].reshape(-1).to(logits.device), reduction="none")
-        out.append(loss.view(ids.shape[0], -1).cpu())
+        out.append(next_token_losses(logits, ids).cpu())
     return torch.cat(out)
 
 
@@ -107,49 +105,6 @@ def perplexity(losses: torch.Tensor) -> dict[str, float]:
     se = float(per_window.std(unbiased=True) / math.sqrt(n)) if n > 1 else float("nan")
     return {"loss": mean, "loss_se": se, "ppl": math.exp(mean), "ppl_se": math.exp(mean) * se,
             "windows": n, "tokens": int(losses.numel())}
-
-
-# --------------------------------------------------------------------------------------------
-# Statistics
-# --------------------------------------------------------------------------------------------
-
-
-def mean_se(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
-    """Mean and its standard error (sample standard deviation, ddof=1, over sqrt(n))."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("cannot average zero values")
-    se = float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else float("nan")
-    return float(x.mean()), se
-
-
-def binomial_se(p: float, n: int) -> float:
-    """SE of an accuracy p over n items: sqrt(p (1 - p) / (n - 1)) (= mean_se of the 0/1 scores)."""
-    if n < 1:
-        raise ValueError(f"need at least one item, got n={n}")
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"an accuracy lies in [0, 1], got {p}")
-    return math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else float("nan")
-
-
-def ratio_se(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[float, float]:
-    """Ratio estimator R = sum(num) / sum(den) and its SE with the (num_i, den_i) pairs as units.
-
-    SE = sqrt(sum_i (num_i - R den_i)^2 / (n (n - 1))) / mean(den): the linearised SE of a ratio,
-    used for the per-token loss of a sliding-window pass (windows score different token counts).
-    """
-    num = np.asarray(numerators, dtype=np.float64)
-    den = np.asarray(denominators, dtype=np.float64)
-    if num.shape != den.shape or num.size == 0:
-        raise ValueError(f"need matching non-empty arrays, got {num.shape} and {den.shape}")
-    if den.sum() <= 0:
-        raise ValueError("the denominators sum to zero: nothing was scored")
-    r = float(num.sum() / den.sum())
-    n = num.size
-    if n < 2:
-        return r, float("nan")
-    resid = num - r * den
-    return r, float(math.sqrt((resid**2).sum() / (n * (n - 1))) / den.mean())
 
 
 def multiple_choice_metrics(loglikelihoods: Sequence[float], choices: Sequence[str],

@@ -43,7 +43,6 @@ a compact per-token table for breakdowns by token type.
 """
 from __future__ import annotations
 
-import math
 import time
 import unicodedata
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ import torch
 
 from ..core.interventions import attenuate_block, attenuation_plan
 from ..core.models import ModelInfo
+from ..core.unembed import Unembed, UnembedError, matmul_dtype
 
 Decoder = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -200,36 +200,12 @@ def _value(x):
 # --------------------------------------------------------------------------------------------
 
 
-def _matmul_dtype(name: str) -> torch.dtype:
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-    if name not in table:
-        raise LensError(f"matmul_dtype must be one of {list(table)}, got {name!r}")
-    return table[name]
-
-
-class _Unembed:
-    """``z -> softcap(z @ E.T)`` with the matmul in ``dtype`` (result in fp32)."""
-
-    def __init__(self, info: ModelInfo, dtype: str = "float32"):
-        self.info = info
-        self.dtype = _matmul_dtype(dtype)
-        E = info.embedding.detach()
-        self.E_t = E.to(self.dtype).T.contiguous() if self.dtype != E.dtype else E.T
-        self.cap = info.logit_softcap
-
-    def __call__(self, z: torch.Tensor) -> torch.Tensor:
-        logits = (z.to(self.dtype) @ self.E_t).float()
-        if self.cap:
-            logits = torch.tanh_(logits / self.cap).mul_(self.cap)
-        return logits
-
-
 def normed(info: ModelInfo, h: torch.Tensor, layer: int, decoder: Decoder | None = None) -> torch.Tensor:
     """``N(D_l(h))``: the decoded, final-normed residual that the lens unembeds."""
     with torch.no_grad():
         if decoder is not None:
             h = decoder(layer, h)
-        return info.final_norm(h).float()
+        return Unembed(info).norm(h)
 
 
 def lens_logits(info: ModelInfo, h: torch.Tensor, layer: int, *, decoder: Decoder | None = None,
@@ -239,7 +215,7 @@ def lens_logits(info: ModelInfo, h: torch.Tensor, layer: int, *, decoder: Decode
         raise LensError(f"layer {layer} out of range: the residual stream of {info.name} has "
                         f"layers 0..{info.n_layers}")
     with torch.no_grad():
-        return _Unembed(info, matmul_dtype)(normed(info, h, layer, decoder))
+        return Unembed(info, dtype=matmul_dtype).logits(normed(info, h, layer, decoder))
 
 
 def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None = None,
@@ -252,7 +228,7 @@ def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None 
     ids = check_ids(ids, info, min_len=1)
     hs, logits = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote,
                                    return_logits=True)
-    unembed = _Unembed(info)
+    unembed = Unembed(info).logits
     top_ids, top_p = [], []
     for l in range(info.n_layers + 1):
         lg = unembed(normed(info, hs[l], l, decoder))
@@ -282,7 +258,10 @@ class LensOptions:
         missing = [c for c in self.token_table if c not in cols]
         if missing:
             raise LensError(f"token_table columns {missing} are not computed; computed: {cols}")
-        _matmul_dtype(self.matmul_dtype)
+        try:
+            matmul_dtype(self.matmul_dtype)
+        except UnembedError as err:
+            raise LensError(str(err)) from None
         if self.chunk_elems < 1:
             raise LensError("chunk_elems must be positive")
         if self.positions is not None and self.positions < 1:
@@ -337,7 +316,7 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
         e_mean = E.mean(0)
         ec_cur, ec_nxt = e_cur - e_mean, e_nxt - e_mean
         mu = hs[:, :, 1:, :].reshape(L1, -1, d).mean(1)  # [L+1, d], position 0 excluded
-    unembed = _Unembed(info, opt.matmul_dtype) if need_logits else None
+    unembed = Unembed(info, dtype=opt.matmul_dtype).logits if need_logits else None
     V = info.vocab_size
     rows = max(1, min(n, opt.chunk_elems // V))
 
@@ -347,7 +326,7 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
             c_ids, n_ids = cur[sl, None], nxt[sl, None]
             final = None
             if "kl_final" in metrics:  # the model's own distribution: h_L without decoder
-                lf = unembed(info.final_norm(h_pos[-1, sl]).float())
+                lf = unembed(info.final_norm(h_pos[-1, sl]).float())  # h_L, never decoded
                 lpf = lf - torch.logsumexp(lf, -1, keepdim=True)
                 pf = lpf.exp()
                 neg_hf = _rowdot(pf, lpf)  # sum pf log pf
