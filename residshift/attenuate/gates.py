@@ -222,6 +222,13 @@ class GateConfig:
     seed: int = 0
     bf16: bool = False
 
+    @classmethod
+    def from_profile(cls, P: Any, model: str, kind: str, seed: int) -> "GateConfig":
+        """One gate fit at a resolved profile (``profiles.resolve``): the ``gate_*`` keys."""
+        return cls(model=model, kind=kind, window=P.gate_window, n_train=P.gate_train,
+                   n_heldout=P.gate_heldout, batch_size=P.gate_batch, steps=P.gate_steps, lr=P.gate_lr,
+                   eval_every=P.gate_eval_every, patience=P.gate_patience, seed=seed, bf16=P.gate_bf16)
+
     def checked(self, info: ModelInfo) -> "GateConfig":
         if self.kind not in KINDS:
             raise ValueError(f"unknown gate kind {self.kind!r}; choose one of {KINDS}")

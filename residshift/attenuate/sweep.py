@@ -54,6 +54,13 @@ class SweepConfig:
     layers: Sequence[int] | None = None
     seed: int = 0
 
+    @classmethod
+    def from_profile(cls, P: Any, model: str) -> "SweepConfig":
+        """The sweep of ``model`` at a resolved profile (``profiles.resolve``): the ``sweep_*`` keys."""
+        return cls(model=model, corpus=P.sweep_corpus, split=P.sweep_split, window=P.sweep_window,
+                   n_windows=P.sweep_windows, batch_size=P.sweep_batch, alphas=tuple(P.sweep_alphas),
+                   seed=P.seed)
+
     def checked(self, info: ModelInfo) -> "SweepConfig":
         alphas = [float(a) for a in self.alphas]
         if not alphas:

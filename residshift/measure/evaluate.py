@@ -343,6 +343,12 @@ class EvalConfig:
         if min(self.batch_size, self.max_batch_tokens, self.max_logits, self.shard_size) < 1:
             raise ValueError("batch_size, max_batch_tokens, max_logits and shard_size must be >= 1")
 
+    @classmethod
+    def from_profile(cls, P: Any) -> "EvalConfig":
+        """The harness settings of a resolved profile (``profiles.resolve``): the ``harness_*`` keys."""
+        return cls(context=P.harness_context, stride=P.harness_stride, batch_size=P.harness_batch,
+                   seed=P.seed)
+
     def key(self, windows: bool = True) -> dict[str, Any]:
         """The parts of the configuration that change results: the seed, and the window only for
         the perplexity tasks (``windows``). Batching does not (up to float rounding), so it is
