@@ -14,20 +14,29 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                      help="override a parameter (value parsed as JSON when it can be)")
     run.add_argument("--output-dir", default=None, help="executed notebooks (default build/<profile>)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the work each notebook would do at this profile; run nothing")
     prep = sub.add_parser("prepare", help="dequantize and cache the embedded models")
     prep.add_argument("names", nargs="*", default=None)
     sub.add_parser("models", help="list the model names load_model understands")
-    sub.add_parser("profiles", help="print the profiles' parameters")
+    prof = sub.add_parser("profiles", help="print the profiles' parameters")
+    prof.add_argument("name", nargs="?", default=None, help="one profile (default: all)")
     rep = sub.add_parser("report", help="regenerate the README's results block from the saved numbers")
     rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
-        from .core.runner import RunFailed, parse_overrides, run_notebooks
+        from .core.runner import RunFailed, UsageError, dry_run, parse_overrides, run_notebooks
 
         try:
-            run_notebooks(args.profile, only=args.only, overrides=parse_overrides(args.param),
-                          output_dir=args.output_dir)
+            overrides = parse_overrides(args.param)
+            if args.dry_run:
+                dry_run(args.profile, only=args.only, overrides=overrides)
+            else:
+                run_notebooks(args.profile, only=args.only, overrides=overrides, output_dir=args.output_dir)
+        except UsageError as err:  # a bad request: one line, exit status 2 (like argparse)
+            print(f"residshift run: error: {err}", file=sys.stderr)
+            return 2
         except RunFailed as err:
             print(f"\nFAILED: {err}", file=sys.stderr)
             return 1
@@ -63,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
 
         from .core.profiles import PROFILES
 
-        print(json.dumps(PROFILES, indent=2))
+        if args.name is not None and args.name not in PROFILES:
+            print(f"residshift profiles: error: unknown profile {args.name!r}; choose one of "
+                  f"{', '.join(PROFILES)}", file=sys.stderr)
+            return 2
+        print(json.dumps(PROFILES if args.name is None else PROFILES[args.name], indent=2))
         return 0
     return 2
 

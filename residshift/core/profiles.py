@@ -148,14 +148,30 @@ def _build() -> dict[str, dict[str, Any]]:
 PROFILES: dict[str, dict[str, Any]] = _build()
 
 
+class UnknownProfileError(KeyError):
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
 def get(profile: str) -> dict[str, Any]:
     if profile not in PROFILES:
-        raise KeyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+        raise UnknownProfileError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     return copy.deepcopy(PROFILES[profile])
 
 
-def resolve(profile: str, **given: Any) -> SimpleNamespace:
-    """The profile's parameters, with every ``given`` value that is not None taking precedence."""
+def resolve(profile: str | None = None, /, **given: Any) -> SimpleNamespace:
+    """The profile's parameters, with every ``given`` value that is not None taking precedence.
+
+    The profile may be named positionally or as ``profile=`` (the key the runner injects), so a
+    notebook can pass its whole parameters cell: ``resolve(**params)``. A ``given`` key the profile
+    does not define raises ``KeyError`` (a typo never silently falls back to the profile's value).
+    """
+    named = given.pop("profile", None)
+    if profile is not None and named is not None and named != profile:
+        raise ValueError(f"two profiles given: {profile!r} and profile={named!r}; pass one")
+    profile = profile if profile is not None else named
+    if profile is None:
+        raise TypeError(f"resolve() needs a profile name: one of {', '.join(PROFILES)}")
     params = get(profile)
     unknown = [k for k in given if k not in params]
     if unknown:
