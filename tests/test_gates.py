@@ -151,10 +151,3 @@ def test_token_alpha_stats_and_gated_lens(tiny, windows, tmp_path, monkeypatch):
     fit = G.fit_gates(lm, info, tok, cfg)
     res = G.gated_lens(lm, info, tok, fit, corpus="tiny-shakespeare", split="train", window=16, n=2)
     assert res.per_seq["logprob_next"].shape == (2, info.n_layers + 1)
-
-
-def test_concentration_verdicts():
-    assert G.concentration([[0.99, 0.98, 0.5], [0.9, 0.95, 0.6]], [0, 1, 2], 3)["verdict"] == "reproduced"
-    assert G.concentration([[0.5, 0.98, 0.9]], [0, 1, 2], 3)["verdict"] == "not reproduced"
-    assert G.concentration([[0.99, 0.98, 0.5], [0.5, 0.9, 0.6]], [0, 1, 2], 3)["verdict"] == "inconclusive"
-    assert G.concentration([[0.5, 0.9]], [0, 1], 3)["verdict"] == "inconclusive"
