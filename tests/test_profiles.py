@@ -28,3 +28,23 @@ def test_a_key_in_two_sections_is_rejected(monkeypatch):
     monkeypatch.setattr(profiles, "SECTIONS", sections)
     with pytest.raises(ValueError, match="seed"):
         profiles._build()
+
+
+def test_resolve_takes_the_injected_profile_key_and_stays_strict():
+    by_name = profiles.resolve(profile="smoke", seed=3, models=None)
+    assert by_name.profile == "smoke" and by_name.seed == 3
+    assert by_name.models == profiles.get("smoke")["models"]
+    assert vars(profiles.resolve("smoke", profile="smoke")) == vars(profiles.resolve("smoke"))
+    with pytest.raises(ValueError, match="two profiles"):
+        profiles.resolve("smoke", profile="paper")
+    with pytest.raises(KeyError, match="not in profile"):
+        profiles.resolve(profile="smoke", tuned_stepz=4)
+    with pytest.raises(TypeError, match="profile name"):
+        profiles.resolve(seed=1)
+
+
+def test_unknown_profile_is_one_readable_line():
+    with pytest.raises(KeyError) as err:
+        profiles.resolve("nope")
+    text = str(err.value)
+    assert text == "unknown profile 'nope'; choose one of smoke, default, paper"

@@ -76,10 +76,10 @@ def test_unknown_selection_profile_and_override_syntax(books):
     folder, _ = books
     with pytest.raises(runner.RunFailed, match="no notebook matches"):
         runner.list_notebooks(folder, ["42"])
-    with pytest.raises(KeyError, match="smoke"):
+    with pytest.raises(runner.UsageError, match="unknown profile 'huge'; choose one of smoke"):
         runner.run_notebooks("huge", folder=folder)
     assert runner.parse_overrides(["n=3", "models=[\"a\"]", "name=x"]) == {"n": 3, "models": ["a"], "name": "x"}
-    with pytest.raises(runner.RunFailed, match="key=value"):
+    with pytest.raises(runner.UsageError, match="key=value"):
         runner.parse_overrides(["oops"])
 
 
@@ -91,3 +91,120 @@ def test_cli_exits_nonzero_on_failure(books, monkeypatch, capsys):
     monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
     assert main(["run", "--profile", "smoke", "--only", "02"]) == 1
     assert "02-broken.ipynb" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict parameters
+# ---------------------------------------------------------------------------------------------
+
+
+def test_an_override_no_selected_notebook_declares_is_an_error(books, tmp_path):
+    folder, seen = books
+    quiet = dict(folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
+    with pytest.raises(runner.UsageError) as err:
+        runner.run_notebooks("smoke", only=["01"], overrides={"ppl_windows": 2, "tuned_steps": 3}, **quiet)
+    text = str(err.value)
+    assert "ppl_windows, tuned_steps" in text and "valid keys: (none)" in text
+    assert "ppl_windows is declared by 00-first (add it with --only)" in text
+    with pytest.raises(runner.UsageError, match="valid keys: ppl_windows, seed"):
+        runner.run_notebooks("smoke", only=["00"], overrides={"sed": 3}, **quiet)
+    with pytest.raises(runner.UsageError, match="--profile"):
+        runner.run_notebooks("smoke", overrides={"profile": "paper"}, **quiet)
+    assert not seen.exists() and not (tmp_path / "out").exists(), "nothing ran"
+    runner.run_notebooks("smoke", overrides={"ppl_windows": 2}, **quiet)  # declared by 00: fine
+    assert json.loads(seen.read_text())["ppl_windows"] == 2
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["run", "--profile", "nope"], "unknown profile 'nope'"),
+    (["run", "--profile", "smoke", "--only", "42"], "no notebook matches ['42']"),
+    (["run", "--profile", "smoke", "-p", "tuned_steps=3"], "-p tuned_steps: no selected notebook"),
+    (["run", "--profile", "smoke", "-p", "oops"], "key=value"),
+    (["run", "--profile", "nope", "--dry-run"], "unknown profile 'nope'"),
+    (["profiles", "nope"], "unknown profile 'nope'"),
+])
+def test_cli_bad_requests_are_one_line_with_status_2(books, monkeypatch, capsys, argv, says):
+    from residshift.__main__ import main
+
+    folder, _ = books
+    monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_undeclared_profile_keys_are_found_statically(tmp_path):
+    book = tmp_path / "07-reads.ipynb"
+    _notebook(book, 'profile = "default"\nmodels = None\nseed = None',
+              "%matplotlib inline\n"
+              "from residshift.core import profiles\n"
+              "from residshift.measure import tuned_lens\n"
+              "from residshift.measure.causal import CausalConfig\n"
+              "P = profiles.resolve(profile, models=models, seed=seed)\n"
+              "print(P.models, P.device, getattr(P, 'n_boot'), P.profile, vars(P))\n"
+              "tcfg = tuned_lens.TunedLensConfig.from_profile(P)\n"
+              "ccfg = CausalConfig.from_profile(P)\n"
+              "other = object()\nother.lens_window\n")
+    read = runner.profile_keys_read(book)
+    assert {"models", "device", "n_boot", "tuned_steps", "tuned_lr", "causal_windows", "seed"} <= read
+    assert "lens_window" not in read and "profile" not in read
+    missing = runner.undeclared_profile_keys(book)
+    assert "device" in missing and "tuned_steps" in missing and "causal_alphas" in missing
+    assert "models" not in missing and "seed" not in missing
+
+
+@pytest.mark.xfail(strict=False, reason="notebooks are rewired by the lead")
+@pytest.mark.parametrize("book", runner.list_notebooks(), ids=lambda p: p.stem)
+def test_notebooks_declare_every_profile_key_they_read(book):
+    assert runner.undeclared_profile_keys(book) == [], (
+        f"{book.name} reads profile keys its parameters cell does not declare, so -p cannot set them")
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured run times and memory; the dry run
+# ---------------------------------------------------------------------------------------------
+
+
+def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatch):
+    """The second, small notebook must not inherit the first one's peak (getrusage would)."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    body = "import numpy as np\na = np.ones({} * 2**17)  # MiB of float64\ndel a"
+    _notebook(folder / "00-big.ipynb", 'profile = "default"', body.format(400))
+    _notebook(folder / "01-small.ipynb", 'profile = "default"', body.format(1))
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
+    runs = runner.load_runs(tmp_path / "figures" / "RUNS.json")
+    big, small = runs["default"]["00-big"], runs["default"]["01-small"]
+    assert big["peak_rss_mib"] >= 400 and small["peak_rss_mib"] < big["peak_rss_mib"] - 300
+    assert big["wall_s"] > 0 and small["wall_s"] > 0
+    assert big["machine"]["cpus"] >= 1 and isinstance(big["code_dirty"], bool)
+    assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]
+
+
+def test_dry_run_estimates_without_running(books, tmp_path, capsys):
+    folder, seen = books
+    _notebook(folder / "02-lens.ipynb", 'profile = "default"\nlens_windows = None\nlens_window = None\n'
+              'tuned_steps = None\ntuned_batch = None\ntuned_window = None\ntuned_lr = None',
+              "raise SystemExit('ran')")
+    out = runner.dry_run("smoke", folder=folder)
+    P = profiles.get("smoke")
+    tokens = P["lens_windows"] * P["lens_window"]
+    layers = sum(runner.model_layers(m) for m in P["models"])
+    assert f"= {runner._n(tokens * layers)} token-layers" in out["02-lens"][0]
+    per_fit = P["tuned_steps"] * P["tuned_batch"] * P["tuned_window"]
+    assert (f"tuned fits: {len(P['models'])} over the models, {P['tuned_steps']} steps x "
+            f"{P['tuned_batch']} x {P['tuned_window']} tokens") in out["02-lens"][1]
+    assert f"{runner._n(per_fit)} training tokens per fit" in out["02-lens"][1]
+    assert out["01-second"] == ["(no sized work)"]
+    assert "02-lens" in capsys.readouterr().out
+    assert not seen.exists() and not (tmp_path / "build").exists()
+
+
+def test_dry_run_counts_training_tokens_from_scratch():
+    P = {"models": [], "train_tokens": 600_000, "train_lr": 3e-3, "train_layers": 6, "train_width": 128,
+         "train_seeds": [0, 1]}
+    (line,) = runner.estimate_work(set(P), P, {})
+    assert line.startswith("train fits: 2 per configuration, 600.0k training tokens per fit, 1.2M in all")
+    assert f"~{runner._n(12 * 6 * 128**2)} block weights" in line
+    assert runner._n(4.2e18) == "4.2E" and runner._n(999) == "999"

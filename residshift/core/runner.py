@@ -4,28 +4,48 @@
 
 Every notebook in ``notebooks/`` named ``NN-name.ipynb`` runs in order. The profile's value of each
 parameter the notebook's tagged ``parameters`` cell declares is injected, then ``-p`` overrides.
-Executed copies go to ``build/<profile>/``. Figures go to ``figures/``, except for the smoke
+Parameters are strict: ``-p`` with a key that no selected notebook declares, an unknown profile or
+an unknown notebook is a :class:`UsageError` (the command line exits with status 2) before anything
+runs. Executed copies go to ``build/<profile>/``. Figures go to ``figures/``, except for the smoke
 profile, whose figures go to ``build/smoke/figures`` so a test run never overwrites the committed
 ones. On a failure the runner names the notebook and the failing cell, keeps the executed copy,
 and raises :class:`RunFailed`.
+
+Each finished notebook's wall time and peak memory (the high-water mark of the kernel's resident
+memory) are recorded in ``RUNS.json`` beside the figures (:func:`record_run`), so run-time claims
+are always the last measurement. ``--dry-run`` prints the work a profile asks of each notebook
+(:func:`estimate_work`) without running anything.
 """
 from __future__ import annotations
 
+import ast
+import datetime as _dt
+import importlib
+import inspect
 import json
 import os
+import platform
 import re
+import resource
+import sys
+import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from . import profiles
-from .paths import REPO_ROOT, build_dir
+from .paths import REPO_ROOT, build_dir, figures_dir
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 
 
 class RunFailed(RuntimeError):
-    pass
+    """A notebook failed (the command line exits with status 1)."""
+
+
+class UsageError(RunFailed):
+    """The request itself is wrong: unknown profile, notebook or parameter (exit status 2)."""
 
 
 def notebooks_dir() -> Path:
@@ -40,16 +60,23 @@ def list_notebooks(folder: Path | None = None, only: Iterable[str] | None = None
         picked = [p for p in found if any(p.name.startswith(w) or p.stem == w for w in wanted)]
         missing = [w for w in wanted if not any(p.name.startswith(w) or p.stem == w for p in found)]
         if missing:
-            raise RunFailed(f"no notebook matches {missing}; have: {[p.stem for p in found]}")
+            raise UsageError(f"no notebook matches {missing}; have: {[p.stem for p in found]}")
         return picked
     return found
+
+
+def check_profile(profile: str) -> dict[str, Any]:
+    try:
+        return profiles.get(profile)
+    except KeyError as err:
+        raise UsageError(str(err)) from None
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
-            raise RunFailed(f"override {item!r} must look like key=value (e.g. -p lens_windows=8)")
+            raise UsageError(f"override {item!r} must look like key=value (e.g. -p lens_windows=8)")
         key, raw = item.split("=", 1)
         try:
             out[key.strip()] = json.loads(raw)
@@ -70,9 +97,31 @@ def declared_parameters(path: Path) -> dict[str, Any]:
     return {name: spec for name, spec in params.items()}
 
 
+def check_overrides(books: list[Path], overrides: dict[str, Any]) -> None:
+    """Every ``-p`` key must be declared by at least one selected notebook (else UsageError)."""
+    if "profile" in overrides:
+        raise UsageError("choose the profile with --profile, not -p profile=...")
+    declared = {book.stem: set(declared_parameters(book)) - {"profile"} for book in books}
+    valid = set().union(*declared.values()) if declared else set()
+    unknown = sorted(k for k in overrides if k not in valid)
+    if not unknown:
+        return
+    elsewhere = []
+    others = [p for p in list_notebooks(books[0].parent) if p not in books] if books else []
+    for key in unknown:
+        where = [p.stem for p in others if key in declared_parameters(p)]
+        if where:
+            elsewhere.append(f"{key} is declared by {', '.join(where)} (add it with --only)")
+    raise UsageError(
+        f"-p {', '.join(unknown)}: no selected notebook ({', '.join(declared)}) declares "
+        f"{'it' if len(unknown) == 1 else 'them'}; valid keys: {', '.join(sorted(valid)) or '(none)'}"
+        + (f". {'; '.join(elsewhere)}" if elsewhere else "")
+    )
+
+
 def parameters_for(path: Path, profile: str, overrides: dict[str, Any]) -> dict[str, Any]:
     declared = declared_parameters(path)
-    values = profiles.get(profile)
+    values = check_profile(profile)
     chosen = {"profile": profile}
     for name in declared:
         if name in overrides:
@@ -82,23 +131,263 @@ def parameters_for(path: Path, profile: str, overrides: dict[str, Any]) -> dict[
     return chosen
 
 
+# --------------------------------------------------------------------------------------------
+# Static check: profile keys a notebook reads without declaring them
+# --------------------------------------------------------------------------------------------
+
+
+def _code_cells(path: Path) -> list[tuple[list[str], str]]:
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    return [(list(c.metadata.get("tags", [])), c.source) for c in nb.cells if c.cell_type == "code"]
+
+
+def _parse_cell(source: str) -> ast.Module:
+    # IPython magics and shell escapes are not Python: blank them out, keep line numbers.
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    return ast.parse("\n".join(lines))
+
+
+def _dotted(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _import_map(tree: ast.Module) -> dict[str, str]:
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _lookup(dotted: str) -> Any:
+    """Import the longest module prefix of ``dotted`` and follow the rest as attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for part in parts[cut:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ImportError(dotted)
+
+
+def _attributes_read(tree: ast.AST, name: str) -> set[str]:
+    """``name.<key>`` loads and ``getattr(name, "<key>")`` calls in ``tree``."""
+    keys = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id == name and isinstance(node.ctx, ast.Load)):
+            keys.add(node.attr)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == name
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            keys.add(node.args[1].value)
+    return keys
+
+
+def _from_profile_keys(factory: Any) -> set[str]:
+    """The keys a ``from_profile(P)`` classmethod reads from its argument."""
+    func = getattr(factory, "__func__", factory)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    fn = tree.body[0]
+    args = [a.arg for a in fn.args.args]
+    if isinstance(factory, classmethod) or inspect.ismethod(factory):
+        args = args[1:]
+    return _attributes_read(fn, args[0]) if args else set()
+
+
+def profile_keys_read(path: Path) -> set[str]:
+    """The profile keys a notebook reads (static): ``P.<key>`` where ``P = profiles.resolve(...)``,
+    ``getattr(P, "<key>")``, and the keys each ``SomeConfig.from_profile(P)`` it calls reads."""
+    trees = [_parse_cell(src) for tags, src in _code_cells(path)
+             if "parameters" not in tags and "injected-parameters" not in tags]
+    module = ast.Module(body=[n for t in trees for n in t.body], type_ignores=[])
+    resolved = set()
+    for node in ast.walk(module):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and (_dotted(node.value.func) or "").split(".")[-1] == "resolve"):
+            resolved.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    imports = _import_map(module)
+    keys: set[str] = set()
+    for name in resolved:
+        keys |= _attributes_read(module, name)
+    for node in ast.walk(module):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "from_profile"
+                and any(isinstance(a, ast.Name) and a.id in resolved for a in node.args)):
+            continue
+        owner = _dotted(node.func.value)
+        if owner is None:
+            continue
+        head, _, rest = owner.partition(".")
+        target = imports.get(head, head) + (f".{rest}" if rest else "")
+        try:
+            keys |= _from_profile_keys(getattr(_lookup(target), "from_profile"))
+        except (ImportError, AttributeError, OSError, TypeError):
+            continue  # not importable here: the check covers what it can see
+    return keys - {"profile"}
+
+
+def undeclared_profile_keys(path: Path) -> list[str]:
+    """Profile keys ``path`` reads but its ``parameters`` cell does not declare (so ``-p`` cannot
+    reach them: the runner injects only declared names)."""
+    return sorted(profile_keys_read(path) - set(declared_parameters(path)))
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring a notebook: wall time and the kernel's peak resident memory
+# --------------------------------------------------------------------------------------------
+
+
+def _high_water_mark(pid: int) -> int | None:
+    """Peak resident set size of a process in bytes (Linux: VmHWM), or None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class PeakMemory:
+    """Peak resident memory of the processes started while the block runs (papermill's kernel).
+
+    A thread polls the runner's new descendants every ``interval`` s and keeps each one's peak:
+    on Linux the kernel's own high-water mark (``VmHWM``, exact however short the peak), elsewhere
+    the polled resident size (a lower bound). ``getrusage(RUSAGE_CHILDREN)`` alone is not per
+    notebook: it is the running maximum over every child ever reaped, so a small notebook after a
+    large one would report the large one's peak; it is used only as a floor when it rises during
+    the block. ``peak_bytes`` sums the peaks of the kernel and any processes it started.
+    """
+
+    def __init__(self, interval: float = 0.2):
+        self.interval = interval
+        self.peaks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _poll(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while True:
+            try:
+                children = me.children(recursive=True)
+            except psutil.Error:
+                children = []
+            for child in children:
+                if child.pid in self._before:
+                    continue
+                peak = _high_water_mark(child.pid)
+                if peak is None:
+                    try:
+                        peak = child.memory_info().rss
+                    except psutil.Error:
+                        continue
+                self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), peak)
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> "PeakMemory":
+        import psutil
+
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
+        self._rusage0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        rusage = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        self._rusage_peak = rusage * (1 if sys.platform == "darwin" else 1024) if rusage > self._rusage0 else 0
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(sum(self.peaks.values()), getattr(self, "_rusage_peak", 0))
+
+
+def runs_path() -> Path:
+    """``RUNS.json`` beside the figures: the last measured run of each notebook, per profile."""
+    return figures_dir() / "RUNS.json"
+
+
+def record_run(profile: str, notebook: str, entry: dict[str, Any]) -> Path:
+    """Record one notebook's measured run under ``RUNS.json[profile][notebook]`` (atomic write)."""
+    from .cache import _canonical, atomic_write_text
+
+    path = runs_path()
+    runs = json.loads(path.read_text()) if path.is_file() else {}
+    runs.setdefault(profile, {})[notebook] = _canonical(entry)
+    runs = {p: dict(sorted(v.items())) for p, v in sorted(runs.items())}
+    atomic_write_text(path, json.dumps(runs, indent=2) + "\n")
+    return path
+
+
+def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{profile: {notebook stem: entry}}`` from ``RUNS.json`` (empty when absent)."""
+    path = Path(path) if path else runs_path()
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
+               load: float | None) -> dict[str, Any]:
+    from .cache import code_state
+
+    state = code_state()
+    return {
+        "wall_s": round(seconds, 1),
+        "peak_rss_mib": round(peak / 2**20),
+        "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": params.get("device"),
+        "overrides": {k: v for k, v in overrides.items() if k in params},
+        "commit": state["commit"], "code_dirty": state["code_dirty"],
+        "machine": {"system": platform.system(), "arch": platform.machine(), "cpus": os.cpu_count(),
+                    "load_1min_at_start": None if load is None else round(load, 2)},
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
 def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None,
                   overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None,
-                  folder: Path | None = None, log=print) -> list[Path]:
-    """Run the notebooks; return the executed copies' paths. Raises RunFailed on the first failure."""
+                  folder: Path | None = None, record: bool = True, log=print) -> list[Path]:
+    """Run the notebooks; return the executed copies' paths. Raises RunFailed on the first failure
+    and UsageError (before running anything) on an unknown profile, notebook or ``-p`` key."""
     import papermill as pm
 
-    profiles.get(profile)  # fail early on an unknown profile
+    check_profile(profile)
     overrides = overrides or {}
+    books = list_notebooks(folder, only)
+    if not books:
+        raise UsageError(f"no notebooks found in {folder or notebooks_dir()}")
+    check_overrides(books, overrides)
     out_dir = Path(output_dir) if output_dir else build_dir() / profile
     out_dir.mkdir(parents=True, exist_ok=True)
     env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES")}
     os.environ["RESIDSHIFT_PROFILE"] = profile
     if profile == "smoke" and "RESIDSHIFT_FIGURES" not in os.environ:
         os.environ["RESIDSHIFT_FIGURES"] = str(out_dir / "figures")
-    books = list_notebooks(folder, only)
-    if not books:
-        raise RunFailed(f"no notebooks found in {folder or notebooks_dir()}")
     done = []
     try:
         for i, book in enumerate(books, 1):
@@ -106,16 +395,22 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             target = out_dir / book.name
             shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
             log(f"[{i}/{len(books)}] {book.name}  ({shown})", flush=True)
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             t0 = time.perf_counter()
             try:
-                pm.execute_notebook(str(book), str(target), parameters=params, kernel_name="python3",
-                                    cwd=str(book.parent), progress_bar=False, log_output=False)
+                with PeakMemory() as mem:
+                    pm.execute_notebook(str(book), str(target), parameters=params, kernel_name="python3",
+                                        cwd=str(book.parent), progress_bar=False, log_output=False)
             except pm.PapermillExecutionError as err:
                 raise RunFailed(
                     f"{book.name} failed in cell {err.cell_index} (execution count {err.exec_count}): "
                     f"{err.ename}: {err.evalue}\n  executed copy kept at {target}"
                 ) from None
-            log(f"      done in {time.perf_counter() - t0:.1f} s -> {target}", flush=True)
+            seconds = time.perf_counter() - t0
+            log(f"      done in {seconds:.1f} s, peak memory {mem.peak_bytes / 2**30:.2f} GiB -> {target}",
+                flush=True)
+            if record:
+                record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load))
             done.append(target)
     finally:
         for k, v in env_before.items():
@@ -124,3 +419,134 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             else:
                 os.environ[k] = v
     return done
+
+
+# --------------------------------------------------------------------------------------------
+# Dry run: the work a profile asks of each notebook
+# --------------------------------------------------------------------------------------------
+
+# Layer counts for the estimate only, when a model's config cannot be read here (not downloaded).
+KNOWN_LAYERS = {"smollm2-135m": 30, "gemma3-270m": 18, "google/gemma-2-2b": 26}
+
+
+def model_layers(name: str) -> int | None:
+    """The number of decoder layers of a model name, read from its config where it is on disk."""
+    from . import models
+
+    try:
+        if name in models.TINY:
+            return models._tiny_config(name, 259, 256, 257, 258).num_hidden_layers
+        if name in models.EMBEDDED:
+            cfg = models.embedded_cache_path(name) / "config.json"
+            if cfg.is_file():
+                return int(json.loads(cfg.read_text())["num_hidden_layers"])
+        elif Path(name).expanduser().is_dir():
+            cfg = json.loads((Path(name).expanduser() / "config.json").read_text())
+            return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
+        elif name not in KNOWN_LAYERS:
+            from transformers import AutoConfig
+
+            return int(AutoConfig.from_pretrained(name.removeprefix("hub:")).num_hidden_layers)
+    except Exception:  # noqa: BLE001 - an estimate: an unreadable config falls back below
+        pass
+    return KNOWN_LAYERS.get(name)
+
+
+def _n(x: float) -> str:
+    for unit, size in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.1f}{unit}"
+    return f"{x:g}"
+
+
+def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int | None]) -> list[str]:
+    """Lines describing the work of a notebook that reads ``keys`` of the profile values ``P``.
+
+    Grouped by the key families the profiles define: forward tokens, tokens x layers for lens-style
+    passes (every layer's residual decoded), fits and training tokens for anything with
+    ``<prefix>_steps`` / ``_batch`` / ``_window``.
+    """
+    keys = set(keys)
+    models = list(P.get("models") or [])
+    known = [layers.get(m) for m in models]
+    total_layers = sum(l for l in known if l) if all(known) else None
+    per_layer = "?" if total_layers is None else _n(total_layers)
+    lines = []
+
+    def tokens(n_key, w_key):
+        return (P.get(n_key) or 0) * (P.get(w_key) or 0)
+
+    def layer_line(what, toks, factor=1):
+        tl = "?" if total_layers is None else _n(toks * total_layers * factor)
+        extra = f" x {factor}" if factor != 1 else ""
+        lines.append(f"{what}: {_n(toks)} tokens x {per_layer} layers (all models){extra} = {tl} token-layers")
+
+    if {"ppl_windows", "ppl_window"} <= keys:
+        lines.append(f"perplexity: {len(models)} models x {_n(tokens('ppl_windows', 'ppl_window'))} tokens forward")
+    if "lens_sentences" in keys and not {"lens_windows"} & keys:
+        lines.append(f"lens on {len(P.get('lens_sentences') or [])} sentences x {len(models)} models")
+    if {"lens_windows", "lens_window"} <= keys:
+        layer_line("logit lens", tokens("lens_windows", "lens_window"))
+    if {"causal_windows", "causal_window"} <= keys:
+        n_alpha = len(P.get("causal_alphas") or [])
+        n_dir = len(P.get("causal_directions") or [])
+        layer_line("causal profile (one forward per layer and edit)", tokens("causal_windows", "causal_window"),
+                   n_alpha + n_dir)
+    if {"sweep_windows", "sweep_window"} <= keys:
+        layer_line("attenuation sweep (tail replays per layer and alpha)", tokens("sweep_windows", "sweep_window"),
+                   len(P.get("sweep_alphas") or []))
+    if {"atten_lens_windows", "atten_lens_window"} <= keys:
+        layer_line("lens under attenuation", tokens("atten_lens_windows", "atten_lens_window"))
+    if {"eval_windows", "eval_window"} <= keys:
+        items = P.get("eval_items")
+        lines.append(f"evaluation: {_n(tokens('eval_windows', 'eval_window'))} tokens per model and variant, "
+                     f"{'all' if items is None else items} items per benchmark")
+    fits_per_model = {"tuned": 1, "gate": len(P.get("gate_kinds") or [1]) * len(P.get("gate_seeds") or [1])}
+    prefixes = {k.rsplit("_", 1)[0] for k in keys if k.endswith(("_steps", "_tokens"))}
+    for prefix in sorted(prefixes):
+        if f"{prefix}_lr" not in keys:  # a fit has a learning rate; other *_tokens keys are sizes
+            continue
+        batch = (P.get(f"{prefix}_batch") or 0) * (P.get(f"{prefix}_accumulate") or 1)
+        window = P.get(f"{prefix}_window") or P.get(f"{prefix}_context") or P.get(f"{prefix}_seq") or 0
+        per_fit = P.get(f"{prefix}_tokens") or (P.get(f"{prefix}_steps") or 0) * batch * window
+        if not per_fit:
+            continue
+        if prefix in fits_per_model:
+            fits, of = fits_per_model[prefix] * max(len(models), 1), "over the models"
+        else:
+            fits, of = len(P.get(f"{prefix}_seeds") or [1]), "per configuration"
+        how = (f"{P[f'{prefix}_steps']} steps x {batch} x {window} tokens = "
+               if P.get(f"{prefix}_steps") and not P.get(f"{prefix}_tokens") else "")
+        line = (f"{prefix} fits: {fits} {of}, {how}{_n(per_fit)} training tokens per fit, "
+                f"{_n(per_fit * fits)} in all")
+        layers_, width = P.get(f"{prefix}_layers"), P.get(f"{prefix}_width")
+        if layers_ and width:  # a model trained from scratch: ~12 L d^2 weights in its blocks
+            n_params = 12 * layers_ * width ** 2
+            line += f"; ~{_n(n_params)} block weights, ~{_n(6 * n_params * per_fit * fits)} FLOPs (6 N D)"
+        lines.append(line)
+    return lines
+
+
+def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
+            overrides: dict[str, Any] | None = None, folder: Path | None = None, log=print) -> dict[str, list[str]]:
+    """Print (and return) the estimated work per notebook at ``profile``; runs nothing."""
+    values = check_profile(profile)
+    overrides = overrides or {}
+    books = list_notebooks(folder, only)
+    check_overrides(books, overrides)
+    P = {**values, **overrides}
+    layers = {m: model_layers(m) for m in P.get("models") or []}
+    shown = ", ".join(f"{m} ({l if l else '?'} layers)" for m, l in layers.items())
+    log(f"profile {profile}: models {shown}; device {P.get('device')}")
+    out = {}
+    for book in books:
+        keys = set(declared_parameters(book)) | profile_keys_read(book)
+        out[book.stem] = estimate_work(keys, P, layers) or ["(no sized work)"]
+        log(f"{book.stem}")
+        for line in out[book.stem]:
+            log(f"    {line}")
+    last = load_runs().get(profile, {})
+    if last:
+        log("last measured runs at this profile: " + ", ".join(
+            f"{k} {v['wall_s']:.0f} s" for k, v in last.items() if k in {b.stem for b in books}))
+    return out
