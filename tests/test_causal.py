@@ -97,34 +97,62 @@ def test_direction_ablation_matches_a_torch_hook(tiny, name, kind):
             ref = _hooked_loss(info, lm._module, sub, r, lambda h, u=units: C.remove_direction(h, u))
             torch.testing.assert_close(res["delta"][0, start:start + 2, j], ref - clean[start:start + 2],
                                        rtol=1e-4, atol=1e-5)
+            traced = C.sequence_losses(C.direction_ablated_logits(lm, info, sub, r, units), sub)
+            torch.testing.assert_close(traced, ref, rtol=1e-4, atol=1e-5)  # the nnsight path agrees
     assert res["delta"].abs().max() > 1e-5  # the edit does something
 
 
-def test_centred_directions_match_a_torch_hook_and_are_orthogonal_to_the_mean(tiny):
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2"])
+def test_lens_basis_removes_exactly_what_the_lens_reads(tiny, name):
+    """After removing u_k (basis "lens") the lens logit of k is what it is for h = 0 along u_k:
+    0 for RMSNorm models, the bias term e_k . beta for LayerNorm (GPT-2); removing e_k does not."""
+    lm, _, info = tiny[name]
+    g = torch.Generator().manual_seed(3)
+    norm = info.final_norm
+    saved = {k: v.clone() for k, v in norm.state_dict().items()}
+    with torch.no_grad():
+        for p in norm.parameters():  # a far-from-uniform gain, so the bases differ
+            p.add_(0.5 * torch.randn(p.shape, generator=g))
+        try:
+            gain, centres = C.norm_readout(info)
+            assert centres == (name == "tiny-gpt2")
+            h = 3 * torch.randn(5, info.d_model, generator=g)
+            k = torch.tensor([[3, 7, 11, 19, 40]])
+            lens = lambda x: info.final_norm(x[None])[0] @ info.embedding.detach().T  # noqa: E731
+            bias = norm.bias if getattr(norm, "bias", None) is not None else torch.zeros(info.d_model)
+            const = info.embedding.detach()[k[0]] @ bias
+            for basis, exact in (("lens", True), ("embedding", False)):
+                u = C.unit_directions(info, k, basis=basis)[0]
+                got = lens(C.remove_direction(h, u)).gather(1, k.T)[:, 0]
+                assert torch.allclose(got, const, atol=1e-4) == exact, basis
+        finally:
+            norm.load_state_dict(saved)
+
+
+def test_centred_and_embedding_bases(tiny):
     lm, _, info = tiny["tiny-gemma3"]
     ids = _windows(2, 10, 6)
     tokens = C.direction_tokens(ids, "input", skip_first=1)
-    units = C.unit_directions(info, tokens, center=True)
+    units = C.unit_directions(info, tokens, basis="centred")
     mean = info.embedding.detach().mean(0)
     raw = info.embedding.detach()[ids[0, 3]]
     torch.testing.assert_close(units[0, 3], F.normalize(raw - mean, dim=0))
-    assert not torch.allclose(units, C.unit_directions(info, tokens))
-    res = C.direction_ablation_profile(lm, info, ids, directions=("input",), residuals=[2], batch=2, center=True)
-    assert res["center"] is True
+    torch.testing.assert_close(C.unit_directions(info, tokens, basis="embedding")[0, 3], F.normalize(raw, dim=0))
+    res = C.direction_ablation_profile(lm, info, ids, directions=("input",), residuals=[2], batch=2, basis="centred")
+    assert res["basis"] == "centred"
     with torch.no_grad():
         clean = C.sequence_losses(lm._module(ids).logits, ids)
     ref = _hooked_loss(info, lm._module, ids, 2, lambda h: C.remove_direction(h, units))
     torch.testing.assert_close(res["delta"][0, :, 0], ref - clean, rtol=1e-4, atol=1e-5)
-    _, _, info_l = tiny["tiny-llama"]
-    assert "center" not in C.cache_config(info_l, C.CausalConfig())
-    assert C.cache_config(info_l, C.CausalConfig(center=True))["center"] is True
+    with pytest.raises(ValueError, match="basis"):
+        C.CausalConfig(basis="gamma")
 
 
 def test_input_ablation_at_embedding_removes_the_token_embedding(tiny):
     """At h_0 = sqrt(d)·e_{x_t} (Gemma scale, no position embeddings) the edit leaves nothing."""
     lm, _, info = tiny["tiny-gemma3"]
     ids = _windows(1, 8, 3)
-    units = C.unit_directions(info, C.direction_tokens(ids, "input", skip_first=1))
+    units = C.unit_directions(info, C.direction_tokens(ids, "input", skip_first=1), basis="embedding")
     saved = []
     with torch.no_grad():
         with lm.trace(ids):
@@ -158,40 +186,19 @@ def _synthetic(delta_input, delta_next, delta_random):
             "delta": torch.stack([delta_input, delta_next, delta_random])}
 
 
-def test_causal_crossover_on_a_known_profile():
-    g = torch.Generator().manual_seed(0)
-    n, L1 = 40, 7
-    layers = torch.arange(L1).float()
-    inp = (3.0 - layers).clamp(min=0).expand(n, L1) + 0.05 * torch.randn(n, L1, generator=g)
-    nxt = (layers - 2.0).clamp(min=0).expand(n, L1) * 0.8 + 0.05 * torch.randn(n, L1, generator=g)
-    rnd = 0.05 * torch.randn(n, L1, generator=g)
-    # means: input 3,2,1,0,0,0,0 ; next 0,0,0,.8,1.6,2.4,3.2 -> next > input first at index 3
-    out = C.causal_crossover(_synthetic(inp, nxt, rnd), n_boot=200)
-    assert out["layer"] == 3
-    # the difference next - input is -1 at index 2 and +0.8 at 3: crossing at 2 + 1/1.8
-    assert out["crossing"] == pytest.approx(2 + 1 / 1.8, abs=0.05)
-    assert 2.4 < out["lo"] <= out["crossing"] <= out["hi"] < 2.7 and out["frac_never"] == 0
-    assert out["input_last_significant"] == 2
-    assert out["next_first_significant"] == 3
-    assert out["relative"] == pytest.approx(out["crossing"] / 6)
-    eff = out["effects"]["input"]["estimate"]
-    assert eff[0] == pytest.approx(3.0, abs=0.05)
-    with pytest.raises(ValueError, match="random"):
-        C.causal_crossover({"directions": ["input", "next"], "delta": torch.zeros(2, 3, 4), "residuals": [0, 1, 2, 3]})
-    never = C.causal_crossover(_synthetic(inp, torch.full((n, L1), -1.0), rnd), n_boot=50)
-    assert never["layer"] is None and never["frac_never"] == 1.0
-
-
 def test_effect_transitions_on_a_known_profile():
     n = 30
     inp = torch.tensor([4.0, 3.0, 1.0, 0.0, 0.0, 0.0, 5.0]).expand(n, 7).clone()
     nxt = torch.tensor([0.0, 0.0, 0.0, 1.0, 2.0, 4.0, 9.0]).expand(n, 7).clone()
     out = C.effect_transitions(_synthetic(inp, nxt, torch.zeros(n, 7)), frac=0.5, n_boot=50)
-    # input (h_0..h_5): max 4, half = 2, last >= 2 at index 1 (3), next 1 -> 1 + (3-2)/(3-1) = 1.5
-    assert out["input_stops"]["index"] == pytest.approx(1.5)
-    # next (h_0..h_5): max 4, half = 2 first reached at index 4 exactly
+    # h_0 and h_6 are left out. input on h_1..h_5 = 3,1,0,0,0: max 3, half 1.5; last >= 1.5 at h_1,
+    # then 1 at h_2 -> 1 + (3 - 1.5) / (3 - 1) = 1.75
+    assert out["input_stops"]["index"] == pytest.approx(1.75)
+    # next on h_1..h_5 = 0,0,1,2,4: max 4, half 2 first reached at h_4 exactly
     assert out["next_starts"]["index"] == pytest.approx(4.0)
     assert out["next_starts"]["lo"] == pytest.approx(4.0) and out["next_starts"]["relative"] == pytest.approx(4 / 6)
+    with pytest.raises(ValueError, match="random"):
+        C.effect_transitions({"directions": ["input", "next"], "delta": torch.zeros(2, 3, 4), "residuals": [0, 1, 2, 3]})
     assert C._first_reaching([0.0, 1.0, 3.0], 0.5) == pytest.approx(1.25)
     assert C._first_reaching([0.0, -1.0], 0.5) is None
 
@@ -213,7 +220,5 @@ def test_run_cached_caches_per_config(tiny, tmp_path, monkeypatch):
     assert len(list((tmp_path / "causal-profile").glob("*.pt"))) == 1
     again = C.run_cached(lm, info, cfg, tok)
     assert torch.equal(again["direction"]["delta"], out["direction"]["delta"])
-    summary = C.causal_crossover(out["direction"], n_boot=20)
-    assert set(summary) >= {"layer", "crossing", "lo", "hi", "input_last_significant", "next_first_significant"}
     assert set(C.skip_summary(out["skip"], n_boot=20)) == {0.0}
     assert set(C.effect_transitions(out["direction"], n_boot=20)) >= {"input_stops", "next_starts"}

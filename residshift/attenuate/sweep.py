@@ -98,6 +98,11 @@ class Captured:
     inputs: list[torch.Tensor]  # inputs[l] = h_l, the residual stream entering block l
     calls: list[tuple[tuple, dict]] = field(repr=False)  # (other positional args, kwargs) per block
     logits: torch.Tensor | None = None  # the unmodified logits
+    final: torch.Tensor | None = None  # h_L, the output of the last block (before the final norm)
+
+    def residual(self, index: int) -> torch.Tensor:
+        """``h_index`` for ``index = 0..L`` (``h_L`` = the last block's output)."""
+        return self.final if index == len(self.inputs) else self.inputs[index]
 
 
 def _first(out):
@@ -121,15 +126,34 @@ def capture(module: torch.nn.Module, info: ModelInfo, ids: torch.Tensor,
             calls[i] = (rest, dict(kwargs))
         return hook
 
+    final: list = [None]
+
+    def last_hook(_mod, _args, output):
+        final[0] = _first(output).detach()
+
     for i, layer in enumerate(info.layers):
         handles.append(layer.register_forward_pre_hook(make_hook(i), with_kwargs=True))
+    handles.append(info.layers[-1].register_forward_hook(last_hook))
     try:
         with torch.no_grad():
             logits = module(ids.to(info.embedding.device), use_cache=False).logits
     finally:
         for h in handles:
             h.remove()
-    return Captured(ids, inputs, calls, logits.detach() if keep_logits else None)
+    return Captured(ids, inputs, calls, logits.detach() if keep_logits else None, final[0])
+
+
+def replay_from(module: torch.nn.Module, info: ModelInfo, cap: Captured, start: int,
+                h: torch.Tensor) -> torch.Tensor:
+    """Logits when the residual stream entering block ``start`` is ``h``: blocks ``start..L-1``
+    run on it with their captured arguments, then the head (``start = L``: the head alone)."""
+    if not 0 <= start <= info.n_layers:
+        raise IndexError(f"start must lie in 0..{info.n_layers}, got {start}")
+    with torch.no_grad():
+        for j in range(start, info.n_layers):
+            rest, kwargs = cap.calls[j]
+            h = _first(info.layers[j](h, *rest, **kwargs))
+        return Unembed(info)(h)
 
 
 def replay(module: torch.nn.Module, info: ModelInfo, cap: Captured, layer: int, alpha) -> torch.Tensor:
@@ -139,10 +163,7 @@ def replay(module: torch.nn.Module, info: ModelInfo, cap: Captured, layer: int, 
         x = cap.inputs[layer]
         rest, kwargs = cap.calls[layer]
         h = attenuated(_first(info.layers[layer](x, *rest, **kwargs)), x, alpha)
-        for j in range(layer + 1, info.n_layers):
-            rest, kwargs = cap.calls[j]
-            h = _first(info.layers[j](h, *rest, **kwargs))
-        return Unembed(info)(h)
+        return replay_from(module, info, cap, layer + 1, h)
 
 
 # ------------------------------------------------------------------------------------------

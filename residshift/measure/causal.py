@@ -18,11 +18,11 @@ and measure the change in next-token loss. Definitions (ours):
     ``h_{l+1} = block_l(h_l) - (1 - alpha) h_l`` (``alpha = 1`` is the unmodified model).
 (b) **Token-direction ablation** (:func:`direction_ablation_profile`): at residual index ``l``
     only, at every edited position ``t``, remove the component of ``h_l(t)`` along a unit token
-    direction ``u(t) = e_k / ||e_k||`` (``e_k`` a row of the tied matrix ``E``):
-    ``h'_l(t) = h_l(t) - (h_l(t) · u(t)) u(t)``. The projection is taken on the residual as the model
-    carries it; Gemma's ``sqrt(d)`` embedding scale changes the length of ``h_0 = sqrt(d) e_{x_t}``
-    but not its direction, so at ``l = 0`` the edit removes the token embedding entirely (up to
-    position embeddings in GPT-2). Directions, per position ``t``:
+    direction ``u(t)``: ``h'_l(t) = h_l(t) - (h_l(t) · u(t)) u(t)``. By default ``u`` is the
+    direction the logit lens reads for token ``k`` (``basis="lens"``: ``gain ⊙ e_k``, centred for
+    LayerNorm; :func:`unit_directions`), so the causal and the decoding views look at the same
+    thing; ``"embedding"`` (``e_k``) and ``"centred"`` (``e_k - ē``) are options. Directions, per
+    position ``t``:
 
     - ``"input"``: ``k = x_t`` (the current token);
     - ``"next"``: ``k = x_{t+1}`` (the token the loss at ``t`` asks for; nothing at the last position);
@@ -31,10 +31,12 @@ and measure the change in next-token loss. Definitions (ours):
 
     All positions are edited at once, in one pass per layer (edits at earlier positions reach ``t``
     through attention too: that is part of what "the model uses this direction at layer l" means).
-    Where the input-direction ablation stops mattering and the next-direction ablation starts to
-    matter is a causal analogue of the decoding-based shift layer (:func:`causal_crossover`).
+    Where the input-direction effect stops and the next-direction effect starts
+    (:func:`effect_transitions`, over ``h_1..h_{L-1}``: both ends are fixed by construction) is a
+    causal analogue of the lens's input fade and next-token emergence.
 
-All edits run inside nnsight traces; results are cached (:func:`run_cached`) as per-sequence ×
+Edits replay the captured block inputs of one unmodified forward (tested against nnsight
+traces, which remote models use); results are cached (:func:`run_cached`) as per-sequence ×
 per-layer tensors plus metadata, for the bootstrap in the notebooks.
 """
 from __future__ import annotations
@@ -52,8 +54,9 @@ from ..core.interventions import attenuate
 from ..core.models import ModelInfo
 from ..core.unembed import next_token_losses
 
-VERSION = "residshift-causal/1"
+VERSION = "residshift-causal/2"
 DIRECTIONS = ("input", "next", "random")
+BASES = ("lens", "embedding", "centred")
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,13 @@ class CausalConfig:
     directions: tuple[str, ...] = DIRECTIONS
     skip_first: int = 1
     seed: int = 0
-    center: bool = False  # remove centred directions (e_k - mean_k e_k) instead of raw ones
+    basis: str = "lens"  # "lens": the direction the lens reads (gamma * e_k); "embedding": e_k; "centred"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alphas", tuple(float(a) for a in self.alphas))
         object.__setattr__(self, "directions", tuple(self.directions))
+        if self.basis not in BASES:
+            raise ValueError(f"unknown basis {self.basis!r}; choose from {BASES}")
         bad = [d for d in self.directions if d not in DIRECTIONS]
         if bad:
             raise ValueError(f"unknown direction(s) {bad}; choose from {DIRECTIONS}")
@@ -128,19 +133,29 @@ def skip_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *, alphas:
     """Δ next-token loss per sequence when block ``l``'s skip path is scaled by ``alpha``.
 
     Returns ``{"clean": [n], "delta": [len(alphas), n, len(layers)], "alphas", "layers"}``; column
-    ``j`` of ``delta`` is block ``layers[j]`` (whose skip path carries ``h_{layers[j]}``).
+    ``j`` of ``delta`` is block ``layers[j]`` (whose skip path carries ``h_{layers[j]}``). Each
+    batch runs the unmodified model once; each (alpha, block) then replays only blocks ``l..L-1``
+    from the captured block inputs (``residshift.attenuate.sweep.replay``, the same edit as
+    ``interventions.attenuate``; tested against it).
     """
+    from ..attenuate.sweep import capture, replay
+
     _check_windows(windows, skip_first)
     layers = list(range(info.n_layers)) if layers is None else [info.check_layer(l) for l in layers]
-    clean = window_losses(lm, info, windows, batch_size=batch)[:, skip_first:].mean(1)
+    module = lm._module
+    clean = torch.zeros(len(windows))
     delta = torch.zeros(len(alphas), len(windows), len(layers))
-    for i, alpha in enumerate(alphas):
-        for j, layer in enumerate(layers):
-            edited = window_losses(lm, info, windows, batch_size=batch,
-                                   intervene=lambda m, inf, l=layer, a=alpha: attenuate(m, inf, l, a))
-            delta[i, :, j] = edited[:, skip_first:].mean(1) - clean
-            if progress is not None:
-                progress(f"skip alpha={alpha} block {layer}: mean Δloss {delta[i, :, j].mean():+.4f}")
+    for start in range(0, len(windows), batch):
+        ids = windows[start:start + batch]
+        rows = slice(start, start + len(ids))
+        cap = capture(module, info, ids)
+        clean[rows] = sequence_losses(cap.logits, ids, skip_first)
+        for i, alpha in enumerate(alphas):
+            for j, layer in enumerate(layers):
+                delta[i, rows, j] = sequence_losses(replay(module, info, cap, layer, alpha), ids, skip_first) - clean[rows]
+    if progress is not None:
+        for i, alpha in enumerate(alphas):
+            progress(f"skip alpha={alpha}: mean Δloss per block {[round(float(x), 4) for x in delta[i].mean(0)]}")
     return {"clean": clean, "delta": delta, "alphas": [float(a) for a in alphas], "layers": layers}
 
 
@@ -184,16 +199,56 @@ def direction_tokens(ids: torch.Tensor, kind: str, *, skip_first: int = 1, seed:
     return tok
 
 
-def unit_directions(info: ModelInfo, tokens: torch.Tensor, *, center: bool = False) -> torch.Tensor:
-    """``e_k / ||e_k||`` for each token id in ``tokens`` [B, T] -> [B, T, d]; zero where ``k = -1``.
+def norm_readout(info: ModelInfo) -> tuple[torch.Tensor, bool]:
+    """``(gain, centres)`` of the final norm ``N``, measured by probing it.
 
-    With ``center`` the direction is that of ``e_k - ē`` (``ē`` the mean embedding row): embedding
-    matrices often share a large common component, and removing it (what every raw direction
-    partly does) hurts whatever the token is; the random-direction control measures that.
+    For the norms of the models we study, ``N(h) = gain * (h - c * mean(h)) / scale(h) (+ bias)``
+    with ``c = 1`` for LayerNorm (``centres``) and ``c = 0`` for RMSNorm (Gemma's ``1 + w`` gain
+    included). On a zero-mean probe ``x`` both reduce to ``gain * x / rms(x)``, and the bias cancels
+    in ``(N(x) - N(-x)) / 2``, so ``gain = (N(x) - N(-x)) / 2 * rms(x) / x``; ``centres`` is whether
+    ``N`` ignores a constant shift of its input.
     """
+    d = info.d_model
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(d, generator=g, dtype=torch.float64)
+    x = x + 0.5 * torch.sign(x)  # no coordinate near zero
+    x = (x - x.mean())
+    dtype = info.embedding.dtype
+    with torch.no_grad():
+        probe = torch.stack([x, -x, x + 3.0]).to(dtype)[None]
+        out = info.final_norm(probe)[0].double()
+    rms = x.pow(2).mean().sqrt()
+    gain = ((out[0] - out[1]) / 2 * rms / x).float()
+    centres = bool(torch.allclose(out[2], out[0], rtol=1e-3, atol=1e-4))
+    return gain, centres
+
+
+def unit_directions(info: ModelInfo, tokens: torch.Tensor, *, basis: str = "lens") -> torch.Tensor:
+    """The unit direction of each token id in ``tokens`` [B, T] -> [B, T, d]; zero where ``k = -1``.
+
+    - ``"lens"`` (default): the direction of ``h`` that the logit lens reads for token ``k``. The
+      lens logit is ``e_k · N(h)``; with ``N(h) = gain * (h - c mean(h)) / scale(h)`` it is
+      ``u_k · h / scale(h)`` (plus a constant) with ``u_k = gain * e_k``, centred when ``N``
+      centres (:func:`norm_readout`). Removing ``u_k`` from ``h`` therefore removes exactly what
+      the lens would read as token ``k`` (the lens logit of ``k`` becomes that constant, 0 for
+      RMSNorm); removing ``e_k`` itself would not, wherever the gain is far from uniform.
+    - ``"embedding"``: ``e_k`` as it is (what the model adds at ``h_0``).
+    - ``"centred"``: ``e_k - ē``, ``ē`` the mean embedding row (a common component shared by all
+      rows otherwise makes every removal hurt, whatever the token).
+    """
+    if basis not in BASES:
+        raise ValueError(f"unknown basis {basis!r}; choose from {BASES}")
     E = info.embedding.detach().float()
     safe = tokens.clamp(min=0)
-    rows = E[safe] - E.mean(0) if center else E[safe]
+    if basis == "lens":
+        gain, centres = norm_readout(info)
+        rows = E[safe] * gain
+        if centres:
+            rows = rows - rows.mean(-1, keepdim=True)
+    elif basis == "centred":
+        rows = E[safe] - E.mean(0)
+    else:
+        rows = E[safe]
     u = F.normalize(rows, dim=-1)
     return u * (tokens >= 0).unsqueeze(-1)
 
@@ -233,29 +288,45 @@ def direction_ablated_logits(lm, info: ModelInfo, ids: torch.Tensor, residual: i
 
 def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
                                directions: Sequence[str] = DIRECTIONS, residuals: Sequence[int] | None = None,
-                               batch: int = 8, skip_first: int = 1, seed: int = 0, center: bool = False,
+                               batch: int = 8, skip_first: int = 1, seed: int = 0, basis: str = "lens",
                                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Δ next-token loss per sequence when a token direction is removed at one residual index.
 
     Returns ``{"clean": [n], "delta": [len(directions), n, len(residuals)], "directions",
-    "residuals"}``; column ``j`` of ``delta`` is residual index ``residuals[j]``.
+    "residuals", "basis"}``; column ``j`` of ``delta`` is residual index ``residuals[j]``. Each
+    batch runs the unmodified model once; each (direction, residual ``r``) then edits the captured
+    ``h_r`` and replays blocks ``r..L-1`` and the head (``residshift.attenuate.sweep.replay_from``;
+    tested against the nnsight edit :func:`direction_ablated_logits`). Remote models take the
+    nnsight path.
     """
+    from ..attenuate.sweep import capture, replay_from
+
     _check_windows(windows, skip_first)
     residuals = list(range(info.n_layers + 1)) if residuals is None else [check_residual_index(info, r) for r in residuals]
-    clean = window_losses(lm, info, windows, batch_size=batch)[:, skip_first:].mean(1)
+    clean = torch.zeros(len(windows))
     delta = torch.zeros(len(directions), len(windows), len(residuals))
-    for i, kind in enumerate(directions):
-        for start in range(0, len(windows), batch):
-            ids = windows[start:start + batch]
+    for start in range(0, len(windows), batch):
+        ids = windows[start:start + batch]
+        rows = slice(start, start + len(ids))
+        if info.remote:
+            clean[rows] = window_losses(lm, info, ids, batch_size=batch)[:, skip_first:].mean(1)
+        else:
+            cap = capture(lm._module, info, ids)
+            clean[rows] = sequence_losses(cap.logits, ids, skip_first)
+        for i, kind in enumerate(directions):
             units = unit_directions(info, direction_tokens(ids, kind, skip_first=skip_first, seed=seed + start),
-                                    center=center)
+                                    basis=basis)
             for j, r in enumerate(residuals):
-                logits = direction_ablated_logits(lm, info, ids, r, units)
-                delta[i, start:start + len(ids), j] = sequence_losses(logits, ids, skip_first) - clean[start:start + len(ids)]
-        if progress is not None:
+                if info.remote:
+                    logits = direction_ablated_logits(lm, info, ids, r, units)
+                else:
+                    logits = replay_from(lm._module, info, cap, r, remove_direction(cap.residual(r), units))
+                delta[i, rows, j] = sequence_losses(logits, ids, skip_first) - clean[rows]
+    if progress is not None:
+        for i, kind in enumerate(directions):
             progress(f"direction {kind}: mean Δloss per layer {[round(float(x), 4) for x in delta[i].mean(0)]}")
     return {"clean": clean, "delta": delta, "directions": list(directions), "residuals": residuals,
-            "center": center}
+            "basis": basis}
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,49 +347,6 @@ def direction_effects(result: dict[str, Any]) -> dict[str, torch.Tensor]:
     control = delta[d.index("random")]
     return {"input": delta[d.index("input")] - control, "next": delta[d.index("next")] - control,
             "control": control}
-
-
-def causal_crossover(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-                     rule: str = "first") -> dict[str, Any]:
-    """The causal shift layer, with the same rules as the decoding-based one (:mod:`residshift.analysis.stats`).
-
-    With ``a_in(l)``, ``a_next(l)`` the mean control-corrected effects of :func:`direction_effects`
-    (how much the model *uses* each direction at residual index ``l``), the causal shift is the
-    first ``l`` where ``a_next(l) > a_in(l)`` (``rule="first"``; ``"sustained"`` = from there on),
-    interpolated to a sub-layer crossing, with a percentile bootstrap CI over sequences (resamples
-    that never cross are counted in ``frac_never``). Also reported: ``input_last_significant``, the
-    last index whose input-effect CI lies above 0, and ``next_first_significant``, the first index
-    whose next-effect CI does.
-    """
-    import numpy as np
-
-    from ..analysis import stats
-
-    residuals = list(result["residuals"])
-    if residuals != list(range(len(residuals))):
-        raise ValueError("causal_crossover needs the profile at every residual index 0..L (residuals=None)")
-    n_layers = int(result.get("n_layers", len(residuals) - 1))
-    eff = direction_effects(result)
-    a, b = eff["input"].double().numpy(), eff["next"].double().numpy()
-    layer = stats.shift_layer(a.mean(0), b.mean(0), rule=rule)
-    crossing = stats.crossing_point(a.mean(0), b.mean(0), rule=rule)
-    boots = [stats.crossing_point(a[i].mean(0), b[i].mean(0), rule=rule)
-             for i in stats.bootstrap_indices(a.shape[0], n_boot, seed)]
-    found = np.array([x for x in boots if x is not None])
-    lo = hi = None
-    if found.size:
-        q = (1 - level) / 2
-        lo, hi = float(np.quantile(found, q)), float(np.quantile(found, 1 - q))
-    ci = {k: stats.curve_ci(v, n_boot=n_boot, seed=seed, level=level) for k, v in eff.items()}
-    sig_in = np.flatnonzero(ci["input"].lo > 0)
-    sig_nx = np.flatnonzero(ci["next"].lo > 0)
-    rel = lambda x: None if x is None else x / n_layers  # noqa: E731
-    return {"layer": layer, "crossing": crossing, "lo": lo, "hi": hi, "frac_never": 1 - found.size / len(boots),
-            "relative": rel(crossing), "relative_lo": rel(lo), "relative_hi": rel(hi), "n_layers": n_layers,
-            "rule": rule, "level": level,
-            "input_last_significant": int(sig_in[-1]) if sig_in.size else None,
-            "next_first_significant": int(sig_nx[0]) if sig_nx.size else None,
-            "effects": {k: v.as_dict() for k, v in ci.items()}}
 
 
 def _first_reaching(curve, frac: float) -> float | None:
@@ -353,14 +381,16 @@ def _last_above(curve, frac: float) -> float | None:
 
 def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int = 1000, seed: int = 0,
                        level: float = 0.95) -> dict[str, Any]:
-    """Scale-free transition depths of the control-corrected effects, over residual indices ``0..L-1``.
+    """Scale-free transition depths of the control-corrected effects, over residual indices ``1..L-1``.
 
-    The first-crossing rule compares two small numbers in the middle layers, where both effects
-    can be near zero; these summaries do not. ``input_stops``: the (interpolated) index after
-    which the input-direction effect stays below ``frac`` of its maximum; ``next_starts``: the
-    first index where the next-direction effect reaches ``frac`` of its maximum. The final residual
-    ``h_L`` is left out: there the edit acts on the logits directly. Each comes with a percentile
-    bootstrap CI over sequences.
+    ``input_stops``: the (interpolated) index after which the input-direction effect stays below
+    ``frac`` of its maximum; ``next_starts``: the first index where the next-direction effect
+    reaches ``frac`` of its maximum (indices in the usual numbering, ``h_l`` = output of block
+    ``l - 1``). Both ends are left out because there the answer is fixed by construction: at
+    ``h_0`` removing the input direction deletes the token's embedding, and at ``h_L`` removing the
+    next direction deletes the target's logit. Compare them with the lens's input fade and
+    next-token emergence (``stats.transition_table``), not with a crossing of two near-zero
+    curves. Each comes with a percentile bootstrap CI over sequences.
     """
     import numpy as np
 
@@ -368,14 +398,18 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
 
     eff = direction_effects(result)
     n_layers = int(result.get("n_layers", eff["input"].shape[1] - 1))
-    a = eff["input"].double().numpy()[:, :-1]
-    b = eff["next"].double().numpy()[:, :-1]
+    residuals = list(result["residuals"])
+    if residuals != list(range(n_layers + 1)):
+        raise ValueError("effect_transitions needs the profile at every residual index 0..L (residuals=None)")
+    a = eff["input"].double().numpy()[:, 1:-1]
+    b = eff["next"].double().numpy()[:, 1:-1]
     out: dict[str, Any] = {"frac": frac, "n_layers": n_layers, "level": level}
     idx = stats.bootstrap_indices(a.shape[0], n_boot, seed)
     q = (1 - level) / 2
     for key, x, fn in (("input_stops", a, _last_above), ("next_starts", b, _first_reaching)):
-        point = fn(x.mean(0), frac)
-        boots = [fn(x[i].mean(0), frac) for i in idx]
+        shift = lambda v: None if v is None else v + 1  # noqa: E731  column 0 is h_1
+        point = shift(fn(x.mean(0), frac))
+        boots = [shift(fn(x[i].mean(0), frac)) for i in idx]
         found = np.array([v for v in boots if v is not None])
         lo, hi = ((float(np.quantile(found, q)), float(np.quantile(found, 1 - q))) if found.size else (None, None))
         out[key] = {"index": point, "lo": lo, "hi": hi,
@@ -404,10 +438,7 @@ def skip_summary(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, l
 
 
 def cache_config(info: ModelInfo, cfg: CausalConfig) -> dict:
-    out = {"model": info.name, "source": info.source, "version": VERSION, **asdict(cfg)}
-    if not cfg.center:
-        del out["center"]  # raw directions: keep the keys of results computed before the option
-    return out
+    return {"model": info.name, "source": info.source, "version": VERSION, **asdict(cfg)}
 
 
 def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refresh: bool = False,
@@ -433,7 +464,7 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
         t1 = time.perf_counter()
         out["direction"] = direction_ablation_profile(lm, info, windows, directions=cfg.directions,
                                                       batch=cfg.batch, skip_first=cfg.skip_first,
-                                                      seed=cfg.seed, center=cfg.center, progress=progress)
+                                                      seed=cfg.seed, basis=cfg.basis, progress=progress)
         out["direction"]["n_layers"] = info.n_layers
         out["seconds"] = {"skip": t1 - t0, "direction": time.perf_counter() - t1}
         return out
