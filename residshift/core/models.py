@@ -157,10 +157,9 @@ class LoadedModel(NamedTuple):
 # Where each architecture keeps its layers, final norm and input embedding.
 _ARCH_PATHS: list[tuple[str, str, str]] = [
     ("model.layers", "model.norm", "model.embed_tokens"),  # llama, gemma*, mistral, qwen, olmo
-    ("transformer.h", "transformer.ln_f", "transformer.wte"),  # gpt2, gpt-neo, gpt-j
+    ("transformer.h", "transformer.ln_f", "transformer.wte"),  # gpt2, gpt-neo, gpt-j, residshift.train.gpt
     ("gpt_neox.layers", "gpt_neox.final_layer_norm", "gpt_neox.embed_in"),  # pythia
     ("model.decoder.layers", "model.decoder.final_layer_norm", "model.decoder.embed_tokens"),  # opt
-    ("residshift.blocks", "residshift.ln_f", "residshift.wte"),  # our small GPT (gpt.py)
 ]
 
 
@@ -557,6 +556,8 @@ def load_model(
                 f"{folder} has no config.json; point load_model at a folder written by "
                 "save_pretrained (config.json, model.safetensors, tokenizer files)."
             )
+        from ..train import gpt as _gpt  # noqa: F401  registers model_type "residshift-gpt"
+
         model, tokenizer = _from_pretrained(str(folder), dtype, "Check the folder's files.")
         source = f"local:{folder}"
     elif "/" in name or name in BARE_HUB_IDS or name.startswith("hub:"):

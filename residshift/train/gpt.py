@@ -1,0 +1,449 @@
+"""A small pre-LN GPT with tied embeddings and one place where the skip path is attenuated.
+
+nanoGPT's model (learned absolute positions, LayerNorm, causal self-attention through
+``F.scaled_dot_product_attention``, a GELU or GEGLU MLP, ``lm_head`` tied to ``wte``) as a
+``transformers`` ``PreTrainedModel`` with its own config (``model_type = "residshift-gpt"``,
+registered with ``AutoConfig`` / ``AutoModelForCausalLM`` on import), so ``save_pretrained``,
+``from_pretrained``, ``nnsight.TransformersModel`` and ``residshift.core.models.load_model(folder)``
+treat a trained checkpoint like any Hugging Face model. Module names follow GPT-2 / nanoGPT
+(``transformer.wte``, ``transformer.wpe``, ``transformer.h``, ``transformer.ln_f``, ``lm_head``).
+
+>>> cfg = GPTConfig(n_layer=6, n_head=4, n_embd=128, block_size=128, vocab_size=1024, residual="learned")
+>>> model = GPT(cfg)
+>>> out = model(ids, labels=ids)          # out.loss, out.logits
+>>> model.residual_alphas()               # {layer: alpha} for plots of alpha per layer over training
+
+Residual modes (``config.residual``). ``F_l(x) = block_l(x) - x`` is everything the block adds
+(attention and MLP); the skip path is scaled in ONE place, ``Block.skip``, with THE formula of the
+pretrained-model edit (``residshift.core.interventions.attenuated``: ``block(x) - (1 - alpha) x``):
+
+- ``baseline``: ``x + F(LN x)`` (nanoGPT's block; ``Block.skip`` returns its input untouched);
+- ``fixed``: ``alpha x + F_l(x)`` at ``alpha_layers`` with a constant ``alpha`` in [0, 1]. By default
+  (``site="block"``) it acts ONCE PER BLOCK, so a ``fixed`` model is exactly the ``baseline`` model
+  under the edit used on pretrained models (a test checks this bit for bit through nnsight).
+  ``site="sublayer"`` scales the skip at each of the two adds instead:
+  ``x <- alpha x + attn(LN x)``, ``x <- alpha x + mlp(LN x)`` (the embedding's share then shrinks by
+  ``alpha^2`` per block);
+- ``learned``: one gate per layer, ``alpha_l = sigmoid(theta_l)``, ``theta_l = theta_init = 6`` at
+  start (``alpha = 0.9975``; ``residshift.core.gating.ScalarGate``);
+- ``learned-token``: ``alpha_l(t) = sigmoid(w_l . LN(x_l(t)) / sqrt(d) + b_l)`` of the block's input,
+  ``w = 0`` and ``b = theta_init`` at start (``residshift.core.gating.TokenGate``, the token gate of
+  notebook 05);
+- ``scalars`` (nanochat-style): ``lambda_l x + F(LN x)``, one learned unconstrained scalar per layer,
+  ``lambda = scalar_init = 1.0`` at start (so it starts as the baseline; nanochat starts its
+  ``resid_lambdas`` at 1.15 -> 1.05 over depth and adds an ``x0`` term, which we leave out to keep
+  the comparison about the skip path alone);
+- ``backout`` (modded-nanogpt, record 2025-10-04): ``h_L - lambda h_k`` just before the final norm,
+  ``h_k`` the residual stream after ``k = backout_layer`` blocks (default ``n_layer // 2``), a learned
+  ``lambda = backout_init = 0.5`` at start. The subtraction is done at the end of the LAST block
+  (``h_L`` is that block's output), so the logit lens of ``h_L`` still reproduces the model's logits.
+
+The learned modes share ``site`` with ``fixed`` (at ``"sublayer"`` one gate per block serves both
+adds). ``param_groups(weight_decay)`` gives the optimiser groups, nanoGPT's rule: every parameter of
+dimension >= 2 decays (the attention and MLP matrices and the tied embedding ``wte`` and ``wpe``,
+as in nanoGPT and the paper's code); biases, norm gains, gates, scalars and the backout lambda do
+not.
+
+Initialisation is GPT-2's: normal(0, 0.02) for linear and embedding weights, the two residual
+projections (``attn.c_proj``, ``mlp.c_proj``) at ``0.02 / sqrt(2 n_layer)``, zero biases, unit norm
+gains. The forward has no data-dependent Python control flow (``torch.compile`` and bf16 autocast
+friendly); ``attention_mask`` is accepted for right-padded batches, which causal attention makes
+harmless (left padding is refused outside ``torch.compile``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from huggingface_hub.dataclasses import strict
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedConfig, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_outputs import CausalLMOutput
+from transformers.modeling_utils import slice_logits_to_keep
+
+from ..core.gating import THETA_INIT, FixedGate, ScalarGate, SkipScalar, TokenGate
+from ..core.interventions import attenuated
+
+MODEL_TYPE = "residshift-gpt"
+MODES = ("baseline", "fixed", "learned", "learned-token", "backout", "scalars")
+GATED_MODES = ("fixed", "learned", "learned-token", "scalars")  # modes with a skip gate per block
+SITES = ("block", "sublayer")
+MLPS = ("gelu", "geglu")
+
+
+class GPTConfigError(ValueError):
+    """A GPT configuration that cannot be built; the message names the fix."""
+
+
+@strict
+class GPTConfig(PreTrainedConfig):
+    """Everything that defines a model (a ``transformers`` strict dataclass; JSON in ``config.json``).
+
+    ``alpha`` / ``alpha_layers`` only for ``residual="fixed"``; ``theta_init`` for the learned gates;
+    ``scalar_init`` for ``scalars``; ``backout_layer`` / ``backout_init`` for ``backout``.
+    """
+
+    model_type = MODEL_TYPE
+    attribute_map = {
+        "hidden_size": "n_embd",
+        "num_hidden_layers": "n_layer",
+        "num_attention_heads": "n_head",
+        "max_position_embeddings": "block_size",
+    }
+
+    n_layer: int = 6
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 128
+    vocab_size: int = 1024
+    mlp: str = "gelu"  # "gelu" (4d hidden) | "geglu" (gelu(x W) * (x V), 4d hidden: 1.5x the MLP weights)
+    dropout: float = 0.0
+    bias: bool = False  # biases in Linear and LayerNorm (nanoGPT's training default: off)
+    residual: str = "baseline"
+    site: str = "block"  # "block": alpha x + F(x) once per block | "sublayer": at both adds
+    alpha: float | None = None
+    alpha_layers: list[int] | tuple[int, ...] | None = None
+    theta_init: float = THETA_INIT
+    scalar_init: float = 1.0
+    backout_layer: int | None = None  # default n_layer // 2
+    backout_init: float = 0.5
+    initializer_range: float = 0.02
+    layer_norm_epsilon: float = 1e-5
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    use_cache: bool = False  # no KV cache: generate() recomputes the prefix
+
+    def __post_init__(self, **kwargs):
+        if self.alpha_layers is not None:
+            self.alpha_layers = [int(l) for l in self.alpha_layers]
+        if self.residual == "backout" and self.backout_layer is None and isinstance(self.n_layer, int):
+            self.backout_layer = self.n_layer // 2
+        super().__post_init__(**kwargs)
+        self.check()
+
+    def check(self) -> "GPTConfig":
+        """Raise :class:`GPTConfigError` naming the fix for anything that cannot be built."""
+        def bad(msg):
+            raise GPTConfigError(msg)
+
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+            if getattr(self, name) < 1:
+                bad(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            bad(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}: pick a width divisible "
+                "by the number of heads")
+        if self.mlp not in MLPS:
+            bad(f"unknown mlp {self.mlp!r}; choose one of {MLPS}")
+        if not 0.0 <= self.dropout < 1.0:
+            bad(f"dropout must lie in [0, 1), got {self.dropout}")
+        if self.residual not in MODES:
+            bad(f"unknown residual mode {self.residual!r}; choose one of {MODES}")
+        if self.site not in SITES:
+            bad(f"unknown site {self.site!r}; choose 'block' (alpha x + F(x) once per block) or "
+                "'sublayer' (alpha at the attention add and at the MLP add)")
+        if self.site != "block" and self.residual not in GATED_MODES:
+            bad(f"site={self.site!r} only applies to the gated modes {GATED_MODES}, not {self.residual!r}")
+        fixed = self.residual == "fixed"
+        if fixed:
+            if self.alpha is None or not self.alpha_layers:
+                bad("residual='fixed' needs alpha= (in [0, 1]) and alpha_layers= (a list of block "
+                    f"indices in 0..{self.n_layer - 1})")
+            if not 0.0 <= self.alpha <= 1.0:
+                bad(f"alpha must lie in [0, 1] (1 = unmodified skip path, 0 = skip path cut), got {self.alpha}")
+            if len(set(self.alpha_layers)) != len(self.alpha_layers):
+                bad(f"alpha_layers has duplicates: {self.alpha_layers}")
+            for l in self.alpha_layers:
+                if not 0 <= l < self.n_layer:
+                    bad(f"alpha_layers entry {l} is out of range for {self.n_layer} layers: use "
+                        f"0..{self.n_layer - 1}")
+        elif self.alpha is not None or self.alpha_layers is not None:
+            bad(f"alpha / alpha_layers only apply to residual='fixed', not {self.residual!r}: drop them "
+                "or set residual='fixed'")
+        if self.residual == "backout":
+            if self.n_layer < 2:
+                bad("backout needs at least 2 layers (it subtracts a middle layer's stream)")
+            if not 1 <= self.backout_layer <= self.n_layer - 1:
+                bad(f"backout_layer {self.backout_layer} is out of range: the stream after k blocks, "
+                    f"k in 1..{self.n_layer - 1}")
+        elif self.backout_layer is not None:
+            bad(f"backout_layer only applies to residual='backout', not {self.residual!r}")
+        return self
+
+    def gate_layers(self) -> list[int]:
+        """The blocks whose skip path carries a gate (empty for baseline and backout)."""
+        if self.residual == "fixed":
+            return sorted(self.alpha_layers)
+        if self.residual in GATED_MODES:
+            return list(range(self.n_layer))
+        return []
+
+
+# --------------------------------------------------------------------------------------------
+# The model (nanoGPT's modules)
+# --------------------------------------------------------------------------------------------
+
+
+def make_gate(config: GPTConfig, layer: int) -> nn.Module | None:
+    """The skip-path gate of block ``layer`` for ``config.residual`` (None: plain skip)."""
+    if layer not in config.gate_layers():
+        return None
+    if config.residual == "fixed":
+        return FixedGate(config.alpha)
+    if config.residual == "learned":
+        return ScalarGate(config.theta_init)
+    if config.residual == "learned-token":
+        return TokenGate(config.n_embd, config.theta_init)
+    if config.residual == "scalars":
+        return SkipScalar(config.scalar_init)
+    raise GPTConfigError(f"mode {config.residual!r} has no per-block gate")
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_head = config.n_head
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        hidden = 4 * config.n_embd
+        self.geglu = config.mlp == "geglu"
+        self.c_fc = nn.Linear(config.n_embd, 2 * hidden if self.geglu else hidden, bias=config.bias)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c_fc(x)
+        if self.geglu:
+            a, b = h.chunk(2, dim=-1)
+            h = F.gelu(a) * b
+        else:
+            h = F.gelu(h)
+        return self.dropout(self.c_proj(h))
+
+
+class Backout(nn.Module):
+    """``lambda h_k``: what the last block subtracts (modded-nanogpt's backout)."""
+
+    def __init__(self, init_value: float = 0.5):
+        super().__init__()
+        self.init_value = float(init_value)
+        self.lam = nn.Parameter(torch.tensor(self.init_value))
+
+    def forward(self, h_k: torch.Tensor) -> torch.Tensor:
+        return self.lam * h_k
+
+
+class Block(nn.Module):
+    """Pre-LN block. ``skip`` is the one place where the skip path is scaled."""
+
+    def __init__(self, config: GPTConfig, layer: int):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
+        self.mlp = MLP(config)
+        self.gate = make_gate(config, layer)  # None: x + F(x) exactly
+        self.per_sublayer = config.site == "sublayer"
+        last = layer == config.n_layer - 1
+        self.backout = Backout(config.backout_init) if config.residual == "backout" and last else None
+
+    def skip(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``y = x + F(x)`` -> ``alpha x + F(x) = y - (1 - alpha) x`` (the pretrained-model edit)."""
+        return y if self.gate is None else attenuated(y, x, self.gate(x))
+
+    def forward(self, x: torch.Tensor, h_k: torch.Tensor | None = None) -> torch.Tensor:
+        if self.per_sublayer:  # alpha at each of the two adds
+            x = self.skip(x, x + self.attn(self.ln_1(x)))
+            y = self.skip(x, x + self.mlp(self.ln_2(x)))
+        else:  # nanoGPT's two lines, then alpha once per block
+            y = x + self.attn(self.ln_1(x))
+            y = self.skip(x, y + self.mlp(self.ln_2(y)))
+        if self.backout is not None:  # last block of a backout model: subtract lambda h_k
+            y = y - self.backout(h_k)
+        return y
+
+
+class GPT(PreTrainedModel, GenerationMixin):
+    config_class = GPTConfig
+    config: GPTConfig
+    base_model_prefix = "transformer"
+    main_input_name = "input_ids"
+    _no_split_modules = ["Block"]
+    _supports_sdpa = True
+    _can_compile_fullgraph = True
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: GPTConfig):
+        super().__init__(config)
+        config.check()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),
+            wpe=nn.Embedding(config.block_size, config.n_embd),
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, l) for l in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.backout_layer = config.backout_layer if config.residual == "backout" else -1
+        self.post_init()
+
+    # -- transformers plumbing ----------------------------------------------------------------
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.transformer.wte
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.transformer.wte = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # no KV cache: generate() feeds the whole prefix each step
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, ScalarGate):
+            init.constant_(module.theta, module.theta_init)
+        elif isinstance(module, TokenGate):
+            init.zeros_(module.w)
+            init.constant_(module.b, module.theta_init)
+        elif isinstance(module, SkipScalar):
+            init.constant_(module.lam, module.init)
+        elif isinstance(module, Backout):
+            init.constant_(module.lam, module.init_value)
+        if isinstance(module, (CausalSelfAttention, MLP)):  # GPT-2: residual projections / sqrt(2 L)
+            init.normal_(module.c_proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layer))
+
+    # -- forward -----------------------------------------------------------------------------
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        **kwargs: Any,
+    ) -> CausalLMOutput:
+        """Logits ``[B, T, vocab]`` (or the positions ``logits_to_keep`` selects) and, with
+        ``labels`` (HF convention: ``labels = input_ids``, shifted inside, -100 ignored), the mean
+        next-token cross-entropy in float32."""
+        B, T = input_ids.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence of {T} tokens exceeds block_size {self.config.block_size}: "
+                             "cut the input into windows of at most block_size tokens")
+        if attention_mask is not None and not torch.compiler.is_compiling():
+            _check_right_padded(attention_mask)
+        if position_ids is None:
+            position_ids = torch.arange(T, device=input_ids.device)
+        tr = self.transformer
+        x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
+        h_k = None
+        for l, block in enumerate(tr.h):
+            if l == self.backout_layer:
+                h_k = x  # the stream after backout_layer blocks (backout mode only)
+            x = block(x, h_k)
+        x = slice_logits_to_keep(tr.ln_f(x), logits_to_keep)
+        logits = self.lm_head(x)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                                   labels[:, 1:].reshape(-1).to(logits.device), ignore_index=-100)
+        return CausalLMOutput(loss=loss, logits=logits)
+
+    # -- what the trainer and the plots need ---------------------------------------------------
+
+    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """AdamW groups: ``[{"params": decay, "weight_decay": wd}, {"params": no_decay, 0.0}]``.
+
+        Decay: every parameter of dimension >= 2 (matrices and the tied embeddings, nanoGPT's
+        rule). No decay: biases, norm gains, gates (theta, w, b), scalars and the backout lambda.
+        """
+        gate_params = {id(p) for m in self.modules() if isinstance(m, (ScalarGate, TokenGate, SkipScalar, Backout))
+                       for p in m.parameters()}
+        decay, no_decay = [], []
+        for p in self.parameters():  # each tied parameter once
+            if not p.requires_grad:
+                continue
+            (decay if p.dim() >= 2 and id(p) not in gate_params else no_decay).append(p)
+        return [{"params": decay, "weight_decay": float(weight_decay)},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def gate_parameters(self) -> list[nn.Parameter]:
+        """The learned gate / scalar / backout parameters (empty for baseline and fixed)."""
+        return [p for m in self.modules() if isinstance(m, (ScalarGate, TokenGate, SkipScalar, Backout))
+                for p in m.parameters()]
+
+    @torch.no_grad()
+    def residual_alphas(self) -> dict[int, float]:
+        """``{layer: alpha}`` for every block: 1.0 on a plain skip, the fixed alpha, ``sigmoid(theta)``,
+        ``sigmoid(b)`` for token gates (the alpha of a token with ``LN(x)`` orthogonal to ``w``), or
+        the scalar ``lambda``."""
+        out = {}
+        for l, block in enumerate(self.transformer.h):
+            g = block.gate
+            out[l] = 1.0 if g is None else float(g()) if isinstance(g, FixedGate) else g.value()
+        return out
+
+    @torch.no_grad()
+    def learned_scalars(self) -> dict[str, float]:
+        """Flat ``{name: value}`` of what the residual mode learns, for JSON logs: ``alpha/<l>``
+        (learned modes), ``backout_lambda`` (backout)."""
+        out: dict[str, float] = {}
+        if self.config.residual in ("learned", "learned-token", "scalars"):
+            out.update({f"alpha/{l}": a for l, a in self.residual_alphas().items()})
+        last = self.transformer.h[-1]
+        if last.backout is not None:
+            out["backout_lambda"] = float(last.backout.lam)
+        return out
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count (tied weights once); ``non_embedding`` drops the position embedding
+        (nanoGPT's convention: the token embedding counts, it is the output head too)."""
+        n = sum(p.numel() for p in self.parameters())
+        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+
+
+def _check_right_padded(mask: torch.Tensor) -> None:
+    if mask.ndim != 2:
+        raise ValueError(f"attention_mask must be [batch, seq] (1 = token, 0 = padding), got shape {tuple(mask.shape)}")
+    if bool((mask[:, 1:] > mask[:, :-1]).any()):
+        raise ValueError("attention_mask has padding before tokens (left padding); this model takes "
+                         "right-padded batches only (causal attention makes right padding harmless)")
+
+
+AutoConfig.register(MODEL_TYPE, GPTConfig, exist_ok=True)
+AutoModelForCausalLM.register(GPTConfig, GPT, exist_ok=True)
