@@ -291,3 +291,32 @@ def test_position_subset_matches_full_pass():
     assert res.tokens["pos"].tolist() == where.tolist() * 4
     assert torch.equal(res.tokens["cur"].long(), windows[:, where].reshape(-1))
     torch.testing.assert_close(res.per_seq["logprob_next"], b["logprob_next"].mean(-1).T)
+
+
+def test_bos_and_detokenization_options_change_the_windows(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    lm, tok, info = load_model("tiny-gemma3")
+    kw = dict(corpus="wikitext-2", split="validation", window=16, n=2, metrics=["top1"])
+    base = lens.run_lens(lm, info, tok, **kw)
+    flipped = lens.run_lens(lm, info, tok, bos=not info.prepend_bos, **kw)
+    raw = lens.run_lens(lm, info, tok, detokenize=False, **kw)
+    assert base.config["bos"] is info.prepend_bos and flipped.config["bos"] is not info.prepend_bos
+    assert raw.config["detokenize"] is False
+    assert not torch.equal(base.tokens["cur"], flipped.tokens["cur"])
+    assert not torch.equal(base.tokens["cur"], raw.tokens["cur"])
+    assert len(list((tmp_path / "lens-metrics").glob("*.pt"))) == 3
+
+
+def test_unigram_baseline_counts_the_most_frequent_token():
+    tokens = {"cur": torch.tensor([5, 5, 2, 5, 1, 1], dtype=torch.int32),
+              "next": torch.tensor([5, 2, 5, 1, 1, 5], dtype=torch.int32),
+              "seq": torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.int32)}
+    res = lens.LensResult("m", 2, ["top1_input"], {"top1_input": torch.zeros(2, 3)}, {}, tokens)
+    counts = np.zeros(8)
+    counts[[5, 2, 1]] = [10, 3, 1]
+    base = lens.unigram_baseline(res, counts)
+    assert base["top_token"] == 5
+    torch.testing.assert_close(base["top1_input"], torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
+    torch.testing.assert_close(base["top1_next"], torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
+    q = (counts + 1) / (counts + 1).sum()
+    assert float(base["logprob_input"][1]) == pytest.approx(float(np.log(q[[5, 1, 1]]).mean()))

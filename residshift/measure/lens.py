@@ -486,12 +486,17 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
              seed: int = 0, batch: int = 8, metrics: Iterable[str] | None = None,
              decoder: Decoder | None = None, decoder_id: str | None = None,
              attenuation: Mapping[int, float] | None = None, matmul_dtype: str = "float32",
-             positions: int | None = None, remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
+             positions: int | None = None, bos: bool | None = None, detokenize: bool = True,
+             remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
     """The cached corpus-level pass: windows of a named corpus through :func:`corpus_metrics`.
 
     Cached under ``results/lens-metrics`` by (model, corpus, split, window, n, seed, metrics,
-    decoder id, attenuation, matmul dtype, positions). A decoder needs a ``decoder_id`` that names it
-    (e.g. the tuned lens's cache key), so a cached result is never reused for another decoder.
+    decoder id, attenuation, matmul dtype, positions, BOS, detokenization) and the code. A decoder
+    needs a ``decoder_id`` that names it (e.g. the tuned lens's cache key), so a cached result is
+    never reused for another decoder. ``bos``: start every window with BOS (None = as the model was
+    trained, ``info.prepend_bos``); ``detokenize``: undo WikiText's word tokenization (our rules,
+    ``data.detokenize_wikitext``) or feed the raw v1 text. Both choices are defensible; notebook 03
+    shows how much the curves move with each.
     """
     from ..core import cache
     from ..core.data import token_windows
@@ -507,12 +512,13 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
         "decoder": decoder_id if decoder is not None else None,
         "attenuation": {str(k): float(v) for k, v in plan.items()},
         "matmul_dtype": matmul_dtype, "token_table": list(opt.token_table),
-        "positions": positions,
+        "positions": positions, "bos": info.prepend_bos if bos is None else bool(bos),
+        "detokenize": bool(detokenize),
     }
 
     def compute() -> LensResult:
         windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
-                                prepend_bos=info.prepend_bos)
+                                prepend_bos=config["bos"], detokenize=detokenize)
         prog = None
         if verbose:
             def prog(done, total):
@@ -588,6 +594,32 @@ def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str) -> 
 
     tokens = tokenize_text(corpus_text(corpus, split), tokenizer)
     return np.bincount(tokens, minlength=info.vocab_size)
+
+
+def unigram_baseline(result: "LensResult", counts: np.ndarray) -> dict[str, torch.Tensor]:
+    """What a decoder that ignores the residual stream achieves on the same analysed positions.
+
+    The unigram decoder always answers with the corpus's token distribution ``q`` (``counts``, from
+    :func:`corpus_token_counts`): its top-1 guess is the most frequent token. Per window (the
+    bootstrap unit), for ``x`` = the input and the next token: ``top1_<x>`` = share of positions
+    where ``x`` is that most frequent token, and ``logprob_<x>`` = mean ``log q(x)`` (add-one
+    smoothed). A lens layer is "interpretable" for ``x`` only where it beats these (notebook 03's
+    C1 rule); SmolLM2's middle layers, for instance, decode "." and "and": a frequency guess.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    q = (counts + 1) / (counts + 1).sum()
+    top = int(np.argmax(counts))
+    seq = result.tokens["seq"].long()
+    n = result.n_seq
+    out = {}
+    for which, ids in (("input", result.tokens["cur"].long()), ("next", result.tokens["next"].long())):
+        per_tok = {"top1": (ids == top).double(), "logprob": torch.from_numpy(np.log(q))[ids]}
+        for name, v in per_tok.items():
+            sums = torch.zeros(n, dtype=torch.float64).index_add_(0, seq, v)
+            cnt = torch.zeros(n, dtype=torch.float64).index_add_(0, seq, torch.ones_like(v))
+            out[f"{name}_{which}"] = sums / cnt
+    out["top_token"] = top
+    return out
 
 
 # --------------------------------------------------------------------------------------------
