@@ -320,3 +320,15 @@ def test_unigram_baseline_counts_the_most_frequent_token():
     torch.testing.assert_close(base["top1_next"], torch.tensor([2 / 3, 1 / 3], dtype=torch.float64))
     q = (counts + 1) / (counts + 1).sum()
     assert float(base["logprob_input"][1]) == pytest.approx(float(np.log(q[[5, 1, 1]]).mean()))
+
+
+def test_input_persistence_averages_the_late_input_columns():
+    per_seq = {"logprob_input": torch.tensor([[0.0, -1.0, -2.0, -4.0], [0.0, -3.0, -3.0, -6.0]]),
+               "logrank_input": torch.zeros(2, 4)}
+    res = lens.LensResult("m", 3, list(per_seq), per_seq, {}, {})
+    out = lens.input_persistence(res, 2)
+    torch.testing.assert_close(out["logprob"], torch.tensor([-3.0, -4.5], dtype=torch.float64))
+    with pytest.raises(lens.LensError, match="0..3"):
+        lens.input_persistence(res, 4)
+    with pytest.raises(lens.LensError, match="metrics including 'prob'"):
+        lens.input_persistence(res, 1, metrics=["prob"])

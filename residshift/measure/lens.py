@@ -596,6 +596,27 @@ def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str) -> 
     return np.bincount(tokens, minlength=info.vocab_size)
 
 
+def input_persistence(result: "LensResult", first: int, *,
+                      metrics: Iterable[str] = ("logprob", "logrank")) -> dict[str, torch.Tensor]:
+    """How much of the input token the stream still carries from residual ``h_first`` on.
+
+    Per window (the bootstrap unit): the mean over ``h_first .. h_L`` of the input token's lens
+    alignment, one entry per metric (``logprob_input``: higher = more input; ``logrank_input``:
+    lower = more input). Compare a model before and after attenuating block ``b`` with
+    ``first = b + 1`` (the residuals after the edited block), window by window: a direct measure
+    of the misalignment the paper describes, unlike a gap that also moves with the loss.
+    """
+    if not 0 <= first <= result.n_layers:
+        raise LensError(f"first must lie in 0..{result.n_layers}, got {first}")
+    out = {}
+    for m in metrics:
+        col = f"{m}_input"
+        if col not in result.per_seq:
+            raise LensError(f"the lens result has no {col!r}; run it with metrics including {m!r}")
+        out[m] = result.per_seq[col][:, first:].double().mean(1)
+    return out
+
+
 def unigram_baseline(result: "LensResult", counts: np.ndarray) -> dict[str, torch.Tensor]:
     """What a decoder that ignores the residual stream achieves on the same analysed positions.
 
