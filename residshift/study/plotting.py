@@ -25,11 +25,48 @@ _NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
 PALETTE = {"input": "#1b9e77", "next": "#d95f02", "other": "#bdbdbd"}
 
 
+# Decoded tokens come from any script (Gemma's vocabulary spans CJK, Indic, Thai, Ethiopic, ...).
+# matplotlib draws each glyph with the first font of this list that has it; DejaVu Sans (Latin,
+# Greek, Cyrillic, Arabic) leads, the Noto fonts that `make browser` installs (Debian's fonts-noto-cjk
+# and fonts-noto-core) follow. Fonts that are not installed are left out of the list.
+FONT_FALLBACK = (
+    "DejaVu Sans", "Noto Sans CJK JP", "Noto Sans", "Noto Sans Devanagari", "Noto Sans Bengali",
+    "Noto Sans Thai", "Noto Sans Tamil", "Noto Sans Telugu", "Noto Sans Kannada", "Noto Sans Malayalam",
+    "Noto Sans Gujarati", "Noto Sans Gurmukhi", "Noto Sans Oriya", "Noto Sans Sinhala",
+    "Noto Sans Myanmar", "Noto Sans Khmer", "Noto Sans Lao", "Noto Sans Hebrew", "Noto Sans Arabic",
+    "Noto Sans Georgian", "Noto Sans Armenian", "Noto Sans Ethiopic", "Noto Sans Math",
+    "Noto Sans Symbols", "Noto Sans Symbols 2",
+)
+
+
+def _installed_fonts(families) -> list[str]:
+    """The families of ``families`` that matplotlib can use, in order.
+
+    matplotlib caches its font list once; fonts installed after that (``make browser``) are added here
+    from the system's font files (``findSystemFonts``), so a stale cache never hides them."""
+    from matplotlib import font_manager as fm
+
+    have = {f.name for f in fm.fontManager.ttflist}
+    missing = {name.replace(" ", "") for name in families if name not in have}
+    if missing:
+        known = {f.fname for f in fm.fontManager.ttflist}
+        for path in fm.findSystemFonts():
+            stem = Path(path).stem.split("-")[0]  # NotoSansCJK-Regular.ttc -> NotoSansCJK
+            if path not in known and any(name.startswith(stem) for name in missing):
+                try:
+                    fm.fontManager.addfont(path)
+                except (OSError, RuntimeError):  # an unreadable font file: skip it
+                    continue
+        have = {f.name for f in fm.fontManager.ttflist}
+    return [name for name in families if name in have]
+
+
 def set_theme() -> None:
     import seaborn as sns
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind",
-                  rc={"figure.dpi": 110, "savefig.dpi": 150, "figure.autolayout": False})
+                  rc={"figure.dpi": 110, "savefig.dpi": 150, "figure.autolayout": False,
+                      "font.family": _installed_fonts(FONT_FALLBACK)})
 
 
 def _check_name(name: str) -> str:
