@@ -1,0 +1,1207 @@
+"""Verdicts: one row type, one file layout, and every claim's rule as a pure function of numbers.
+
+**The schema.** Every verdict is a :class:`VerdictRow`: who (``model``, ``variant`` — the decoder
+or the attenuation variant), what (``claim_id`` such as ``"C2.late-cut"``, the ``claim`` in words),
+the outcome (``verdict``: :data:`REPRODUCED`, :data:`NOT_REPRODUCED` or :data:`INCONCLUSIVE`), the
+evidence (the ``statistic``'s name, its ``estimate``, ``ci`` = (lo, hi) at ``level``, ``n`` units),
+the ``rule`` in words (with its parameters filled in), optional ``per_seed`` verdicts, ``details``
+and the ``source`` (the figure / numbers file the evidence comes from). A notebook writes a list of
+rows with :func:`save_verdicts` (through ``residshift.study.plotting.save_numbers``, so the
+manifest records it); :func:`load_verdicts` reads them back; ``residshift.study.report`` renders
+only this layout.
+
+**The rules.** Each ``c*`` function below is a pure function of arrays (per-window losses, per-window
+lens curves, per-item 0/1 scores, per-seed gate values) that returns rows. Every rule states, in
+its docstring and in each row's ``rule`` field, the statistic, the test, the level, the
+correction for multiple comparisons, and what produces each of the three outcomes; the parameters
+(thresholds, margins, bands) are fixed here, before any number is looked at. Two shapes recur:
+
+- *threshold rule* (a CI against a stated threshold ``t``): reproduced if the CI lies above ``t``,
+  not reproduced if it lies below, inconclusive if it straddles ``t``;
+- *improvement rule* (a CI of a paired difference whose claimed sign is known): reproduced if the
+  CI excludes 0 on the claimed side; not reproduced if it excludes any effect of at least the
+  stated materiality ``margin`` on the claimed side; inconclusive otherwise (a significant effect
+  smaller than the margin counts as reproduced).
+
+Intervals are percentile bootstraps over units (:mod:`.stats`); tests that feed a Holm correction
+are one-sided paired t-tests. Per-seed verdicts are combined by unanimity unless a rule says
+otherwise (:func:`residshift.analysis.stats.combine_verdicts`). Claim ids: ``C1``, ``C1.early``,
+``C1.middle``, ``C1.late``, ``C1.depth``, ``C2.late-cut``, ``C2.layer-sensitive``,
+``C3.beats-baseline``, ``C3.beats-best-cut``, ``C3.concentrates``, ``C3.misalignment``,
+``C3.misalignment.rank``, ``C3.emergence-shift``, ``C3.benchmarks``, ``C2-training.alpha0-hurts``,
+``C2-training.layer-sensitive``, ``C2-training.late-cut``, ``C3-training.beats-baseline``,
+``C3-training.beats-best-cut``, ``C3-training.concentrates``, ``C4.benchmarks``.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import re
+import textwrap
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+from scipy.stats import norm as _sp_norm
+
+from . import stats
+from .stats import INCONCLUSIVE, NOT_REPRODUCED, OUTCOMES, REPRODUCED
+
+__all__ = ["REPRODUCED", "NOT_REPRODUCED", "INCONCLUSIVE", "OUTCOMES", "SCHEMA", "CLAIMS",
+           "VerdictRow", "VerdictError", "save_verdicts", "load_verdicts", "rows_from_json",
+           "is_verdict_layout"]
+
+SCHEMA = "residshift.verdicts/1"
+
+# The claims in words (paper claims C1-C4, as our rules read them; see shared/paper-notes.md).
+CLAIMS: dict[str, str] = {
+    "C1": "decoding h_l through the tied embedding shows three regimes in order: the input token "
+          "early, nothing interpretable in the middle, the next token late",
+    "C1.early": "early layers decode to the input token",
+    "C1.middle": "middle layers decode to nothing interpretable (no better than a unigram guess)",
+    "C1.late": "late layers decode to the next token",
+    "C1.depth": "the next token emerges around 0.65 of the depth (Gemma-2-2B: ~layer 17 of 26; a "
+                "reference, the depth varies by model)",
+    "C2.late-cut": "attenuating the skip path of one late block lowers the loss (frozen model)",
+    "C2.layer-sensitive": "the effect of attenuation is very sensitive to the chosen layer (frozen model)",
+    "C3.beats-baseline": "learned gates lower the loss of the unmodified model",
+    "C3.beats-best-cut": "learned gates beat the best fixed single-block cut (the unmodified model "
+                         "among the candidates)",
+    "C3.concentrates": "the learned attenuation concentrates on the final layer",
+    "C3.misalignment": "the gates reduce the misalignment: the input token is less decodable after "
+                       "the edited block (log-probability)",
+    "C3.misalignment.rank": "the gates reduce the misalignment: the input token ranks lower after "
+                            "the edited block (log10 rank)",
+    "C3.emergence-shift": "with the gates, the next token emerges earlier",
+    "C3.benchmarks": "the gates match or improve the benchmarks",
+    "C2-training.alpha0-hurts": "training with the skip path of one block cut (alpha = 0) hurts "
+                                "optimisation (higher final validation loss)",
+    "C2-training.layer-sensitive": "training with one attenuated block is very sensitive to the layer",
+    "C2-training.late-cut": "training with one late block attenuated improves validation loss",
+    "C3-training.beats-baseline": "gates trained with the model lower the validation loss of the baseline",
+    "C3-training.beats-best-cut": "gates trained with the model beat the best fixed single-block cut "
+                                  "(the baseline among the candidates)",
+    "C3-training.concentrates": "gates trained with the model concentrate their attenuation on the final layer",
+    "C4.benchmarks": "the attenuated model matches or improves the baseline on benchmarks",
+}
+
+_CLAIM_ID = re.compile(r"^C[1-4](-training)?(\.[a-z0-9-]+)*$")
+
+
+class VerdictError(ValueError):
+    """A verdict row or file that does not follow the schema; the message names the fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# The row type, save and load
+# --------------------------------------------------------------------------------------------
+
+
+def _finite_or_none(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: numpy scalars/arrays to Python, non-finite floats to None, tuples to lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _finite_or_none(value)
+    if value is None or isinstance(value, str):
+        return value
+    raise VerdictError(f"details must be JSON-like (numbers, strings, lists, dicts); got "
+                       f"{type(value).__name__}: convert it first")
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One verdict on one claim for one model (and variant). See the module docstring."""
+
+    model: str
+    variant: str | None
+    claim_id: str
+    claim: str
+    verdict: str
+    statistic: str
+    estimate: float | None
+    ci: tuple[float | None, float | None]
+    level: float | None
+    n: int | None
+    rule: str
+    per_seed: tuple[str, ...] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def __post_init__(self):
+        if self.verdict not in OUTCOMES:
+            raise VerdictError(f"verdict {self.verdict!r} is not one of {OUTCOMES}")
+        if not _CLAIM_ID.match(str(self.claim_id)):
+            raise VerdictError(f"claim_id {self.claim_id!r} must look like 'C2.late-cut' "
+                               "(C1-C4, optional '-training', then dotted lowercase parts)")
+        if not self.model or not self.rule or not self.claim:
+            raise VerdictError("a verdict row needs a model, the claim in words and the rule in words")
+        if self.level is not None and not 0 < self.level < 1:
+            raise VerdictError(f"level must lie in (0, 1), got {self.level}")
+        ci = tuple(self.ci) if self.ci is not None else (None, None)
+        if len(ci) != 2:
+            raise VerdictError(f"ci must be (lo, hi), got {self.ci!r}")
+        object.__setattr__(self, "ci", (_finite_or_none(ci[0]), _finite_or_none(ci[1])))
+        object.__setattr__(self, "estimate", _finite_or_none(self.estimate))
+        if self.n is not None:
+            object.__setattr__(self, "n", int(self.n))
+        if self.per_seed is not None:
+            seeds = tuple(self.per_seed)
+            bad = [v for v in seeds if v not in OUTCOMES]
+            if bad:
+                raise VerdictError(f"per-seed verdicts {bad} are not in {OUTCOMES}")
+            object.__setattr__(self, "per_seed", seeds)
+        object.__setattr__(self, "details", _plain(dict(self.details)))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {"schema": SCHEMA}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "VerdictRow":
+        if not isinstance(d, Mapping) or d.get("schema") != SCHEMA:
+            raise VerdictError(f"not a verdict row of layout {SCHEMA!r}: {str(d)[:80]}")
+        names = {f.name for f in fields(cls)}
+        missing = names - set(d) - {"per_seed", "details", "source"}
+        extra = set(d) - names - {"schema"}
+        if missing or extra:
+            raise VerdictError(f"verdict row fields differ from the schema: missing {sorted(missing)}, "
+                               f"unknown {sorted(extra)}")
+        return cls(**{k: d[k] for k in names if k in d})
+
+
+def _check_rows(rows) -> list[VerdictRow]:
+    rows = list(rows)
+    if not rows:
+        raise VerdictError("no verdict rows to save: call the rules first")
+    bad = [type(r).__name__ for r in rows if not isinstance(r, VerdictRow)]
+    if bad:
+        raise VerdictError(f"save_verdicts takes VerdictRow objects (from the rules in "
+                           f"residshift.analysis.verdicts), got {bad[:3]}")
+    return rows
+
+
+def save_verdicts(name: str, rows: Sequence[VerdictRow], *,
+                  parameters: dict[str, Any] | None = None) -> Path:
+    """Write ``figures/<name>.json``: a list of rows in the one layout (recorded in the manifest)."""
+    rows = _check_rows(rows)
+    if "verdict" not in name:
+        raise VerdictError(f"a verdict file's name must contain 'verdicts' (the report finds them by "
+                           f"name), e.g. '04-attenuation-sweep-verdicts'; got {name!r}")
+    from ..study.plotting import save_numbers
+
+    return save_numbers(name, [r.as_dict() for r in rows], parameters=parameters)
+
+
+def is_verdict_layout(data: Any) -> bool:
+    """True when ``data`` (a parsed JSON file) is a non-empty list of rows of this schema."""
+    return (isinstance(data, list) and bool(data)
+            and all(isinstance(r, Mapping) and r.get("schema") == SCHEMA for r in data))
+
+
+def rows_from_json(data: Any, where: str = "the file") -> list[VerdictRow]:
+    if not is_verdict_layout(data):
+        raise VerdictError(f"{where} is not in the verdict layout {SCHEMA!r} (an older notebook wrote "
+                           "it?): rerun the notebook that writes it, which saves through "
+                           "residshift.analysis.verdicts.save_verdicts")
+    return [VerdictRow.from_dict(r) for r in data]
+
+
+def load_verdicts(path) -> list[VerdictRow]:
+    """Read a file written by :func:`save_verdicts`."""
+    path = Path(path)
+    if not path.is_file():
+        raise VerdictError(f"{path} does not exist: run the notebook that writes it")
+    return rows_from_json(json.loads(path.read_text()), str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces of the rules
+# --------------------------------------------------------------------------------------------
+
+
+def _rule(*templates: str) -> Callable:
+    """Append the rule(s), filled with the function's default parameters, to its docstring."""
+    def wrap(fn):
+        defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()
+                    if p.default is not inspect.Parameter.empty}
+        text = "\n\n".join(textwrap.fill(t.format(**defaults), 96, initial_indent="    ",
+                                         subsequent_indent="    ") for t in templates)
+        fn.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n    Rule (default parameters):\n\n" + text + "\n"
+        fn.rule_templates = templates
+        return fn
+    return wrap
+
+
+def threshold_verdict(lo: float | None, hi: float | None, threshold: float) -> str:
+    """Reproduced if the CI lies above ``threshold``, not reproduced if below, else inconclusive."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return INCONCLUSIVE
+    if lo > threshold:
+        return REPRODUCED
+    if hi < threshold:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
+def improvement_verdict(lo: float | None, hi: float | None, *, sign: int, margin: float = 0.0) -> str:
+    """The improvement rule: the claim says the quantity is > 0 (``sign=+1``) or < 0 (``sign=-1``).
+
+    Reproduced if the CI excludes 0 on the claimed side; not reproduced if it excludes every effect
+    of at least ``margin`` on the claimed side; inconclusive otherwise.
+    """
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign}")
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return INCONCLUSIVE
+    if sign > 0:
+        return REPRODUCED if lo > 0 else (NOT_REPRODUCED if hi < margin else INCONCLUSIVE)
+    return REPRODUCED if hi < 0 else (NOT_REPRODUCED if lo > -margin else INCONCLUSIVE)
+
+
+def verdict_from_ci(lo: float, hi: float, *, better_if: str = "lower", n: int | None = None,
+                    min_n: int = 5) -> str:
+    """'reproduced' when the CI lies on the claimed side of 0, 'not reproduced' when on the other.
+
+    With fewer than ``min_n`` paired units a bootstrap CI means little: 'inconclusive'. (Moved
+    from ``sweep``; the rules below use :func:`improvement_verdict`, which can also say 'not
+    reproduced' for an effect too small to matter.)
+    """
+    if n is not None and n < min_n:
+        return INCONCLUSIVE
+    if better_if not in ("lower", "higher"):
+        raise ValueError(f"better_if must be 'lower' or 'higher', got {better_if!r}")
+    return improvement_verdict(lo, hi, sign=-1 if better_if == "lower" else 1)
+
+
+def _arr(x, name: str, ndim: int | tuple[int, ...]) -> np.ndarray:
+    a = stats._np(x)
+    dims = (ndim,) if isinstance(ndim, int) else ndim
+    if a.ndim not in dims:
+        raise ValueError(f"{name} must have {' or '.join(map(str, dims))} dimension(s), got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} holds NaN or inf: check the run that produced it")
+    return a
+
+
+def _per_seed(x, name: str, n_units: int | None = None) -> np.ndarray:
+    """``[n_seeds, n_units]`` (a 1-D array is one seed)."""
+    a = _arr(x, name, (1, 2))
+    a = a[None] if a.ndim == 1 else a
+    if n_units is not None and a.shape[1] != n_units:
+        raise ValueError(f"{name} has {a.shape[1]} units, expected {n_units} (the same windows/items)")
+    return a
+
+
+def _broadcast_seeds(ref: np.ndarray, n_seeds: int, name: str) -> np.ndarray:
+    if ref.shape[0] == n_seeds:
+        return ref
+    if ref.shape[0] == 1:
+        return np.repeat(ref, n_seeds, axis=0)
+    raise ValueError(f"{name} has {ref.shape[0]} seeds, expected 1 or {n_seeds}")
+
+
+def _seed_flags(values, n_seeds: int, name: str, default):
+    if values is None:
+        return [default] * n_seeds
+    values = list(values)
+    if len(values) != n_seeds:
+        raise ValueError(f"{name} needs one entry per seed ({n_seeds}), got {len(values)}")
+    return values
+
+
+def _row(claim_id: str, *, model: str, variant: str | None, verdict: str, statistic: str,
+         estimate, lo, hi, level, n, rule: str, per_seed=None, details=None, source: str = "",
+         claim: str | None = None) -> VerdictRow:
+    return VerdictRow(model=model, variant=variant, claim_id=claim_id,
+                      claim=claim or CLAIMS[claim_id.split("[")[0]], verdict=verdict,
+                      statistic=statistic, estimate=estimate, ci=(lo, hi), level=level, n=n, rule=rule,
+                      per_seed=per_seed, details=details or {}, source=source)
+
+
+def _setting_prefix(claim: str, setting: str) -> str:
+    if setting not in ("frozen", "training"):
+        raise ValueError(f"setting must be 'frozen' (post-hoc on a pretrained model) or 'training', "
+                         f"got {setting!r}")
+    return claim if setting == "frozen" else claim.replace("C3.", "C3-training.").replace("C2.", "C2-training.")
+
+
+# --------------------------------------------------------------------------------------------
+# C1: three regimes of the logit lens, and the emergence depth
+# --------------------------------------------------------------------------------------------
+
+
+def most_frequent_token(ids, *, exclude: Sequence[int] = ()) -> int:
+    """The unigram decoder's only prediction: the most frequent token of a reference text.
+
+    ``ids``: token ids of a reference text (e.g. the corpus's train split, not the evaluated
+    windows). ``exclude``: ids to ignore (e.g. BOS). Ties go to the smaller id.
+    """
+    a = np.asarray(stats._np(ids), dtype=np.int64).reshape(-1)
+    if exclude:
+        a = a[~np.isin(a, np.asarray(list(exclude)))]
+    if a.size == 0:
+        raise ValueError("no tokens to count: pass the ids of a reference text")
+    return int(np.bincount(a).argmax())
+
+
+def unigram_top1(windows, mode_token: int, *, positions=None) -> dict[str, np.ndarray]:
+    """Per-window top-1 rates of the unigram decoder on the positions the lens analyses.
+
+    The unigram decoder ignores the hidden state and always predicts ``mode_token``
+    (:func:`most_frequent_token`), so its top-1 match with the input token ``x_t`` is
+    ``[x_t == mode]`` and with the next token ``[x_{t+1} == mode]``. ``windows [n, T]``;
+    ``positions``: the analysed positions (default ``1..T-2``, the lens's; pass the lens's
+    ``LensOptions.position_index(T)`` when it analyses a subset). Returns ``{"input": [n],
+    "next": [n]}``, the per-window means the C1 rule compares with the lens's top-1 rates.
+    """
+    w = np.asarray(stats._np(windows), dtype=np.int64)
+    if w.ndim != 2 or w.shape[1] < 3:
+        raise ValueError(f"windows must be [n, T >= 3], got {w.shape}")
+    pos = np.arange(1, w.shape[1] - 1) if positions is None else np.asarray(stats._np(positions), dtype=np.int64)
+    if pos.size == 0 or pos.min() < 0 or pos.max() > w.shape[1] - 2:
+        raise ValueError(f"positions must lie in 0..{w.shape[1] - 2} (each needs a next token)")
+    return {"input": (w[:, pos] == mode_token).mean(axis=1), "next": (w[:, pos + 1] == mode_token).mean(axis=1)}
+
+
+C1_EARLY_RULE = (
+    "C1.early. Judged on h_1..h_L only (h_0 is the token's own embedding: input alignment there is "
+    "true by construction). Per window, d_in(l) = top-1 rate of the input token under the decoder at "
+    "h_l minus the unigram decoder's top-1 rate for the input token (it always predicts the "
+    "reference corpus's most frequent token) on the same positions. Statistic: mean over windows "
+    "of d_in(1) at h_1, two-sided {level} percentile bootstrap CI over windows. Threshold rule with "
+    "margin {margin} (absolute top-1 rate): reproduced if the CI lies above the margin (the input "
+    "token decodes materially better than a frequency guess), not reproduced if it lies below, "
+    "inconclusive if it contains the margin.")
+C1_MIDDLE_RULE = (
+    "C1.middle. Candidate layers h_2..h_(L-2), the m layers strictly between the early and late test "
+    "layers. Per window, d_in(l) and d_next(l) = the decoder's top-1 rate for the input / next "
+    "token at h_l minus the unigram decoder's, bootstrapped over windows with shared draws. A layer "
+    "is quiet when the upper bounds of BOTH d_in(l) and d_next(l), from two-sided normal intervals "
+    "with the bootstrap standard error at level 1 - (1 - {level})/m (Bonferroni over the m "
+    "candidates; percentile intervals are unstable that far in the tails), lie below the margin "
+    "{margin} (upper bound below the margin, not merely a CI that overlaps 0); busy when the lower bound (level "
+    "{level}) of either lies above the margin. Reproduced if at least {min_run} consecutive "
+    "candidate layers are quiet; not reproduced if every candidate layer is busy; inconclusive "
+    "otherwise. Statistic shown: the larger of the two excesses at the quietest layer, with its "
+    "Bonferroni interval.")
+C1_LATE_RULE = (
+    "C1.late. At h_(L-1), the last state before the model's output (at h_L the next-token top-1 "
+    "is the model's own accuracy, above a frequency guess for any trained model). Statistic: mean "
+    "over windows of d_next(L-1) = top-1 rate of the next token minus the unigram decoder's, "
+    "two-sided {level} percentile bootstrap CI over windows. Threshold rule with margin {margin}: "
+    "reproduced if the CI lies above the margin, not reproduced if below, inconclusive otherwise.")
+C1_RULE = (
+    "C1. Reproduced if C1.early, C1.middle and C1.late are all reproduced (their test layers put "
+    "the regimes in order: input at h_1, a quiet run inside h_2..h_(L-2), next at h_(L-1)); an "
+    "intersection of three claims, so no correction is needed for 'reproduced'. Not reproduced if "
+    "any of the three is not reproduced; inconclusive otherwise. The emergence depth is judged "
+    "separately (C1.depth), on independent bootstrap draws.")
+
+
+@_rule(C1_EARLY_RULE, C1_MIDDLE_RULE, C1_LATE_RULE, C1_RULE)
+def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str, decoder: str,
+               margin: float = 0.02, min_run: int = 2, n_boot: int = 1000, seed: int = 0,
+               level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Claim C1's three regimes for one model and decoder (logit lens, tuned lens, ...).
+
+    ``top1_input``, ``top1_next``: ``[n_windows, L+1]`` per-window top-1 rates at ``h_0..h_L``
+    (``LensResult.per_seq["top1_input"]`` etc.); ``unigram_input``, ``unigram_next``: ``[n_windows]``
+    per-window top-1 rates of the unigram decoder on the same positions (:func:`unigram_top1`).
+    Returns rows ``C1.early``, ``C1.middle``, ``C1.late`` and ``C1``.
+    """
+    ti, tn = _arr(top1_input, "top1_input", 2), _arr(top1_next, "top1_next", 2)
+    ui, un = _arr(unigram_input, "unigram_input", 1), _arr(unigram_next, "unigram_next", 1)
+    if ti.shape != tn.shape or ui.shape != un.shape or ui.shape[0] != ti.shape[0]:
+        raise ValueError(f"shapes differ: top1 {ti.shape} / {tn.shape}, unigram {ui.shape} / {un.shape} "
+                         "(one row per window, the same windows)")
+    n, L = ti.shape[0], ti.shape[1] - 1
+    cand = list(range(2, L - 1))
+    if len(cand) < min_run:
+        raise ValueError(f"{L} layers leave {len(cand)} middle candidates (h_2..h_(L-2)) for a run of "
+                         f"{min_run}: use min_run <= {max(1, len(cand))} or a deeper model")
+    d_in, d_next = ti - ui[:, None], tn - un[:, None]
+    idx = stats.bootstrap_indices(n, n_boot, seed)
+    b_in, b_next = d_in[idx].mean(axis=1), d_next[idx].mean(axis=1)  # [n_boot, L+1]
+    m_in, m_next = d_in.mean(0), d_next.mean(0)
+    lo_in, hi_in = stats.percentile_ci(b_in, level)
+    lo_nx, hi_nx = stats.percentile_ci(b_next, level)
+    level_b = 1 - (1 - level) / len(cand)
+    z_b = float(_sp_norm.ppf(1 - (1 - level_b) / 2))  # Bonferroni: normal interval, bootstrap SE
+    blo_in, bhi_in = m_in - z_b * b_in.std(axis=0, ddof=1), m_in + z_b * b_in.std(axis=0, ddof=1)
+    blo_nx, bhi_nx = m_next - z_b * b_next.std(axis=0, ddof=1), m_next + z_b * b_next.std(axis=0, ddof=1)
+    who = dict(model=model, variant=decoder, source=source)
+    p = dict(level=level, margin=margin, min_run=min_run)
+
+    early = threshold_verdict(lo_in[1], hi_in[1], margin)
+    r_early = _row("C1.early", **who, verdict=early, statistic="input top-1 minus unigram top-1 at h_1",
+                   estimate=m_in[1], lo=lo_in[1], hi=hi_in[1], level=level, n=n,
+                   rule=C1_EARLY_RULE.format(**p),
+                   details={"layer": 1, "top1_input": float(ti[:, 1].mean()),
+                            "unigram_input": float(ui.mean()), "margin": margin})
+    late_l = L - 1
+    late = threshold_verdict(lo_nx[late_l], hi_nx[late_l], margin)
+    r_late = _row("C1.late", **who, verdict=late, statistic=f"next top-1 minus unigram top-1 at h_{late_l}",
+                  estimate=m_next[late_l], lo=lo_nx[late_l], hi=hi_nx[late_l], level=level, n=n,
+                  rule=C1_LATE_RULE.format(**p),
+                  details={"layer": late_l, "top1_next": float(tn[:, late_l].mean()),
+                           "unigram_next": float(un.mean()), "margin": margin})
+
+    quiet = [l for l in cand if bhi_in[l] < margin and bhi_nx[l] < margin]
+    busy = [l for l in cand if lo_in[l] > margin or lo_nx[l] > margin]
+    longest, run = [], []
+    for l in cand:  # the longest run of consecutive quiet layers
+        run = run + [l] if l in quiet else []
+        longest = run if len(run) > len(longest) else longest
+    if len(longest) >= min_run:
+        middle = REPRODUCED
+    elif len(busy) == len(cand):
+        middle = NOT_REPRODUCED
+    else:
+        middle = INCONCLUSIVE
+    worst_hi = {l: max(bhi_in[l], bhi_nx[l]) for l in cand}
+    lq = min(cand, key=lambda l: worst_hi[l])
+    use_in = bhi_in[lq] >= bhi_nx[lq]
+    r_mid = _row("C1.middle", **who, verdict=middle,
+                 statistic=f"larger excess top-1 over unigram (input or next) at the quietest middle "
+                           f"layer h_{lq} ({'input' if use_in else 'next'})",
+                 estimate=(m_in if use_in else m_next)[lq],
+                 lo=(blo_in if use_in else blo_nx)[lq], hi=(bhi_in if use_in else bhi_nx)[lq],
+                 level=level_b, n=n, rule=C1_MIDDLE_RULE.format(**p),
+                 details={"candidates": cand, "quiet_layers": quiet, "busy_layers": busy,
+                          "longest_quiet_run": longest, "bonferroni_level": level_b, "margin": margin,
+                          "excess_input": m_in.tolist(), "excess_next": m_next.tolist(),
+                          "upper_input_bonferroni": bhi_in.tolist(), "upper_next_bonferroni": bhi_nx.tolist()})
+    parts = {"early": early, "middle": middle, "late": late}
+    if all(v == REPRODUCED for v in parts.values()):
+        overall = REPRODUCED
+    elif any(v == NOT_REPRODUCED for v in parts.values()):
+        overall = NOT_REPRODUCED
+    else:
+        overall = INCONCLUSIVE
+    r_all = _row("C1", **who, verdict=overall, statistic="three regimes in order (early, middle, late)",
+                 estimate=None, lo=None, hi=None, level=None, n=n, rule=C1_RULE.format(**p),
+                 details={**parts, "n_layers": L})
+    return [r_early, r_mid, r_late, r_all]
+
+
+# Metrics whose half-way depth means something, with their orientation (+1: larger = more aligned).
+DEPTH_METRICS: dict[str, int] = {"top1": 1, "prob": 1, "logrank": -1}
+
+C1_DEPTH_RULE = (
+    "C1.depth. Per metric ({metrics}; the metrics whose half-way depth means something), the "
+    "next-token emergence: the first (interpolated) layer where the mean next-token curve has "
+    "covered {frac} of its way from h_{start} to h_L, as relative depth l/L, with a two-sided {level} "
+    "percentile bootstrap CI over windows (draws independent of C1's). Compared with the band "
+    "[{band_lo}, {band_hi}] around the paper's Gemma-2-2B reference (~layer 17 of 26 = 0.65; "
+    "'around' and 'varies by model': +-0.15, about +-4 of 26 layers). Reproduced if the CI lies "
+    "inside the band; not reproduced if it lies entirely outside; inconclusive if it straddles an "
+    "edge, or if the curve does not rise towards the next token (or is flat in more than "
+    "{tail} of the resamples). One row per metric; no correction across metrics (three readings "
+    "of one depth, not three claims).")
+
+
+@_rule(C1_DEPTH_RULE.replace("{metrics}", "top1, prob, logrank").replace("{band_lo}", "0.5")
+       .replace("{band_hi}", "0.8").replace("{tail}", "(1 - level)/2"))
+def c1_depth(next_curves: Mapping[str, Any], *, model: str, decoder: str,
+             band: tuple[float, float] = (0.5, 0.8), start: int = 1, frac: float = 0.5,
+             n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """The next-token emergence depth vs the paper's reference band, one row per metric.
+
+    ``next_curves``: metric -> ``[n_windows, L+1]`` per-window next-token curves
+    (``LensResult.per_seq["top1_next"]`` etc.), metrics among :data:`DEPTH_METRICS`. The bootstrap
+    uses ``seed + 1`` so its draws differ from :func:`c1_regimes`' with the same seed.
+    """
+    lo_b, hi_b = band
+    if not 0 <= lo_b < hi_b <= 1:
+        raise ValueError(f"band must be (lo, hi) with 0 <= lo < hi <= 1, got {band}")
+    bad = [m for m in next_curves if m not in DEPTH_METRICS]
+    if bad or not next_curves:
+        raise ValueError(f"metrics {bad or '(none)'} have no meaningful half-way depth; use some of "
+                         f"{list(DEPTH_METRICS)}")
+    rows = []
+    for metric, curves in next_curves.items():
+        x = _arr(curves, f"{metric} next-token curves", 2)
+        L = x.shape[1] - 1
+        est = stats.halfway_estimate(x, metric=metric, n_layers=L, frac=frac, n_boot=n_boot, seed=seed + 1,
+                                     level=level, start=start)
+        mean = x.mean(0)
+        rises = DEPTH_METRICS[metric] * (mean[-1] - mean[start]) > 0
+        rel, (rlo, rhi) = est.relative, est.relative_ci
+        if not rises or est.frac_never > (1 - level) / 2 or rlo is None:
+            v = INCONCLUSIVE
+        elif lo_b <= rlo and rhi <= hi_b:
+            v = REPRODUCED
+        elif rhi < lo_b or rlo > hi_b:
+            v = NOT_REPRODUCED
+        else:
+            v = INCONCLUSIVE
+        rule = C1_DEPTH_RULE.format(metrics=", ".join(DEPTH_METRICS), frac=frac, start=start, level=level,
+                                    band_lo=lo_b, band_hi=hi_b, tail=f"{(1 - level) / 2:g}")
+        rows.append(_row("C1.depth", model=model, variant=decoder, verdict=v,
+                         statistic=f"next-token emergence depth l/L ({metric})", estimate=rel, lo=rlo,
+                         hi=rhi, level=level, n=x.shape[0], rule=rule, source=source,
+                         details={"metric": metric, "layer": est.crossing, "layer_lo": est.lo,
+                                  "layer_hi": est.hi, "n_layers": L, "band": list(band),
+                                  "frac_flat": est.frac_never, "curve_rises": bool(rises),
+                                  "reference": "Gemma-2-2B, ~layer 17 of 26 (paper, project page)"}))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# C2 on frozen models: the attenuation sweep
+# --------------------------------------------------------------------------------------------
+
+
+def _sweep_arrays(dloss, layers, alphas) -> tuple[np.ndarray, list[int], list[float]]:
+    d = _arr(dloss, "dloss", 3)
+    layers, alphas = [int(l) for l in layers], [float(a) for a in alphas]
+    if d.shape[:2] != (len(layers), len(alphas)):
+        raise ValueError(f"dloss is {d.shape}, expected [{len(layers)} layers, {len(alphas)} alphas, windows]")
+    return d, layers, alphas
+
+
+def _holm_family(diffs: Sequence[np.ndarray], *, alpha: float, margin: float, power: float,
+                 n_boot: int, seed: int, level: float) -> tuple[str, list[dict[str, Any]], int]:
+    """One-sided paired t-tests (H1: mean < 0) of each candidate, Holm across them.
+
+    Returns (verdict, per-candidate numbers, index of the headline candidate). Reproduced if Holm
+    rejects at least one; not reproduced if none is rejected and every candidate's CI lower bound
+    is above -margin; inconclusive otherwise.
+    """
+    k = len(diffs)
+    out = []
+    for d in diffs:
+        t = stats.paired_ttest(d, alternative="less")
+        m, lo, hi = stats.bootstrap_mean(d, n_boot=n_boot, seed=seed, level=level)
+        out.append({"mean": m, "lo": lo, "hi": hi, "t": t["t"], "p": t["p"], "sd": t["sd"], "n": t["n"],
+                    "mde": stats.mde_paired_mean(t["sd"], t["n"], alpha=alpha / k, power=power, sided="one")})
+    adj = stats.holm([c["p"] for c in out])
+    for c, a in zip(out, adj):
+        c["p_holm"] = float(a)
+        c["rejected"] = bool(a <= alpha)
+    rejected = [i for i, c in enumerate(out) if c["rejected"]]
+    if rejected:
+        verdict = REPRODUCED
+        head = min(rejected, key=lambda i: out[i]["mean"])
+    else:
+        verdict = NOT_REPRODUCED if all(c["lo"] > -margin for c in out) else INCONCLUSIVE
+        head = min(range(k), key=lambda i: out[i]["mean"])
+    return verdict, out, head
+
+
+C2_LATE_CUT_RULE = (
+    "C2.late-cut (frozen model). Candidates: every swept (block l, alpha < 1) with l >= "
+    "{late_fraction:.3g} L. Selection on one set of windows: the up to {max_candidates} cells with "
+    "the lowest mean dloss among those below 0 (if none is below 0, the single lowest). "
+    "Confirmation on a disjoint set of windows: per candidate a one-sided paired t-test of dloss "
+    "(H1: mean < 0), Holm correction across the candidates at family level {alpha}. Reproduced if "
+    "Holm rejects for at least one candidate; not reproduced if none is rejected and every "
+    "candidate's two-sided {level} bootstrap CI on the confirmation windows lies above -{margin} "
+    "nats (an improvement of {margin} nats or more is ruled out; the paper's only published "
+    "difference, WikiText perplexity 28.46 vs 28.62, is 0.0056 nats); inconclusive otherwise. "
+    "Reported: the minimum detectable effect in nats at the confirmation set's n, "
+    "(t_(1-{alpha}/k) + t_{power}) SD/sqrt(n) with k candidates and n - 1 degrees of freedom.")
+
+
+@_rule(C2_LATE_CUT_RULE)
+def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_layers: int, model: str,
+                select=None, confirm=None, late_fraction: float = 2 / 3, max_candidates: int = 3,
+                alpha: float = 0.05, margin: float = 0.005, power: float = 0.8, n_boot: int = 1000,
+                seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Does a late single-block cut lower the loss of a frozen model? Selection / confirmation.
+
+    ``dloss [n_layers_swept, n_alphas, n_windows]`` (the sweep's ``result["dloss"]``), ``layers``
+    and ``alphas`` its axes, ``n_layers`` the model's depth L. ``select``/``confirm``: disjoint
+    window indices (default: :func:`residshift.analysis.stats.split_units` halves, seeded).
+    """
+    d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
+    n = d.shape[2]
+    if select is None and confirm is None:
+        select, confirm = stats.split_units(n, seed=seed)
+    select, confirm = np.asarray(select, dtype=np.int64), np.asarray(confirm, dtype=np.int64)
+    if set(select.tolist()) & set(confirm.tolist()):
+        raise ValueError("the selection and confirmation windows overlap: they must be disjoint")
+    if min(len(select), len(confirm)) < 2 or max(select.max(), confirm.max()) >= n or min(select.min(), confirm.min()) < 0:
+        raise ValueError(f"select and confirm need >= 2 window indices each, within 0..{n - 1}")
+    cells = [(li, ai) for li, l in enumerate(layers) if l >= late_fraction * n_layers
+             for ai, a in enumerate(alphas) if a < 1]
+    if not cells:
+        raise ValueError(f"no swept block l >= {late_fraction:.3g} x {n_layers} with alpha < 1: sweep the "
+                         "late blocks with some alpha < 1")
+    sel_mean = {c: float(d[c[0], c[1], select].mean()) for c in cells}
+    ranked = sorted(cells, key=lambda c: sel_mean[c])
+    chosen = [c for c in ranked if sel_mean[c] < 0][:max_candidates] or ranked[:1]
+    verdict, numbers, head = _holm_family([d[li, ai, confirm] for li, ai in chosen], alpha=alpha,
+                                          margin=margin, power=power, n_boot=n_boot, seed=seed, level=level)
+    for (li, ai), c in zip(chosen, numbers):
+        c.update(layer=layers[li], alpha=alphas[ai], selection_mean=sel_mean[(li, ai)])
+    h = numbers[head]
+    rule = C2_LATE_CUT_RULE.format(late_fraction=late_fraction, max_candidates=max_candidates, alpha=alpha,
+                                   level=level, margin=margin, power=power)
+    return [_row("C2.late-cut", model=model, variant=f"block {h['layer']}, alpha={h['alpha']:g}",
+                 verdict=verdict, statistic="mean dloss on the confirmation windows (nats)",
+                 estimate=h["mean"], lo=h["lo"], hi=h["hi"], level=level, n=len(confirm), rule=rule,
+                 source=source,
+                 details={"candidates": numbers, "k": len(chosen), "n_selection": len(select),
+                          "n_confirmation": len(confirm), "mde": h["mde"], "mde_unit": "nats",
+                          "margin": margin, "late_cells": len(cells)})]
+
+
+C2_LAYER_RULE = (
+    "{claim_id}. At alpha = {probe_alpha}, per block the mean over {units} of the loss change; "
+    "statistic: the spread max - min of those means across the {k} blocks, with a two-sided {level} "
+    "percentile bootstrap CI (each resample redraws the {units} for every block and recomputes "
+    "both extremes). Threshold rule against a materiality threshold of {threshold} nats (a 10% "
+    "perplexity difference between choices of block, about 17x the paper's published 0.0056-nat "
+    "difference): reproduced if the CI lies above it, not reproduced if below, inconclusive otherwise.")
+
+
+def _layer_spread_row(x: np.ndarray, layers: list[int], *, claim_id: str, probe_alpha: float, units: str,
+                      threshold: float, model: str, variant: str | None, n_boot: int, seed: int,
+                      level: float, source: str, per_seed=None) -> VerdictRow:
+    s = stats.spread_of_means(x, n_boot=n_boot, seed=seed, level=level)
+    rule = C2_LAYER_RULE.format(claim_id=claim_id, probe_alpha=probe_alpha, units=units, k=len(layers),
+                                level=level, threshold=threshold)
+    return _row(claim_id, model=model, variant=variant, verdict=threshold_verdict(s["lo"], s["hi"], threshold),
+                statistic=f"max - min over blocks of mean loss change at alpha={probe_alpha:g} (nats)",
+                estimate=s["estimate"], lo=s["lo"], hi=s["hi"], level=level, n=s["n"], rule=rule,
+                source=source, per_seed=per_seed,
+                details={"most_harmful_block": layers[s["argmax"]], "least_harmful_block": layers[s["argmin"]],
+                         "block_means": dict(zip(map(str, layers), s["means"])), "threshold": threshold})
+
+
+@_rule(C2_LAYER_RULE.replace("{claim_id}", "C2.layer-sensitive").replace("{units}", "windows")
+       .replace("{k}", "swept"))
+def c2_layer_sensitive(dloss, layers: Sequence[int], alphas: Sequence[float], *, model: str,
+                       probe_alpha: float = 0.5, threshold: float = 0.1, n_boot: int = 1000, seed: int = 0,
+                       level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Is the effect of a single-block cut very sensitive to the block (frozen model)?
+
+    ``dloss [n_layers_swept, n_alphas, n_windows]`` with its ``layers`` and ``alphas`` axes.
+    """
+    d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
+    if probe_alpha not in alphas:
+        raise ValueError(f"alpha {probe_alpha} was not swept (swept: {alphas}): pick one of them")
+    if len(layers) < 2:
+        raise ValueError("layer sensitivity needs at least 2 swept blocks")
+    return [_layer_spread_row(d[:, alphas.index(probe_alpha)], layers, claim_id="C2.layer-sensitive",
+                              probe_alpha=probe_alpha, units="windows", threshold=threshold, model=model,
+                              variant=None, n_boot=n_boot, seed=seed, level=level, source=source)]
+
+
+def alpha0_summary(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_boot: int = 1000,
+                   seed: int = 0, level: float = 0.95) -> list[dict[str, Any]]:
+    """Cutting one block's skip path of a TRAINED model: a description, not a verdict.
+
+    Per swept block, the mean loss change at alpha = 0 with a bootstrap CI over windows. This says
+    how much a trained model relies on each skip path; it is not evidence for C2, whose claim is
+    about training with the cut in place (the training notebooks test that:
+    :func:`c2_training_alpha0`).
+    """
+    d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
+    if 0.0 not in alphas:
+        raise ValueError(f"alpha = 0 was not swept (swept: {alphas})")
+    a0 = alphas.index(0.0)
+    out = []
+    for li, layer in enumerate(layers):
+        m, lo, hi = stats.bootstrap_mean(d[li, a0], n_boot=n_boot, seed=seed, level=level)
+        out.append({"layer": layer, "alpha": 0.0, "dloss": m, "lo": lo, "hi": hi, "level": level,
+                    "n": int(d.shape[2])})
+    return out
+
+
+def best_fixed_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *,
+                   late_fraction: float | None = None, n_layers: int | None = None) -> dict[str, Any]:
+    """The fixed single-block cut with the lowest mean dloss, the unmodified model among the candidates.
+
+    Every swept (block, alpha) is a candidate, and so is alpha = 1 (the unmodified model, dloss 0
+    by definition, whether or not it was swept); ties go to the unmodified model. With
+    ``late_fraction`` only blocks ``l >= late_fraction * n_layers`` compete. Choose it on other
+    windows than the ones the comparison uses (the sweep's validation windows vs test windows).
+    Returns ``{"layer": l or None, "alpha", "dloss", "label"}``.
+    """
+    d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
+    if late_fraction is not None and n_layers is None:
+        raise ValueError("late_fraction needs n_layers (the model's depth)")
+    best = {"layer": None, "alpha": 1.0, "dloss": 0.0, "label": "unmodified (alpha = 1)"}
+    for li, l in enumerate(layers):
+        if late_fraction is not None and l < late_fraction * n_layers:
+            continue
+        for ai, a in enumerate(alphas):
+            m = float(d[li, ai].mean())
+            if a < 1 and m < best["dloss"]:
+                best = {"layer": l, "alpha": a, "dloss": m, "label": f"block {l}, alpha={a:g}"}
+    return best
+
+
+# --------------------------------------------------------------------------------------------
+# C3 (and its training counterparts): gates vs references, concentration, misalignment
+# --------------------------------------------------------------------------------------------
+
+
+VS_RULE = (
+    "{claim_id}. Per seed, the paired difference {what} per {units}; statistic: its mean with a "
+    "two-sided {level} percentile bootstrap CI over {units}. Per-seed verdict by the improvement "
+    "rule: reproduced if the CI lies below 0; not reproduced if it lies above -{margin} nats (an "
+    "improvement of {margin} nats or more is ruled out); inconclusive otherwise, and inconclusive "
+    "('did not converge') for a fit that stopped at its step cap rather than by held-out early "
+    "stopping. Seeds combined by {how} (unanimous: reproduced / not reproduced only if every seed "
+    "says so). The row's estimate and CI are those of the seed-averaged difference.")
+
+
+def _stopped_at_cap(flag) -> bool:
+    """A fit record's ``stopped_early`` is False: it ran into its step cap (None: not applicable)."""
+    return flag is not None and not bool(flag)
+
+
+def _paired_by_seed(x: np.ndarray, ref: np.ndarray, *, sign: int, margin: float, converged, n_boot: int,
+                    seed: int, level: float) -> tuple[list[str], list[dict[str, Any]]]:
+    verdicts, numbers = [], []
+    for s in range(x.shape[0]):
+        m, lo, hi = stats.bootstrap_mean(x[s] - ref[s], n_boot=n_boot, seed=seed, level=level)
+        v = improvement_verdict(lo, hi, sign=sign, margin=margin)
+        if _stopped_at_cap(converged[s]):
+            v = INCONCLUSIVE
+        verdicts.append(v)
+        numbers.append({"mean": m, "lo": lo, "hi": hi, "converged": converged[s]})
+    return verdicts, numbers
+
+
+def _gates_vs(gated, reference, *, claim_id: str, what: str, model: str, variant: str | None, converged,
+              steps, margin: float, how: str, n_boot: int, seed: int, level: float, source: str,
+              extra: dict | None = None) -> VerdictRow:
+    g = _per_seed(gated, "gated losses")
+    ref = _broadcast_seeds(_per_seed(reference, "reference losses", g.shape[1]), g.shape[0], "reference losses")
+    conv = _seed_flags(converged, g.shape[0], "converged", None)
+    st = _seed_flags(steps, g.shape[0], "steps", None)
+    per_seed, numbers = _paired_by_seed(g, ref, sign=-1, margin=margin, converged=conv, n_boot=n_boot,
+                                        seed=seed, level=level)
+    for c, s in zip(numbers, st):
+        c["steps"] = s
+    m, lo, hi = stats.bootstrap_mean((g - ref).mean(axis=0), n_boot=n_boot, seed=seed, level=level)
+    rule = VS_RULE.format(claim_id=claim_id, what=what, units="window", level=level, margin=margin, how=how)
+    return _row(claim_id, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
+                statistic=f"mean loss change, {what} (nats, seed-averaged)", estimate=m, lo=lo, hi=hi,
+                level=level, n=g.shape[1], rule=rule, per_seed=per_seed, source=source,
+                details={"per_seed": numbers, "margin": margin, "combine": how,
+                         "not_converged": [i for i, c in enumerate(conv) if _stopped_at_cap(c)],
+                         **(extra or {})})
+
+
+@_rule(VS_RULE.replace("{claim_id}", "C3.beats-baseline").replace("{what}", "gated - unmodified")
+       .replace("{units}", "window"))
+def c3_beats_baseline(gated, unmodified, *, model: str, variant: str | None, converged=None, steps=None,
+                      margin: float = 0.005, how: str = "unanimous", setting: str = "frozen",
+                      n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Gates vs the unmodified (frozen) or baseline (trained) model, paired over windows per seed.
+
+    ``gated [n_seeds, n_windows]`` per-window mean losses with each seed's gates; ``unmodified``
+    ``[n_windows]`` (frozen: one model) or ``[n_seeds, n_windows]`` (training: a baseline per seed).
+    ``converged``: per seed, the fit record's ``stopped_early`` (False = stopped at the step cap: that
+    seed is inconclusive); None for runs without early stopping (training to a token budget).
+    ``steps``: per seed, the fit's step count (reported). ``setting="training"`` gives claim id
+    ``C3-training.beats-baseline``.
+    """
+    cid = _setting_prefix("C3.beats-baseline", setting)
+    return [_gates_vs(gated, unmodified, claim_id=cid, what="gated - unmodified", model=model, variant=variant,
+                      converged=converged, steps=steps, margin=margin, how=how, n_boot=n_boot, seed=seed,
+                      level=level, source=source)]
+
+
+@_rule(VS_RULE.replace("{claim_id}", "C3.beats-best-cut").replace("{what}", "gated - best fixed cut")
+       .replace("{units}", "window"))
+def c3_beats_best_cut(gated, best_cut, *, cut: Mapping[str, Any], model: str, variant: str | None,
+                      converged=None, steps=None, margin: float = 0.005, how: str = "unanimous",
+                      setting: str = "frozen", n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                      source: str = "") -> list[VerdictRow]:
+    """Gates vs the best fixed single-block cut, where alpha = 1 (the unmodified model) competes.
+
+    ``best_cut``: per-window losses of the cut chosen by :func:`best_fixed_cut` on OTHER windows
+    (the unmodified model's losses when alpha = 1 won); ``cut``: that function's result (reported).
+    Shapes and ``converged``/``steps`` as in :func:`c3_beats_baseline`.
+    """
+    cid = _setting_prefix("C3.beats-best-cut", setting)
+    return [_gates_vs(gated, best_cut, claim_id=cid, what="gated - best fixed cut", model=model,
+                      variant=variant, converged=converged, steps=steps, margin=margin, how=how,
+                      n_boot=n_boot, seed=seed, level=level, source=source, extra={"cut": dict(cut)})]
+
+
+C3_CONCENTRATION_RULE = (
+    "{claim_id}. Attenuation of block l is 1 - alpha_l (token gates: the mean alpha over tokens). "
+    "Per seed: reproduced if the final block's attenuation is material (>= {min_attenuation}) AND "
+    "at least {ratio} times every other block's; not reproduced if it is below {min_attenuation} or "
+    "some other block is attenuated at least as much; inconclusive otherwise (the final block leads "
+    "by less than {ratio}x), and inconclusive ('did not converge') for a fit that stopped at its step "
+    "cap. Seeds combined by {how}. No interval: one fitted value per seed; the row's estimate is the "
+    "final block's attenuation averaged over seeds.")
+
+
+@_rule(C3_CONCENTRATION_RULE.replace("{claim_id}", "C3.concentrates"))
+def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, model: str,
+                     variant: str | None, converged=None, steps=None, min_attenuation: float = 0.05,
+                     ratio: float = 2.0, how: str = "unanimous", setting: str = "frozen",
+                     source: str = "") -> list[VerdictRow]:
+    """Does the learned attenuation concentrate on the final block? (replaces ``gates.concentration``)
+
+    ``alphas_by_seed [n_seeds, n_gated]``: each seed's fitted alpha per gated block (``layers``);
+    ``converged``/``steps`` as in :func:`c3_beats_baseline`.
+    """
+    cid = _setting_prefix("C3.concentrates", setting)
+    a = _per_seed(alphas_by_seed, "alphas_by_seed")
+    layers = [int(l) for l in layers]
+    if a.shape[1] != len(layers):
+        raise ValueError(f"alphas_by_seed has {a.shape[1]} gates per seed but {len(layers)} layers")
+    if n_layers - 1 not in layers:
+        raise ValueError(f"the final block ({n_layers - 1}) was not gated: gate it to judge concentration")
+    conv = _seed_flags(converged, a.shape[0], "converged", None)
+    st = _seed_flags(steps, a.shape[0], "steps", None)
+    last = layers.index(n_layers - 1)
+    per_seed, numbers = [], []
+    for s in range(a.shape[0]):
+        att = 1 - a[s]
+        final = float(att[last])
+        others = [(float(att[i]), layers[i]) for i in range(len(layers)) if i != last]
+        top_other, runner = max(others) if others else (None, None)
+        if final < min_attenuation or (top_other is not None and top_other >= final):
+            v = NOT_REPRODUCED
+        elif top_other is None or final >= ratio * top_other:
+            v = REPRODUCED
+        else:
+            v = INCONCLUSIVE
+        if _stopped_at_cap(conv[s]):
+            v = INCONCLUSIVE
+        per_seed.append(v)
+        numbers.append({"final_attenuation": final, "final_alpha": float(a[s, last]),
+                        "runner_up_block": runner, "runner_up_attenuation": top_other,
+                        "most_attenuated_block": layers[int(att.argmax())], "converged": conv[s],
+                        "steps": st[s]})
+    rule = C3_CONCENTRATION_RULE.format(claim_id=cid, min_attenuation=min_attenuation, ratio=ratio, how=how)
+    return [_row(cid, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
+                 statistic="final-block attenuation 1 - alpha_L (mean over seeds)",
+                 estimate=float(np.mean([c["final_attenuation"] for c in numbers])), lo=None, hi=None,
+                 level=None, n=a.shape[0], rule=rule, per_seed=per_seed, source=source,
+                 details={"per_seed": numbers, "min_attenuation": min_attenuation, "ratio": ratio,
+                          "combine": how})]
+
+
+C3_MISALIGNMENT_RULE = (
+    "C3.misalignment (primary). The input token's alignment measured directly: per window, the mean "
+    "over the states after the edited block ({after}) of the lens log-probability of the input "
+    "token x_t, with the gates minus without (same windows). Statistic: its mean, two-sided {level} "
+    "percentile bootstrap CI over windows. Improvement rule (claimed sign: negative, the input token "
+    "is less decodable): reproduced if the CI lies below 0; not reproduced if it lies above "
+    "-{margin_logprob} nats; inconclusive otherwise. The loss change is reported beside it "
+    "(details), not inside it.")
+C3_MISALIGNMENT_RANK_RULE = (
+    "C3.misalignment.rank (secondary). As C3.misalignment with the input token's log10 rank "
+    "(claimed sign: positive, it ranks lower): reproduced if the CI lies above 0; not reproduced if "
+    "it lies below {margin_logrank}; inconclusive otherwise.")
+C3_EMERGENCE_RULE = (
+    "C3.emergence-shift (secondary). The next-token emergence depth ({metric}: where the mean "
+    "next-token curve has covered half its way from h_{start} to h_L), with the gates minus without, "
+    "as relative depth, bootstrapped over the same windows for both (two-sided {level} percentile "
+    "CI). Claimed sign negative (earlier): reproduced if the CI lies below 0; not reproduced if it "
+    "lies above -{margin_depth}; inconclusive otherwise, or when either curve is flat in more than "
+    "(1 - {level})/2 of the resamples. Three separate claim ids, no correction across them: the "
+    "primary one carries 'the gates reduce the misalignment'.")
+
+
+@_rule(C3_MISALIGNMENT_RULE.replace("{after}", "after_layers"), C3_MISALIGNMENT_RANK_RULE,
+       C3_EMERGENCE_RULE.replace("{metric}", "emergence_metric"))
+def c3_misalignment(before: Mapping[str, Any], after: Mapping[str, Any], *, after_layers: Sequence[int],
+                    model: str, variant: str | None, loss_before=None, loss_after=None,
+                    emergence_metric: str = "top1", start: int = 1, margin_logprob: float = 0.1,
+                    margin_logrank: float = 0.05, margin_depth: float = 0.02, n_boot: int = 1000,
+                    seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Misalignment measured directly, before vs after an edit, paired per window.
+
+    ``before``/``after``: lens per-window curves ``[n_windows, L+1]`` of the same windows without and
+    with the edit, with keys ``logprob_input``, ``logrank_input`` and ``<emergence_metric>_next``
+    (``LensResult.per_seq``). ``after_layers``: the residual states after the edited block (e.g.
+    ``range(b + 1, L + 1)`` for block ``b``). ``loss_before``/``loss_after``: optional per-window
+    losses, reported beside the rows.
+    """
+    if emergence_metric not in DEPTH_METRICS:
+        raise ValueError(f"emergence_metric must be one of {list(DEPTH_METRICS)}, got {emergence_metric!r}")
+    need = ["logprob_input", "logrank_input", f"{emergence_metric}_next"]
+    for name, dct in (("before", before), ("after", after)):
+        missing = [k for k in need if k not in dct]
+        if missing:
+            raise ValueError(f"{name} lacks {missing}: run the lens with metrics logprob, logrank and "
+                             f"{emergence_metric}")
+    b = {k: _arr(before[k], f"before[{k}]", 2) for k in need}
+    a = {k: _arr(after[k], f"after[{k}]", 2) for k in need}
+    shape = b[need[0]].shape
+    if any(x.shape != shape for x in (*b.values(), *a.values())):
+        raise ValueError("before and after curves must all be [n_windows, L+1] of the same windows")
+    n, L = shape[0], shape[1] - 1
+    idx = [int(l) for l in after_layers]
+    if not idx or min(idx) < 1 or max(idx) > L:
+        raise ValueError(f"after_layers must be residual states within 1..{L} (after the edited block)")
+    details: dict[str, Any] = {"after_layers": idx}
+    if loss_before is not None and loss_after is not None:
+        details["loss_change"] = stats.paired_delta(_arr(loss_after, "loss_after", 1),
+                                                    _arr(loss_before, "loss_before", 1), n_boot=n_boot,
+                                                    seed=seed, level=level)
+    who = dict(model=model, variant=variant, source=source)
+    p = dict(after=f"h_{idx[0]}..h_{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1)) else str(idx),
+             level=level, margin_logprob=margin_logprob, margin_logrank=margin_logrank,
+             margin_depth=margin_depth, metric=emergence_metric, start=start)
+    rows = []
+    for key, cid, sign, margin, stat_name, template in (
+            ("logprob_input", "C3.misalignment", -1, margin_logprob,
+             "input-token lens log-prob after the edited block, with - without (nats)", C3_MISALIGNMENT_RULE),
+            ("logrank_input", "C3.misalignment.rank", 1, margin_logrank,
+             "input-token log10 rank after the edited block, with - without", C3_MISALIGNMENT_RANK_RULE)):
+        d = a[key][:, idx].mean(1) - b[key][:, idx].mean(1)
+        m, lo, hi = stats.bootstrap_mean(d, n_boot=n_boot, seed=seed, level=level)
+        rows.append(_row(cid, **who, verdict=improvement_verdict(lo, hi, sign=sign, margin=margin),
+                         statistic=stat_name, estimate=m, lo=lo, hi=hi, level=level, n=n,
+                         rule=template.format(**p),
+                         details={**details, "before": float(b[key][:, idx].mean()),
+                                  "after": float(a[key][:, idx].mean()), "margin": margin}))
+    key = f"{emergence_metric}_next"
+    sh = stats.paired_halfway_shift(b[key], a[key], n_layers=L, start=start, n_boot=n_boot, seed=seed,
+                                    level=level)
+    if sh["relative"] is None or sh["frac_undefined"] > (1 - level) / 2:
+        v = INCONCLUSIVE
+    else:
+        v = improvement_verdict(sh["relative_lo"], sh["relative_hi"], sign=-1, margin=margin_depth)
+    rows.append(_row("C3.emergence-shift", **who, verdict=v,
+                     statistic=f"next-token emergence depth l/L ({emergence_metric}), with - without",
+                     estimate=sh["relative"], lo=sh["relative_lo"], hi=sh["relative_hi"], level=level, n=n,
+                     rule=C3_EMERGENCE_RULE.format(**p),
+                     details={**details, "shift_layers": sh["estimate"], "before_layer": sh["before"],
+                              "after_layer": sh["after"], "frac_undefined": sh["frac_undefined"],
+                              "margin": margin_depth}))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Benchmarks paired by item (C3 and C4)
+# --------------------------------------------------------------------------------------------
+
+
+BENCH_RULE = (
+    "{claim_id}. Per seed and task, the same items scored before and after (0/1 correct). Test: exact "
+    "one-sided McNemar test on the discordant items (H1: after is less accurate), Holm correction "
+    "across the tasks at family level {alpha}. Minimum detectable drop per task: (z_(1-{alpha}/m) + "
+    "z_{power}) sqrt(p_d/n), m tasks, p_d the one-sided {alpha} Clopper-Pearson upper bound of the "
+    "share of items whose correctness changed (the observed share is noisy at small n). Per-seed "
+    "verdict: not reproduced if Holm rejects for any task (significantly worse); reproduced if none "
+    "is rejected and every task's detectable drop is at most the materiality margin {margin} "
+    "accuracy (a drop that large would have been seen with {power} power); inconclusive otherwise "
+    "(an underpowered 'match'). Seeds combined by {how}. Shown: the accuracy change of the worst "
+    "task (seed-averaged) with a two-sided {level} paired bootstrap CI over its items.")
+
+
+def _benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, claim_id: str, model: str,
+                variant: str | None, alpha: float, margin: float, power: float, how: str, n_boot: int,
+                seed: int, level: float, source: str) -> VerdictRow:
+    tasks = list(after)
+    if not tasks or set(before) != set(after):
+        raise ValueError(f"before and after must score the same tasks, got {sorted(before)} and {sorted(after)}")
+    data = {}
+    for t in tasks:
+        y = _per_seed(after[t], f"after[{t}]")
+        x = _broadcast_seeds(_per_seed(before[t], f"before[{t}]", y.shape[1]), y.shape[0], f"before[{t}]")
+        data[t] = (x, y)
+    n_seeds = {data[t][1].shape[0] for t in tasks}
+    if len(n_seeds) != 1:
+        raise ValueError(f"every task needs the same seeds, got {sorted(n_seeds)} seeds")
+    S, m = n_seeds.pop(), len(tasks)
+    per_seed, per_task = [], {t: [] for t in tasks}
+    for s in range(S):
+        tests = [stats.mcnemar_exact(data[t][0][s], data[t][1][s], alternative="worse") for t in tasks]
+        adj = stats.holm([r["p"] for r in tests])
+        mdes = []
+        for t, r, pa in zip(tasks, tests, adj):
+            pd_up = stats.discordance_upper(r["n_discordant"], r["n"], level=1 - alpha)
+            mde = stats.mde_paired_accuracy(pd_up, r["n"], alpha=alpha / m, power=power, sided="one")
+            mdes.append(mde)
+            per_task[t].append({**r, "p_holm": float(pa), "discordance_upper": pd_up, "mde": mde})
+        if any(pa <= alpha for pa in adj):
+            per_seed.append(NOT_REPRODUCED)
+        elif all(x <= margin for x in mdes):
+            per_seed.append(REPRODUCED)
+        else:
+            per_seed.append(INCONCLUSIVE)
+    diffs = {t: (data[t][1] - data[t][0]).mean(axis=0) for t in tasks}  # per item, seed-averaged
+    worst = min(tasks, key=lambda t: diffs[t].mean())
+    m_, lo, hi = stats.bootstrap_mean(diffs[worst], n_boot=n_boot, seed=seed, level=level)
+    rule = BENCH_RULE.format(claim_id=claim_id, alpha=alpha, power=power, margin=margin, how=how, level=level)
+    max_mde = max(c["mde"] for cs in per_task.values() for c in cs)
+    return _row(claim_id, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
+                statistic=f"accuracy after - before, worst task ({worst}), seed-averaged",
+                estimate=m_, lo=lo, hi=hi, level=level, n=len(diffs[worst]), rule=rule, per_seed=per_seed,
+                source=source,
+                details={"tasks": per_task, "mde": max_mde, "mde_unit": "accuracy", "margin": margin,
+                         "combine": how, "worst_task": worst})
+
+
+@_rule(BENCH_RULE.replace("{claim_id}", "C3.benchmarks"))
+def c3_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model: str, variant: str | None,
+                  alpha: float = 0.05, margin: float = 0.03, power: float = 0.8, how: str = "unanimous",
+                  n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Gates on a frozen model: benchmarks before vs after, paired by item.
+
+    ``before``: task -> ``[n_items]`` 0/1 correctness of the unmodified model; ``after``: task ->
+    ``[n_items]`` or ``[n_seeds, n_items]`` with each seed's gates, the same items in the same order.
+    """
+    return [_benchmarks(before, after, claim_id="C3.benchmarks", model=model, variant=variant, alpha=alpha,
+                        margin=margin, power=power, how=how, n_boot=n_boot, seed=seed, level=level,
+                        source=source)]
+
+
+@_rule(BENCH_RULE.replace("{claim_id}", "C4.benchmarks"))
+def c4_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model: str, variant: str | None,
+                  alpha: float = 0.05, margin: float = 0.03, power: float = 0.8, how: str = "unanimous",
+                  n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Trained models: the attenuated (or gated) model vs the baseline, paired per item and per seed.
+
+    ``before``, ``after``: task -> ``[n_seeds, n_items]`` 0/1 correctness (seed s of the variant is
+    paired with seed s of the baseline: same data order and initialisation), the same items.
+    """
+    return [_benchmarks(before, after, claim_id="C4.benchmarks", model=model, variant=variant, alpha=alpha,
+                        margin=margin, power=power, how=how, n_boot=n_boot, seed=seed, level=level,
+                        source=source)]
+
+
+# --------------------------------------------------------------------------------------------
+# C2 when training with the cut (notebooks 06-08)
+# --------------------------------------------------------------------------------------------
+
+
+C2_ALPHA0_RULE = (
+    "C2-training.alpha0-hurts. Per seed, final validation loss of the model trained with block "
+    "{block}'s skip path cut (alpha = 0) minus the baseline trained with the same seed, paired per "
+    "evaluation window; statistic: the mean with a two-sided {level} percentile bootstrap CI over "
+    "windows. Per-seed improvement rule (claimed sign: positive, the cut hurts): reproduced if the "
+    "CI lies above 0; not reproduced if it lies below {margin} nats (a harm of {margin} nats or more "
+    "is ruled out); inconclusive otherwise. Seeds combined by {how}; the row shows the "
+    "seed-averaged difference.")
+
+
+@_rule(C2_ALPHA0_RULE.replace("{block}", "l"))
+def c2_training_alpha0(baseline, cut, *, block: int, model: str, margin: float = 0.005,
+                       how: str = "unanimous", n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                       source: str = "") -> list[VerdictRow]:
+    """Training with alpha = 0 at ``block`` vs the baseline (``[n_seeds, n_windows]`` validation losses)."""
+    base = _per_seed(baseline, "baseline losses")
+    x = _per_seed(cut, "cut losses", base.shape[1])
+    if x.shape[0] != base.shape[0]:
+        raise ValueError(f"cut has {x.shape[0]} seeds, the baseline {base.shape[0]}: pair them by seed")
+    per_seed, numbers = _paired_by_seed(x, base, sign=1, margin=margin, converged=[None] * x.shape[0],
+                                        n_boot=n_boot, seed=seed, level=level)
+    m, lo, hi = stats.bootstrap_mean((x - base).mean(axis=0), n_boot=n_boot, seed=seed, level=level)
+    return [_row("C2-training.alpha0-hurts", model=model, variant=f"alpha=0 at block {block}",
+                 verdict=stats.combine_verdicts(per_seed, how=how),
+                 statistic="final validation loss, cut - baseline (nats, seed-averaged)", estimate=m, lo=lo,
+                 hi=hi, level=level, n=x.shape[1],
+                 rule=C2_ALPHA0_RULE.format(block=block, level=level, margin=margin, how=how),
+                 per_seed=per_seed, source=source, details={"per_seed": numbers, "margin": margin})]
+
+
+def _cut_stack(baseline, cuts: Mapping[int, Any]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    base = _per_seed(baseline, "baseline losses")
+    if len(cuts) < 1:
+        raise ValueError("no trained cut given")
+    layers = sorted(int(l) for l in cuts)
+    x = np.stack([_per_seed(cuts[l], f"cut at block {l}", base.shape[1]) for l in layers])  # [k, S, W]
+    if x.shape[1] != base.shape[0]:
+        raise ValueError(f"cuts have {x.shape[1]} seeds, the baseline {base.shape[0]}: pair them by seed")
+    return x, base, layers
+
+
+@_rule(C2_LAYER_RULE.replace("{claim_id}", "C2-training.layer-sensitive")
+       .replace("{units}", "evaluation windows (seed-averaged)").replace("{k}", "trained")
+       .replace("{probe_alpha}", "alpha_value"))
+def c2_training_layer_sensitive(baseline, cuts: Mapping[int, Any], *, alpha_value: float, model: str,
+                                threshold: float = 0.1, n_boot: int = 1000, seed: int = 0,
+                                level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Training with one block attenuated by ``alpha_value``, for several blocks: is it layer-sensitive?
+
+    ``baseline [n_seeds, n_windows]``; ``cuts``: block -> ``[n_seeds, n_windows]`` final validation
+    losses (seed s paired with the baseline's seed s). The per-window change is averaged over seeds.
+    """
+    x, base, layers = _cut_stack(baseline, cuts)
+    if len(layers) < 2:
+        raise ValueError("layer sensitivity needs cuts at 2 or more blocks")
+    diff = (x - base[None]).mean(axis=1)  # [k, W]
+    return [_layer_spread_row(diff, layers, claim_id="C2-training.layer-sensitive", probe_alpha=alpha_value,
+                              units="evaluation windows (seed-averaged)", threshold=threshold, model=model,
+                              variant=f"alpha={alpha_value:g}", n_boot=n_boot, seed=seed, level=level,
+                              source=source)]
+
+
+C2_TRAINING_LATE_RULE = (
+    "C2-training.late-cut. Candidates fixed in advance: every trained cut at a block l >= "
+    "{late_fraction:.3g} L (no selection step, so no held-out split). Per seed, per candidate, a "
+    "one-sided paired t-test over evaluation windows of final validation loss, cut - baseline of the "
+    "same seed (H1: mean < 0), Holm correction across the candidates at family level {alpha}. "
+    "Per-seed verdict: reproduced if Holm rejects for at least one candidate; not reproduced if none "
+    "is rejected and every candidate's two-sided {level} bootstrap CI lies above -{margin} nats; "
+    "inconclusive otherwise. Seeds combined by {how}. Shown: the candidate with the lowest "
+    "seed-averaged change, its CI over windows, and its minimum detectable effect "
+    "(t_(1-{alpha}/k) + t_{power}) SD/sqrt(n) per seed.")
+
+
+@_rule(C2_TRAINING_LATE_RULE)
+def c2_training_late_cut(baseline, cuts: Mapping[int, Any], *, alpha_value: float, n_layers: int, model: str,
+                         late_fraction: float = 2 / 3, alpha: float = 0.05, margin: float = 0.005,
+                         power: float = 0.8, how: str = "unanimous", n_boot: int = 1000, seed: int = 0,
+                         level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Training with one late block attenuated by ``alpha_value``: does validation loss improve?
+
+    Shapes as in :func:`c2_training_layer_sensitive`; blocks below ``late_fraction * n_layers`` are
+    ignored.
+    """
+    x, base, layers = _cut_stack(baseline, cuts)
+    keep = [i for i, l in enumerate(layers) if l >= late_fraction * n_layers]
+    if not keep:
+        raise ValueError(f"no trained cut at a block >= {late_fraction:.3g} x {n_layers}: train late cuts")
+    x, layers = x[keep], [layers[i] for i in keep]
+    per_seed, seeds = [], []
+    for s in range(base.shape[0]):
+        v, numbers, head = _holm_family([x[i, s] - base[s] for i in range(len(layers))], alpha=alpha,
+                                        margin=margin, power=power, n_boot=n_boot, seed=seed, level=level)
+        for l, c in zip(layers, numbers):
+            c["block"] = l
+        per_seed.append(v)
+        seeds.append(numbers)
+    avg = (x - base[None]).mean(axis=1)  # [k, W]
+    h = int(avg.mean(axis=1).argmin())
+    m, lo, hi = stats.bootstrap_mean(avg[h], n_boot=n_boot, seed=seed, level=level)
+    rule = C2_TRAINING_LATE_RULE.format(late_fraction=late_fraction, alpha=alpha, level=level, margin=margin,
+                                        how=how, power=power)
+    return [_row("C2-training.late-cut", model=model, variant=f"block {layers[h]}, alpha={alpha_value:g}",
+                 verdict=stats.combine_verdicts(per_seed, how=how),
+                 statistic="final validation loss, cut - baseline (nats, seed-averaged)", estimate=m, lo=lo,
+                 hi=hi, level=level, n=avg.shape[1], rule=rule, per_seed=per_seed, source=source,
+                 details={"per_seed": seeds, "blocks": layers, "mde": max(s[h]["mde"] for s in seeds),
+                          "mde_unit": "nats", "margin": margin})]

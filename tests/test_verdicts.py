@@ -1,0 +1,494 @@
+"""The verdict schema and every rule, each driven to all three outcomes by constructed inputs."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from residshift.analysis import stats
+from residshift.analysis import verdicts as V
+
+R, N, I = V.REPRODUCED, V.NOT_REPRODUCED, V.INCONCLUSIVE
+RULES = [V.c1_regimes, V.c1_depth, V.c2_late_cut, V.c2_layer_sensitive, V.c3_beats_baseline,
+         V.c3_beats_best_cut, V.c3_concentration, V.c3_misalignment, V.c3_benchmarks, V.c4_benchmarks,
+         V.c2_training_alpha0, V.c2_training_layer_sensitive, V.c2_training_late_cut]
+
+
+def _by_id(rows):
+    return {r.claim_id: r for r in rows}
+
+
+def _check_rows(rows):
+    for r in rows:
+        assert isinstance(r, V.VerdictRow) and r.verdict in V.OUTCOMES
+        assert "{" not in r.rule and r.claim == V.CLAIMS[r.claim_id]
+        json.dumps(r.as_dict())  # JSON-safe
+
+
+# --------------------------------------------------------------------------------------------
+# The schema
+# --------------------------------------------------------------------------------------------
+
+
+def _row(**kw):
+    base = dict(model="m", variant=None, claim_id="C2.late-cut", claim="a claim", verdict=R,
+                statistic="mean dloss", estimate=-0.1, ci=(-0.2, -0.05), level=0.95, n=10, rule="a rule")
+    return V.VerdictRow(**{**base, **kw})
+
+
+def test_row_validates_and_cleans():
+    r = _row(estimate=float("nan"), ci=[np.float64(-0.2), float("inf")], per_seed=[R, I],
+             details={"a": np.arange(3), "b": np.float32(0.5), "c": (1, float("nan")), "d": np.bool_(True)})
+    assert r.estimate is None and r.ci == (-0.2, None) and r.per_seed == (R, I)
+    assert r.details == {"a": [0, 1, 2], "b": 0.5, "c": [1, None], "d": True}
+    with pytest.raises(V.VerdictError, match="not one of"):
+        _row(verdict="yes")
+    with pytest.raises(V.VerdictError, match="claim_id"):
+        _row(claim_id="C9.x")
+    with pytest.raises(V.VerdictError, match="level"):
+        _row(level=95)
+    with pytest.raises(V.VerdictError, match="per-seed"):
+        _row(per_seed=["maybe"])
+    with pytest.raises(V.VerdictError, match="JSON-like"):
+        _row(details={"x": object()})
+    with pytest.raises(V.VerdictError, match="rule in words"):
+        _row(rule="")
+
+
+def test_save_and_load_round_trip(tmp_path):
+    rows = [_row(), _row(claim_id="C1", verdict=N, estimate=None, ci=(None, None), level=None,
+                         per_seed=[N, N], details={"k": 1}, source="03-alignment-curves-shift-table")]
+    path = V.save_verdicts("09-test-verdicts", rows, parameters={"seed": 0})
+    assert path.name == "09-test-verdicts.json"
+    data = json.loads(path.read_text())
+    assert V.is_verdict_layout(data) and all(d["schema"] == V.SCHEMA for d in data)
+    assert V.load_verdicts(path) == rows
+    with pytest.raises(V.VerdictError, match="verdicts"):
+        V.save_verdicts("09-test-numbers", rows)
+    with pytest.raises(V.VerdictError, match="no verdict rows"):
+        V.save_verdicts("09-test-verdicts", [])
+    with pytest.raises(V.VerdictError, match="VerdictRow"):
+        V.save_verdicts("09-test-verdicts", [{"verdict": R}])
+    old = tmp_path / "old-verdicts.json"
+    old.write_text(json.dumps({"m": {"c1": {"verdict": R}}}))
+    with pytest.raises(V.VerdictError, match="rerun the notebook"):
+        V.load_verdicts(old)
+    with pytest.raises(V.VerdictError, match="does not exist"):
+        V.load_verdicts(tmp_path / "nope.json")
+    bad = rows[0].as_dict() | {"extra": 1}
+    with pytest.raises(V.VerdictError, match="unknown"):
+        V.rows_from_json([bad])
+
+
+def test_every_rule_states_itself():
+    for fn in RULES:
+        assert "Rule (default parameters)" in fn.__doc__, fn.__name__
+        assert "{" not in fn.__doc__.split("Rule (default parameters)")[1], fn.__name__
+    for cid in V.CLAIMS:
+        assert V._CLAIM_ID.match(cid), cid
+
+
+def test_decision_helpers():
+    assert V.threshold_verdict(0.2, 0.3, 0.1) == R
+    assert V.threshold_verdict(0.0, 0.05, 0.1) == N
+    assert V.threshold_verdict(0.05, 0.2, 0.1) == I
+    assert V.threshold_verdict(None, 0.2, 0.1) == I
+    assert V.improvement_verdict(-0.3, -0.1, sign=-1) == R
+    assert V.improvement_verdict(-0.001, 0.01, sign=-1, margin=0.005) == N
+    assert V.improvement_verdict(-0.01, 0.01, sign=-1, margin=0.005) == I
+    assert V.improvement_verdict(0.1, 0.3, sign=1) == R
+    assert V.improvement_verdict(-0.1, 0.001, sign=1, margin=0.005) == N
+    # moved from sweep, same results as before
+    assert V.verdict_from_ci(-2, -1) == R
+    assert V.verdict_from_ci(1, 2) == N
+    assert V.verdict_from_ci(-1, 1) == I
+    assert V.verdict_from_ci(1, 2, better_if="higher") == R
+    assert V.verdict_from_ci(1, 2, better_if="higher", n=3) == I
+
+
+# --------------------------------------------------------------------------------------------
+# C1
+# --------------------------------------------------------------------------------------------
+
+
+def _c1(h1, mid, late, *, n=40, L=12, noise=0.01, seed=0):
+    """Per-window top-1 rates: excess over the unigram decoder at h_1, in the middle, at h_(L-1..L)."""
+    rng = np.random.default_rng(seed)
+    uni_in, uni_next = rng.uniform(0.02, 0.08, n), rng.uniform(0.02, 0.08, n)
+    ex_in, ex_next = np.zeros(L + 1), np.zeros(L + 1)
+    ex_in[0], ex_in[1] = 0.9, h1
+    ex_in[2:L - 1] = ex_next[2:L - 1] = mid
+    ex_next[L - 1:] = late
+    ti = uni_in[:, None] + ex_in + rng.normal(0, noise, (n, L + 1))
+    tn = uni_next[:, None] + ex_next + rng.normal(0, noise, (n, L + 1))
+    return dict(top1_input=ti, top1_next=tn, unigram_input=uni_in, unigram_next=uni_next)
+
+
+def _c1_rows(h1, mid, late, **kw):
+    rows = V.c1_regimes(**_c1(h1, mid, late), model="m", decoder="logit lens", n_boot=400, **kw)
+    _check_rows(rows)
+    return _by_id(rows)
+
+
+def test_c1_regimes_all_three_outcomes():
+    ok = _c1_rows(0.5, 0.0, 0.3)
+    assert [ok[k].verdict for k in ("C1.early", "C1.middle", "C1.late", "C1")] == [R, R, R, R]
+    assert ok["C1.middle"].details["longest_quiet_run"] == list(range(2, 11))
+    assert ok["C1.middle"].level == pytest.approx(1 - 0.05 / 9)
+    # the next token does not beat a frequency guess before the output layer: not reproduced
+    no_late = _c1_rows(0.5, 0.0, 0.0)
+    assert no_late["C1.late"].verdict == N and no_late["C1"].verdict == N
+    # something is decodable at every middle layer: middle not reproduced
+    busy = _c1_rows(0.5, 0.3, 0.3)
+    assert busy["C1.middle"].verdict == N and busy["C1"].verdict == N
+    # middle layers sit at the margin: neither quiet nor busy
+    edge = _c1_rows(0.5, 0.02, 0.3)
+    assert edge["C1.middle"].verdict == I and edge["C1"].verdict == I
+    # the early regime alone, each outcome
+    assert _c1_rows(0.0, 0.0, 0.3)["C1.early"].verdict == N
+    assert _c1_rows(0.02, 0.0, 0.3)["C1.early"].verdict == I
+    # h_0 is never used: a huge layer-0 input rate with nothing at h_1 is still 'not reproduced'
+    assert _c1_rows(0.0, 0.0, 0.3)["C1"].verdict == N
+
+
+def test_c1_regimes_bad_input():
+    d = _c1(0.5, 0.0, 0.3, L=4)
+    with pytest.raises(ValueError, match="min_run"):
+        V.c1_regimes(**d, model="m", decoder="d")  # h_2 only: one candidate for a run of 2
+    d = _c1(0.5, 0.0, 0.3)
+    d["unigram_input"] = d["unigram_input"][:5]
+    with pytest.raises(ValueError, match="same windows"):
+        V.c1_regimes(**d, model="m", decoder="d")
+
+
+def test_unigram_baseline():
+    w = np.array([[9, 3, 3, 5, 3], [9, 1, 2, 3, 3]])
+    assert V.most_frequent_token(w) == 3 and V.most_frequent_token(w, exclude=[3]) == 9
+    u = V.unigram_top1(w, 3)  # positions 1..3: inputs (3,3,5),(1,2,3); nexts (3,5,3),(2,3,3)
+    np.testing.assert_allclose(u["input"], [2 / 3, 1 / 3])
+    np.testing.assert_allclose(u["next"], [2 / 3, 2 / 3])
+    np.testing.assert_allclose(V.unigram_top1(w, 3, positions=[2])["next"], [0.0, 1.0])
+    with pytest.raises(ValueError, match="next token"):
+        V.unigram_top1(w, 3, positions=[4])
+
+
+def _emerging(c, *, L=20, n=40, noise=0.02, seed=0, metric="top1"):
+    rng = np.random.default_rng(seed)
+    layers = np.arange(L + 1)
+    curve = 1 / (1 + np.exp(-(layers - c * L) / 1.0))
+    if metric == "logrank":
+        curve = 3 - 3 * curve
+    return curve + rng.normal(0, noise, (n, L + 1))
+
+
+def test_c1_depth_all_three_outcomes():
+    rows = V.c1_depth({"top1": _emerging(0.65), "logrank": _emerging(0.65, metric="logrank")},
+                      model="m", decoder="logit lens", n_boot=300)
+    _check_rows(rows)
+    assert [r.verdict for r in rows] == [R, R] and 0.6 < rows[0].estimate < 0.7
+    assert rows[1].details["curve_rises"]
+    assert V.c1_depth({"top1": _emerging(0.3)}, model="m", decoder="d", n_boot=300)[0].verdict == N
+    assert V.c1_depth({"top1": _emerging(0.5)}, model="m", decoder="d", n_boot=300)[0].verdict == I
+    falling = V.c1_depth({"prob": 1 - _emerging(0.65)}, model="m", decoder="d", n_boot=100)[0]
+    assert falling.verdict == I and not falling.details["curve_rises"]
+    with pytest.raises(ValueError, match="no meaningful half-way depth"):
+        V.c1_depth({"cos_raw": _emerging(0.65)}, model="m", decoder="d")
+
+
+# --------------------------------------------------------------------------------------------
+# C2 on frozen models
+# --------------------------------------------------------------------------------------------
+
+
+def _sweep(late_mean, late_sd, *, n=40, seed=0):
+    """dloss [6 blocks, alphas (0, 0.5, 0.9, 1), n windows]; block 5 at alpha 0.9 gets (mean, sd)."""
+    rng = np.random.default_rng(seed)
+    d = np.zeros((6, 4, n))
+    d[:, 0] = 5 + rng.normal(0, 0.5, (6, n))
+    d[:, 1] = 0.3 + rng.normal(0, 0.05, (6, n))
+    d[:, 2] = 0.02 + rng.normal(0, 0.005, (6, n))
+    d[5, 2] = late_mean + rng.normal(0, late_sd, n)
+    return d, list(range(6)), [0.0, 0.5, 0.9, 1.0]
+
+
+def test_c2_late_cut_all_three_outcomes():
+    d, layers, alphas = _sweep(-0.05, 0.01)
+    row, = V.c2_late_cut(d, layers, alphas, n_layers=6, model="m", n_boot=300)
+    _check_rows([row])
+    assert row.verdict == R and row.variant == "block 5, alpha=0.9" and row.n == 20
+    assert row.details["mde"] > 0 and row.details["n_selection"] == 20
+    cands = row.details["candidates"]
+    np.testing.assert_allclose([c["p_holm"] for c in cands], stats.holm([c["p"] for c in cands]))
+    # every late cell hurts a little: nothing selected below 0, the lowest is confirmed >= 0
+    d, layers, alphas = _sweep(0.02, 0.005)
+    assert V.c2_late_cut(d, layers, alphas, n_layers=6, model="m", n_boot=300)[0].verdict == N
+    # a tiny improvement drowned in noise: neither confirmed nor ruled out
+    d, layers, alphas = _sweep(-0.003, 0.05)
+    assert V.c2_late_cut(d, layers, alphas, n_layers=6, model="m", n_boot=300)[0].verdict == I
+
+
+def test_c2_late_cut_holm_and_split():
+    # three late candidates with the same confirmation differences, one-sided p ~ 0.019 each:
+    # significant alone, not after Holm across three
+    n = 20
+    z = np.random.default_rng(1).normal(size=n)
+    v = -0.01 + 0.02 * (z - z.mean()) / z.std(ddof=1)
+    assert 0.0167 < stats.paired_ttest(v, alternative="less")["p"] < 0.05
+    d = np.full((6, 2, 2 * n), 0.5)
+    d[:, 1] = 0.0
+    for layer in (4, 5):
+        d[layer, 0, :n] = -0.1  # selection windows
+        d[layer, 0, n:] = v     # confirmation windows
+    d[3, 0, :n], d[3, 0, n:] = -0.1, v  # below the late blocks: not a candidate
+    kw = dict(n_layers=6, model="m", select=np.arange(n), confirm=np.arange(n, 2 * n), n_boot=300,
+              late_fraction=0.5)
+    three = V.c2_late_cut(d, range(6), [0.5, 1.0], **kw)[0]
+    assert three.details["k"] == 3 and three.verdict == I
+    one = V.c2_late_cut(d, range(6), [0.5, 1.0], max_candidates=1, **kw)[0]
+    assert one.details["k"] == 1 and one.verdict == R
+    with pytest.raises(ValueError, match="overlap"):
+        V.c2_late_cut(d, range(6), [0.5, 1.0], n_layers=6, model="m", select=[0, 1, 2], confirm=[2, 3])
+    with pytest.raises(ValueError, match="no swept block"):
+        V.c2_late_cut(d[:2], [0, 1], [0.5, 1.0], n_layers=6, model="m")
+
+
+def test_c2_layer_sensitive_all_three_outcomes():
+    rng = np.random.default_rng(0)
+    alphas = [0.5, 1.0]
+    d = np.zeros((3, 2, 40))
+    d[:, 0] = np.array([0.1, 0.5, 2.0])[:, None] + rng.normal(0, 0.05, (3, 40))
+    row, = V.c2_layer_sensitive(d, [0, 1, 2], alphas, model="m", n_boot=300)
+    _check_rows([row])
+    assert row.verdict == R and row.details["most_harmful_block"] == 2
+    d[:, 0] = 0.2 + rng.normal(0, 0.01, (3, 40))
+    assert V.c2_layer_sensitive(d, [0, 1, 2], alphas, model="m", n_boot=300)[0].verdict == N
+    d2 = np.zeros((2, 2, 40))
+    d2[:, 0] = np.array([0.2, 0.3])[:, None] + rng.normal(0, 0.15, (2, 40))
+    assert V.c2_layer_sensitive(d2, [0, 1], alphas, model="m", n_boot=300)[0].verdict == I
+    with pytest.raises(ValueError, match="not swept"):
+        V.c2_layer_sensitive(d, [0, 1, 2], alphas, model="m", probe_alpha=0.25)
+
+
+def test_alpha0_is_described_not_judged_and_best_fixed_cut():
+    d, layers, alphas = _sweep(-0.05, 0.01)
+    rows = V.alpha0_summary(d, layers, alphas, n_boot=100)
+    assert [r["layer"] for r in rows] == layers and all("verdict" not in r for r in rows)
+    assert rows[0]["dloss"] == pytest.approx(d[0, 0].mean()) and rows[0]["lo"] < rows[0]["dloss"]
+    with pytest.raises(ValueError, match="alpha = 0"):
+        V.alpha0_summary(d[:, 1:], layers, alphas[1:])
+    best = V.best_fixed_cut(d, layers, alphas)
+    assert (best["layer"], best["alpha"]) == (5, 0.9)
+    d, layers, alphas = _sweep(0.02, 0.005)  # every cut hurts: the unmodified model wins
+    assert V.best_fixed_cut(d, layers, alphas) == {"layer": None, "alpha": 1.0, "dloss": 0.0,
+                                                   "label": "unmodified (alpha = 1)"}
+    d[1, 2] = -1.0
+    assert V.best_fixed_cut(d, layers, alphas)["layer"] == 1
+    assert V.best_fixed_cut(d, layers, alphas, late_fraction=0.5, n_layers=6)["layer"] is None
+
+
+# --------------------------------------------------------------------------------------------
+# C3
+# --------------------------------------------------------------------------------------------
+
+
+def _losses(deltas, *, n=30, noise=0.002, seed=0):
+    rng = np.random.default_rng(seed)
+    base = 3 + rng.normal(0, 0.3, n)
+    return base, np.stack([base + d + rng.normal(0, noise, n) for d in deltas])
+
+
+def test_c3_beats_baseline_all_three_outcomes():
+    base, gated = _losses([-0.05, -0.04])
+    row, = V.c3_beats_baseline(gated, base, model="m", variant="scalar", converged=[True, True],
+                               steps=[30, 45], n_boot=300)
+    _check_rows([row])
+    assert row.verdict == R and row.per_seed == (R, R) and row.details["per_seed"][1]["steps"] == 45
+    assert row.estimate == pytest.approx((gated - base).mean())
+    base, gated = _losses([0.0, 0.0], noise=0.0005)
+    assert V.c3_beats_baseline(gated, base, model="m", variant="s", n_boot=300)[0].verdict == N
+    base, gated = _losses([-0.05, 0.0])
+    row = V.c3_beats_baseline(gated, base, model="m", variant="s", n_boot=300)[0]
+    assert row.verdict == I and row.per_seed == (R, N)
+    # a fit that ran into its step cap is inconclusive whatever its numbers say
+    base, gated = _losses([-0.05, -0.04])
+    row = V.c3_beats_baseline(gated, base, model="m", variant="s", converged=[True, np.bool_(False)],
+                              n_boot=300)[0]
+    assert row.verdict == I and row.per_seed == (R, I) and row.details["not_converged"] == [1]
+    # training: a baseline per seed, its own claim id
+    row = V.c3_beats_baseline(gated, np.stack([base, base]), model="m", variant="s", setting="training",
+                              n_boot=100)[0]
+    assert row.claim_id == "C3-training.beats-baseline" and row.verdict == R
+    with pytest.raises(ValueError, match="same windows"):
+        V.c3_beats_baseline(gated, base[:10], model="m", variant="s")
+    with pytest.raises(ValueError, match="setting"):
+        V.c3_beats_baseline(gated, base, model="m", variant="s", setting="posthoc")
+
+
+def test_c3_beats_best_cut_lets_the_unmodified_model_win():
+    base, gated = _losses([-0.05, -0.04])
+    cut = {"layer": None, "alpha": 1.0, "dloss": 0.0, "label": "unmodified (alpha = 1)"}
+    row, = V.c3_beats_best_cut(gated, base, cut=cut, model="m", variant="s", n_boot=200)
+    _check_rows([row])
+    assert row.claim_id == "C3.beats-best-cut" and row.verdict == R and row.details["cut"]["alpha"] == 1.0
+    assert V.c3_beats_best_cut(gated, base - 0.1, cut=cut, model="m", variant="s", n_boot=200)[0].verdict == N
+    base, gated = _losses([-0.05, 0.0])
+    assert V.c3_beats_best_cut(gated, base, cut=cut, model="m", variant="s", n_boot=200)[0].verdict == I
+
+
+def test_c3_concentration_all_three_outcomes():
+    kw = dict(layers=[0, 1, 2], n_layers=3, model="m", variant="scalar")
+    row, = V.c3_concentration([[0.99, 0.98, 0.8], [0.99, 0.97, 0.85]], **kw)
+    _check_rows([row])
+    assert row.verdict == R and row.estimate == pytest.approx(0.175)
+    # alpha_last = 0.991: the final layer leads, but its attenuation is not material
+    assert V.c3_concentration([[0.9975, 0.9975, 0.991]], **kw)[0].verdict == N
+    assert V.c3_concentration([[0.5, 0.98, 0.9]], **kw)[0].verdict == N  # another layer leads
+    assert V.c3_concentration([[0.85, 0.99, 0.8]], **kw)[0].verdict == I  # leads, but < 2x
+    stuck = V.c3_concentration([[0.99, 0.98, 0.8]], converged=[False], steps=[15], **kw)[0]
+    assert stuck.verdict == I and stuck.details["per_seed"][0]["steps"] == 15
+    assert V.c3_concentration([[0.7]], layers=[2], n_layers=3, model="m", variant="s")[0].verdict == R
+    with pytest.raises(ValueError, match="final block"):
+        V.c3_concentration([[0.5, 0.9]], layers=[0, 1], n_layers=3, model="m", variant="s")
+    row = V.c3_concentration([[0.99, 0.98, 0.8]], setting="training", **kw)[0]
+    assert row.claim_id == "C3-training.concentrates"
+
+
+def _lens(n=40, L=12, shift=0.0, lp=0.0, lr=0.0, noise=0.01, seed=0):
+    rng = np.random.default_rng(seed)
+    layers = np.arange(L + 1)
+    return {"logprob_input": -8 + lp + rng.normal(0, noise, (n, L + 1)),
+            "logrank_input": 3 + lr + rng.normal(0, noise, (n, L + 1)),
+            "top1_next": 0.4 / (1 + np.exp(-(layers - 8 + shift))) + rng.normal(0, noise, (n, L + 1))}
+
+
+def test_c3_misalignment_all_three_outcomes():
+    before = _lens()
+    kw = dict(after_layers=range(9, 13), model="m", variant="scalar", n_boot=300)
+    rows = _by_id(V.c3_misalignment(before, _lens(shift=2, lp=-1.0, lr=0.5, seed=1), **kw,
+                                    loss_before=np.full(40, 3.0), loss_after=np.full(40, 2.9)))
+    _check_rows(rows.values())
+    assert [rows[k].verdict for k in ("C3.misalignment", "C3.misalignment.rank", "C3.emergence-shift")] == [R, R, R]
+    assert rows["C3.misalignment"].estimate == pytest.approx(-1.0, abs=0.01)
+    assert rows["C3.emergence-shift"].estimate == pytest.approx(-2 / 12, abs=0.02)
+    assert rows["C3.misalignment"].details["loss_change"]["delta"] == pytest.approx(-0.1)
+    same = _by_id(V.c3_misalignment(before, _lens(seed=1), **kw))
+    assert {r.verdict for r in same.values()} == {N}
+    noisy = _by_id(V.c3_misalignment(before, _lens(noise=1.0, seed=2), **kw))
+    assert noisy["C3.misalignment"].verdict == I and noisy["C3.misalignment.rank"].verdict == I
+    assert noisy["C3.emergence-shift"].verdict == I
+    with pytest.raises(ValueError, match="lacks"):
+        V.c3_misalignment({"logprob_input": before["logprob_input"]}, before, **kw)
+    with pytest.raises(ValueError, match="after_layers"):
+        V.c3_misalignment(before, before, after_layers=[0], model="m", variant="s")
+
+
+# --------------------------------------------------------------------------------------------
+# Benchmarks, paired by item
+# --------------------------------------------------------------------------------------------
+
+
+def _items(n, p=0.6, seed=0):
+    return (np.random.default_rng(seed).random(n) < p).astype(float)
+
+
+def _flip(x, k_worse, k_better, seed=0):
+    y = x.copy()
+    rng = np.random.default_rng(seed)
+    right, wrong = np.flatnonzero(x == 1), np.flatnonzero(x == 0)
+    y[rng.choice(right, k_worse, replace=False)] = 0
+    y[rng.choice(wrong, k_better, replace=False)] = 1
+    return y
+
+
+def test_c3_benchmarks_all_three_outcomes():
+    before = {"piqa": _items(1000), "arc-easy": _items(1000, seed=1)}
+    same = {t: _flip(x, 10, 10) for t, x in before.items()}
+    row, = V.c3_benchmarks(before, same, model="m", variant="scalar", n_boot=200)
+    _check_rows([row])
+    assert row.verdict == R and row.details["mde"] <= 0.03 and row.n == 1000
+    worse = {"piqa": _flip(before["piqa"], 60, 0), "arc-easy": same["arc-easy"]}
+    row = V.c3_benchmarks(before, worse, model="m", variant="s", n_boot=200)[0]
+    assert row.verdict == N and row.details["worst_task"] == "piqa" and row.estimate == pytest.approx(-0.06)
+    small = {"piqa": _items(24), "arc-easy": _items(24, seed=1)}
+    row = V.c3_benchmarks(small, small, model="m", variant="s", n_boot=100)[0]
+    assert row.verdict == I and row.details["mde"] > 0.03  # no change seen, but n = 24 cannot see 0.03
+    # seeds: [n_seeds, n_items] after, one shared before
+    two = {t: np.stack([same[t], worse[t]]) for t in before}
+    row = V.c3_benchmarks(before, two, model="m", variant="s", n_boot=100)[0]
+    assert row.per_seed == (R, N) and row.verdict == I
+    with pytest.raises(ValueError, match="same tasks"):
+        V.c3_benchmarks(before, {"piqa": same["piqa"]}, model="m", variant="s")
+    with pytest.raises(ValueError, match="0/1"):
+        V.c3_benchmarks({"piqa": before["piqa"] * 0.5}, {"piqa": same["piqa"]}, model="m", variant="s")
+
+
+def test_c4_benchmarks_pairs_by_seed():
+    before = {"lambada": np.stack([_items(1000, seed=s) for s in range(2)])}
+    same = {"lambada": np.stack([_flip(before["lambada"][s], 5, 8, seed=s) for s in range(2)])}
+    row, = V.c4_benchmarks(before, same, model="gpt", variant="gates", n_boot=100)
+    _check_rows([row])
+    assert row.claim_id == "C4.benchmarks" and row.per_seed == (R, R) and row.verdict == R
+    worse = {"lambada": np.stack([_flip(before["lambada"][s], 80, 0, seed=s) for s in range(2)])}
+    assert V.c4_benchmarks(before, worse, model="g", variant="v", n_boot=100)[0].verdict == N
+    small = {"lambada": before["lambada"][:, :30]}
+    assert V.c4_benchmarks(small, small, model="g", variant="v", n_boot=100)[0].verdict == I
+
+
+# --------------------------------------------------------------------------------------------
+# Training claims
+# --------------------------------------------------------------------------------------------
+
+
+def _runs(deltas, *, S=2, W=30, noise=0.001, seed=0):
+    """Baseline [S, W] validation losses and, per delta, a run paired by seed and window."""
+    rng = np.random.default_rng(seed)
+    base = 3 + rng.normal(0, 0.2, (S, W))
+    return base, [base + d + rng.normal(0, noise, (S, W)) for d in deltas]
+
+
+def test_c2_training_alpha0_all_three_outcomes():
+    base, (hurt, flat, noisy) = _runs([0.5, 0.0, 0.0])
+    row, = V.c2_training_alpha0(base, hurt, block=3, model="gpt", n_boot=200)
+    _check_rows([row])
+    assert row.verdict == R and row.per_seed == (R, R) and row.variant == "alpha=0 at block 3"
+    assert V.c2_training_alpha0(base, flat, block=3, model="gpt", n_boot=200)[0].verdict == N
+    noisy = base + np.random.default_rng(5).normal(0, 0.05, base.shape)
+    assert V.c2_training_alpha0(base, noisy, block=3, model="gpt", n_boot=200)[0].verdict == I
+    with pytest.raises(ValueError, match="pair them by seed"):
+        V.c2_training_alpha0(base, hurt[:1], block=3, model="gpt")
+
+
+def test_c2_training_layer_sensitive_all_three_outcomes():
+    base, runs = _runs([0.1, 1.0, 0.3], noise=0.01)
+    row, = V.c2_training_layer_sensitive(base, dict(zip([3, 6, 9], runs)), alpha_value=0.5, model="gpt",
+                                         n_boot=200)
+    _check_rows([row])
+    assert row.verdict == R and row.details["most_harmful_block"] == 6
+    base, runs = _runs([0.01, 0.012, 0.011], noise=0.001)
+    assert V.c2_training_layer_sensitive(base, dict(zip([3, 6, 9], runs)), alpha_value=0.5, model="gpt",
+                                         n_boot=200)[0].verdict == N
+    base, runs = _runs([0.2, 0.3], noise=0.2)
+    assert V.c2_training_layer_sensitive(base, dict(zip([3, 6], runs)), alpha_value=0.5, model="gpt",
+                                         n_boot=200)[0].verdict == I
+
+
+def test_c2_training_late_cut_all_three_outcomes():
+    kw = dict(alpha_value=0.5, n_layers=12, model="gpt", n_boot=200)
+    base, runs = _runs([0.3, 0.02, -0.05], noise=0.005)
+    row, = V.c2_training_late_cut(base, dict(zip([2, 8, 10], runs)), **kw)
+    _check_rows([row])
+    assert row.verdict == R and row.per_seed == (R, R) and row.variant == "block 10, alpha=0.5"
+    assert row.details["blocks"] == [8, 10]  # block 2 is not late
+    base, runs = _runs([0.02, 0.01], noise=0.002)
+    assert V.c2_training_late_cut(base, dict(zip([8, 10], runs)), **kw)[0].verdict == N
+    base, runs = _runs([0.0, 0.0], noise=0.1)
+    assert V.c2_training_late_cut(base, dict(zip([8, 10], runs)), **kw)[0].verdict == I
+    with pytest.raises(ValueError, match="late cuts"):
+        V.c2_training_late_cut(base, {2: runs[0]}, **kw)
+
+
+def test_rules_reject_nan():
+    base, gated = _losses([-0.05, -0.04])
+    gated[0, 3] = math.nan
+    with pytest.raises(ValueError, match="NaN"):
+        V.c3_beats_baseline(gated, base, model="m", variant="s")
