@@ -23,6 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("name", nargs="?", default=None, help="one profile (default: all)")
     rep = sub.add_parser("report", help="regenerate the README's results block from the saved numbers")
     rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
+    book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
+    book.add_argument("--profile", default="default", help="smoke | default | paper")
+    book.add_argument("--executed", default=None, help="executed notebooks (default build/<profile>)")
+    book.add_argument("--out", default=None, help="site folder (default build/book/<profile>)")
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
@@ -66,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
                   "README results are out of date: run `python -m residshift report`")
             return 0 if ok else 1
         print("README updated" if update_readme() else "README already up to date")
+        return 0
+    if args.cmd == "book":
+        from .study.book import BookError, build_book
+
+        try:
+            build_book(args.profile, executed=args.executed, out=args.out)
+        except BookError as err:
+            print(f"\nFAILED: {err}", file=sys.stderr)
+            return 1
         return 0
     if args.cmd == "profiles":
         import json

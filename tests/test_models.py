@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -151,3 +152,176 @@ def test_embedded_models_load_tied_and_sane(name, layers, d, vocab, bos):
                                  prepend_bos=info.prepend_bos)
     ppl = perplexity(window_losses(lm, info, windows))["ppl"]
     assert ppl < 100, f"{name}: perplexity {ppl:.1f} on WikiText-2 means broken weights"
+
+
+# ---------------------------------------------------------------------------------------------
+# The written-down interface
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(models.TINY))
+def test_tiny_models_satisfy_the_interface(tiny, name):
+    models.check_interface(tiny[name])
+
+
+def test_interface_check_names_what_is_broken(tiny_llama):
+    import dataclasses
+
+    lm, tok, info = tiny_llama
+    wrong_norm = dataclasses.replace(info, final_norm=torch.nn.Identity())
+    with pytest.raises(models.ArchitectureError, match="final_norm"):
+        models.check_interface(models.LoadedModel(lm, tok, wrong_norm))
+    wrong_count = dataclasses.replace(info, n_layers=3)
+    with pytest.raises(models.ArchitectureError, match="n_layers 3"):
+        models.check_interface(models.LoadedModel(lm, tok, wrong_count))
+    copy_of_e = dataclasses.replace(info, embedding=info.embedding.clone())
+    with pytest.raises(models.ArchitectureError, match="one tensor"):
+        models.check_interface(models.LoadedModel(lm, tok, copy_of_e))
+
+
+# ---------------------------------------------------------------------------------------------
+# A single .gguf file on disk
+# ---------------------------------------------------------------------------------------------
+
+
+def write_gguf(path, model, tokenizer, *, arch="llama", quantize=True, tied=True):
+    """Export a Llama-style model and its byte tokenizer as a GGUF file, as llama.cpp's converter
+    lays it out (q/k rows permuted for its rotary layout, 2-D weights quantized to Q8_0).
+    Returns the state dict the file decodes to (dequantized), for comparison."""
+    import gguf
+
+    cfg = model.config
+    w = gguf.GGUFWriter(str(path), arch=arch)
+    w.add_name("tiny-llama")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_vocab_size(cfg.vocab_size)
+    tokens = [t for t, _ in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    specials = set(tokenizer.all_special_tokens)
+    w.add_tokenizer_model("gpt2")  # byte-level BPE
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in specials else 1 for t in tokens])  # 3: control, 1: normal
+    w.add_token_scores([0.0] * len(tokens))  # no merges: the vocabulary is the 256 bytes
+    w.add_bos_token_id(tokenizer.bos_token_id)
+    w.add_eos_token_id(tokenizer.eos_token_id)
+    w.add_pad_token_id(tokenizer.pad_token_id)
+    w.add_add_bos_token(False)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
+
+    def permute(x, n_head):  # llama.cpp's layout of the rotary halves
+        return x.reshape(n_head, 2, x.shape[0] // n_head // 2, *x.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+
+    decoded = {}
+    for name, t in model.state_dict().items():
+        if name == "lm_head.weight" and tied:
+            continue
+        x = t.detach().float().numpy()
+        stored = x
+        if name.endswith("q_proj.weight"):
+            stored = permute(x, cfg.num_attention_heads)
+        elif name.endswith("k_proj.weight"):
+            stored = permute(x, cfg.num_key_value_heads)
+        gname = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        if quantize and x.ndim == 2:
+            q = gguf.quants.quantize(stored, gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(gname, q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            back = gguf.quants.dequantize(q, gguf.GGMLQuantizationType.Q8_0).reshape(x.shape)
+            if stored is not x:  # undo the permutation (it is its own inverse's transpose)
+                n = cfg.num_attention_heads if "q_proj" in name else cfg.num_key_value_heads
+                back = back.reshape(n, back.shape[0] // n // 2, 2, *back.shape[1:]).swapaxes(1, 2).reshape(x.shape)
+            decoded[name] = torch.from_numpy(back.copy())
+        else:
+            w.add_tensor(gname, stored)
+            decoded[name] = torch.from_numpy(x.copy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return decoded
+
+
+def test_a_gguf_file_loads_dequantized_and_cached_by_its_hash(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    model, tok = models.build_tiny("tiny-llama", seed=5)
+    path = tmp_path / "tiny-q8.gguf"
+    decoded = write_gguf(path, model, tok)
+    reference, _ = models.build_tiny("tiny-llama", seed=5)
+    reference.load_state_dict({**decoded, "lm_head.weight": decoded["model.embed_tokens.weight"]})
+    reference.eval()
+
+    calls = []
+    real = models._dequantize_gguf
+    monkeypatch.setattr(models, "_dequantize_gguf", lambda *a: calls.append(a) or real(*a))
+    loaded = load_model(str(path))
+    lm, tok2, info = loaded
+    assert info.source == "gguf:tiny-q8.gguf" and info.family == "llama" and info.n_layers == 4
+    assert not isinstance(lm._module.config.to_dict().get("quantization_config"), dict)
+    text = "hello world, once more"
+    assert tok2(text).input_ids == tok(text).input_ids
+    ids = torch.tensor([tok(text).input_ids])
+    with torch.no_grad():
+        torch.testing.assert_close(lm._module(ids).logits, reference(ids).logits, atol=1e-5, rtol=1e-5)
+    models.check_interface(loaded)
+
+    folder = models.gguf_cache_path(models.file_sha256(path))
+    meta = json.loads((folder / "residshift.json").read_text())
+    assert meta["sha256"] == models.file_sha256(path) and meta["architecture"] == "llama"
+    load_model(str(path))
+    assert len(calls) == 1, "the second load reads the cached safetensors"
+    other = tmp_path / "other.gguf"
+    write_gguf(other, models.build_tiny("tiny-llama", seed=6)[0], tok)
+    load_model(str(other))
+    assert len(calls) == 2 and models.gguf_cache_path(models.file_sha256(other)) != folder
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")], "no temporary folders"
+
+
+def test_gguf_errors_name_the_problem(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ModelNotAvailableError, match="no GGUF file at"):
+        load_model(str(tmp_path / "missing.gguf"))
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"<html>not found</html>")
+    with pytest.raises(models.ModelError, match="not a GGUF file"):
+        load_model(str(junk))
+    model, tok = models.build_tiny("tiny-llama")
+    good = tmp_path / "good.gguf"
+    write_gguf(good, model, tok, quantize=False)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(good.read_bytes()[:2000])  # an interrupted download
+    with pytest.raises(models.ModelError, match="not a valid GGUF file"):
+        load_model(str(cut))
+    alien = tmp_path / "alien.gguf"
+    write_gguf(alien, model, tok, arch="rwkv6", quantize=False)
+    with pytest.raises(models.ArchitectureError, match="'rwkv6'.*cannot load from GGUF.*llama"):
+        load_model(str(alien))
+    untied = tmp_path / "untied.gguf"
+    model_u, _ = models.build_tiny("tiny-llama", tie_word_embeddings=False)
+    write_gguf(untied, model_u, tok, quantize=False, tied=False)
+    with pytest.raises(UntiedEmbeddingsError):
+        load_model(str(untied))
+    assert not (tmp_path / "cache" / "models").exists() or not any(
+        (tmp_path / "cache" / "models").iterdir()), "nothing half-written is left behind"
+
+
+@pytest.mark.slow
+def test_the_embedded_smollm2_file_loads_by_path_like_by_name(tmp_path, monkeypatch):
+    """A real llama.cpp file (Q4_1): by path it gives the same model as the embedded name."""
+    spec = models.EMBEDDED["smollm2-135m"]
+    path = spec.locate(spec)
+    by_name = load_model("smollm2-135m")
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path))  # a fresh dequantization, not a copy
+    by_path = load_model(str(path))
+    assert by_path.info.source == f"gguf:{path.name}" and by_path.info.n_layers == by_name.info.n_layers
+    ids = by_name.tokenizer(["The Eiffel Tower is in Paris."], return_tensors="pt").input_ids
+    assert by_path.tokenizer(["The Eiffel Tower is in Paris."], return_tensors="pt").input_ids.equal(ids)
+    with torch.no_grad():
+        torch.testing.assert_close(by_path.model._module(ids).logits, by_name.model._module(ids).logits)
+    models.check_interface(by_path)

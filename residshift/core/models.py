@@ -14,16 +14,25 @@ Names it understands (``known_models()`` lists them):
   dequantized to fp32 once and cached as safetensors under ``data/cache/models``;
 - tiny random-initialised models built in-process (``tiny-llama``, ``tiny-gpt2``, ``tiny-gemma3``),
   for the tests and the ``smoke`` profile;
+- a path to a single ``.gguf`` file (what a llama.cpp user has on disk): dequantized to fp32 by
+  transformers' GGUF support, as for the embedded models, and cached as safetensors under
+  ``data/cache/models/gguf-<sha256 of the file>`` (:func:`prepare_gguf`);
 - a local directory, a Hugging Face hub id with an owner (``google/gemma-2-2b``), a bare GPT-2 id
   (``gpt2``, ``distilgpt2``, ...) or ``hub:<id>`` for any other bare id. With the network these
   download through ``from_pretrained``; offline they load from the local Hugging Face cache.
 
 The study needs tied input/output embeddings (the logit lens decodes through the same matrix that
 embeds the input); a model without them is refused with :class:`UntiedEmbeddingsError`.
+
+What a model must offer the lens, the edits and the harness is written down once, in
+:class:`StudyModel` / :class:`StudyModule` (and the :class:`ModelInfo` fields), and checked by
+:func:`check_interface`: a new architecture (the study's own GPT, ``residshift.train.gpt``) is
+ready for every notebook when ``check_interface(load_model(...))`` passes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -33,7 +42,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, ContextManager, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -152,6 +161,120 @@ class LoadedModel(NamedTuple):
     model: Any  # nnsight.TransformersModel
     tokenizer: Any
     info: ModelInfo
+
+
+# --------------------------------------------------------------------------------------------
+# The interface every model satisfies (written down; checked by check_interface)
+# --------------------------------------------------------------------------------------------
+
+
+class StudyModule(Protocol):
+    """The bare torch module (``lm._module``; ``info.layers`` etc. point into it).
+
+    - ``forward(input_ids, attention_mask=None, use_cache=False[, logits_to_keep=k])`` returns an
+      object with ``.logits`` ``[batch, seq, vocab]`` (fp32 or the model's dtype). The harness pads
+      with ``attention_mask``; ``logits_to_keep`` is optional (used when ``forward`` accepts it:
+      logits of the last ``k`` positions only).
+    - ``get_input_embeddings()`` / ``get_output_embeddings()``: modules sharing one ``weight``
+      ``[vocab, d]`` (tied; ``ModelInfo.embedding`` is that tensor).
+    - ``config``: ``model_type``; ``max_position_embeddings`` or ``n_positions`` (the harness's
+      longest window); ``final_logit_softcapping`` where the logits are soft-capped.
+    - the decoder layers form an ``nn.ModuleList`` at ``ModelInfo.layers_path``; layer ``l`` is
+      called as ``layer(h, *args, **kwargs)`` (or with ``hidden_states=h``) and returns ``h_{l+1}``
+      as a tensor ``[batch, seq, d]`` (a tuple whose first element is it is tolerated by the sweep
+      replay, not by the lens, which edits ``.output`` in place). Everything a layer needs besides
+      ``h`` (masks, rotary tables) comes in its other arguments, so a block can be replayed on an
+      edited ``h`` with the captured arguments (``attenuate.sweep.replay_from``).
+    - the final norm (``ModelInfo.norm_path``) maps the last layer's output to the hidden state the
+      head reads: ``logits == softcap(final_norm(h_L) @ E.T)``, which the logit lens relies on.
+    """
+
+    def forward(self, input_ids: torch.Tensor, **kwargs: Any) -> Any: ...
+
+    def get_input_embeddings(self) -> nn.Module: ...
+
+    def get_output_embeddings(self) -> nn.Module: ...
+
+
+class StudyModel(Protocol):
+    """What ``load_model(...).model`` must offer (``nnsight.TransformersModel`` does, for any
+    :class:`StudyModule`):
+
+    - ``trace(input_ids, remote=False)``: a context in which, for each layer envoy
+      ``info.layer_envoys(model)[l]``, ``.input`` is ``h_l`` (read it before ``.output``) and
+      ``.output`` is ``h_{l+1}``, both ``[batch, seq, d]`` and assignable (the edits replace
+      ``.output``, the causal profile also ``layers[0].input``); ``model.output.logits`` is the
+      final logits; ``.save()`` keeps a value past the trace; ``loss.backward()`` works inside.
+    - ``_module``: the bare :class:`StudyModule` (the sweep and the harness call it directly).
+    - ``tokenizer``: the Hugging Face tokenizer (``bos_token_id``; ``__call__``; a pad token or
+      an ``eos_token_id`` to pad with).
+
+    The :class:`ModelInfo` beside it carries the rest: ``n_layers``, ``d_model``, ``vocab_size``,
+    ``layers`` / ``layers_path``, ``final_norm``, ``embedding`` (the tied ``E``), ``embed_scale``
+    (``h_0 = E[x] * embed_scale``, plus position embeddings where the model adds them),
+    ``logit_softcap``, ``prepend_bos`` / ``bos_token_id``, ``check_layer`` and ``layer_envoys``.
+    """
+
+    _module: StudyModule
+    tokenizer: Any
+
+    def trace(self, *inputs: Any, **kwargs: Any) -> ContextManager: ...
+
+
+def check_interface(loaded: LoadedModel, ids: torch.Tensor | None = None, *, atol: float = 1e-4) -> None:
+    """Check that ``loaded`` satisfies :class:`StudyModel` / :class:`StudyModule` on ``ids``
+    (default: 8 token ids): raise :class:`ArchitectureError` listing every part that does not."""
+    lm, tok, info = loaded
+    module = lm._module
+    problems: list[str] = []
+    if ids is None:
+        ids = torch.arange(3, 11).remainder(info.vocab_size).unsqueeze(0)
+    ids = ids.to(info.embedding.device)
+    if not (info.n_layers == len(info.layers) == len(info.layer_envoys(lm))):
+        problems.append(f"n_layers {info.n_layers} != the {len(info.layers)} layers at {info.layers_path}")
+    emb_in, emb_out = module.get_input_embeddings(), module.get_output_embeddings()
+    if emb_in is None or emb_out is None or emb_in.weight is not emb_out.weight \
+            or info.embedding is not emb_in.weight:
+        problems.append("input and output embeddings must be one tensor, and info.embedding that tensor")
+    if tuple(info.embedding.shape) != (info.vocab_size, info.d_model):
+        problems.append(f"embedding shape {tuple(info.embedding.shape)} != (vocab_size, d_model) "
+                        f"({info.vocab_size}, {info.d_model})")
+    with torch.no_grad():
+        try:
+            outs = []
+            with lm.trace(ids):
+                layers = info.layer_envoys(lm)
+                h0 = layers[0].input.save()
+                for layer in layers:  # explicit loop: nnsight runs the body in execution order
+                    outs.append(layer.output.save())
+                logits = lm.output.logits.save()
+        except Exception as err:  # noqa: BLE001 - reported, with the rest
+            raise ArchitectureError(f"{info.name}: tracing the layers failed: {err!r}") from err
+        shape = (ids.shape[0], ids.shape[1], info.d_model)
+        for l, h in enumerate([h0, *outs]):
+            if not isinstance(h, torch.Tensor) or tuple(h.shape) != shape:
+                what = type(h).__name__ if not isinstance(h, torch.Tensor) else tuple(h.shape)
+                problems.append(f"h_{l} (layer {'0 input' if l == 0 else f'{l - 1} output'}) is {what}, "
+                                f"expected a tensor {shape}")
+        if isinstance(outs[-1], torch.Tensor) and isinstance(logits, torch.Tensor):
+            lens = info.final_norm(outs[-1]).float() @ info.embedding.float().T
+            if info.logit_softcap:
+                lens = info.logit_softcap * torch.tanh(lens / info.logit_softcap)
+            gap = float((lens - logits.float()).abs().max())
+            if gap > atol * max(1.0, float(logits.float().abs().max())):
+                problems.append(f"softcap(final_norm(h_L) @ E.T) differs from the logits by {gap:.3g}: "
+                                "the final norm, tied matrix or soft-cap is not what the model uses")
+        try:
+            bare = module(ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+            if not torch.allclose(bare.float(), logits.float(), atol=atol, rtol=1e-4):
+                problems.append("forward(ids, attention_mask=ones) differs from the traced logits")
+        except TypeError as err:
+            problems.append(f"forward must accept attention_mask= and use_cache=: {err}")
+    if not hasattr(module.config, "model_type"):
+        problems.append("config has no model_type")
+    if problems:
+        raise ArchitectureError(f"{info.name} does not satisfy the study's model interface:\n  - "
+                                + "\n  - ".join(problems))
 
 
 # Where each architecture keeps its layers, final norm and input embedding.
@@ -382,6 +505,18 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf_path = spec.locate(spec)
+    model, tokenizer = _dequantize_gguf(gguf_path, name)
+    meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
+    _atomic_save_pretrained(model, tokenizer, target, meta)
+    if gguf_path.is_relative_to(cache_dir()):
+        gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
+    return target
+
+
+def _dequantize_gguf(gguf_path: Path, name: str):
+    """Load a GGUF file with transformers (dequantized to fp32); check it is tied."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
@@ -391,10 +526,80 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
+    return model, tokenizer
+
+
+# --------------------------------------------------------------------------------------------
+# A GGUF file on disk (what a llama.cpp user has)
+# --------------------------------------------------------------------------------------------
+
+
+def file_sha256(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def gguf_architecture(path: Path) -> str:
+    """``general.architecture`` of a GGUF file; :class:`ModelError` when the file is not a valid GGUF."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    fix = ("re-download it, or convert a Hugging Face model with llama.cpp's convert_hf_to_gguf.py")
+    if magic != b"GGUF":
+        raise ModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'): {fix}")
+    try:
+        from gguf import GGUFReader
+
+        field_ = GGUFReader(str(path)).fields["general.architecture"]
+        return bytes(field_.parts[field_.data[0]]).decode()
+    except Exception as err:  # noqa: BLE001 - any failure to parse means a damaged file
+        raise ModelError(f"{path} is not a valid GGUF file ({type(err).__name__}: {err}); "
+                         f"it may be truncated: {fix}") from None
+
+
+def _gguf_supported() -> list[str] | None:
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    except ImportError:
+        return None
+    return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
+
+
+def gguf_cache_path(digest: str) -> Path:
+    return cache_dir() / "models" / f"gguf-{digest[:16]}"
+
+
+def prepare_gguf(path: str | Path, *, force: bool = False) -> Path:
+    """Dequantize a GGUF file once and cache it as safetensors, keyed by the file's sha256 (the
+    folder is written atomically); return the folder. Errors name the fix: a missing file, a file
+    that is not (or no longer) a valid GGUF, an architecture transformers cannot load."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ModelNotAvailableError(
+            f"no GGUF file at {path}" + (" (it is a folder; pass the .gguf file inside it)" if path.is_dir()
+                                         else ": check the path (relative paths start at the working "
+                                         f"directory, {Path.cwd()})"))
+    arch = gguf_architecture(path)
+    supported = _gguf_supported()
+    if supported is not None and arch not in supported:
+        raise ArchitectureError(
+            f"{path.name} holds a {arch!r} model, which transformers {importlib.metadata.version('transformers')} "
+            f"cannot load from GGUF (it loads: {', '.join(supported)}). Use the model's Hugging Face "
+            "checkpoint instead (a folder or a hub id)."
+        )
+    digest = file_sha256(path)
+    target = gguf_cache_path(digest)
+    if (target / "residshift.json").is_file() and not force:
+        return target
+    try:
+        model, tokenizer = _dequantize_gguf(path, path.name)
+    except (ValueError, KeyError, OSError) as err:
+        raise ModelError(f"transformers could not load {path} ({arch}): {type(err).__name__}: {err}") from err
+    meta = {"name": path.name, "gguf": str(path.resolve()), "sha256": digest, "architecture": arch}
     _atomic_save_pretrained(model, tokenizer, target, meta)
-    if gguf_path.is_relative_to(cache_dir()):
-        gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
     return target
 
 
@@ -485,6 +690,7 @@ def known_models() -> dict[str, str]:
     out.update({hid: "Hugging Face hub (needs the network or the local HF cache)" for hid in BARE_HUB_IDS})
     out.update(PAPER_MODELS)
     out["<owner>/<name> | hub:<id> | <folder>"] = "any tied causal LM on the hub or on disk"
+    out["<path>.gguf"] = "a GGUF file on disk (llama.cpp): dequantized, cached by its sha256"
     return out
 
 
@@ -545,6 +751,10 @@ def load_model(
         folder = prepare_embedded(name)
         model, tokenizer = _from_pretrained(str(folder), dtype, "Delete the folder and retry.")
         source = f"gguf:{EMBEDDED[name].gguf_file}"
+    elif name.lower().endswith(".gguf"):
+        folder = prepare_gguf(name)
+        model, tokenizer = _from_pretrained(str(folder), dtype, "Delete the folder and retry.")
+        source = f"gguf:{Path(name).name}"
     elif name in TINY:
         model, tokenizer = build_tiny(name, seed=seed)
         model = model.to(dtype)
