@@ -3,6 +3,7 @@ import json
 
 import pytest
 
+from residshift.analysis.verdicts import VerdictRow
 from residshift.study import report
 
 
@@ -17,10 +18,21 @@ def test_render_reads_the_saved_files(tmp_path):
     assert "not produced yet" in report.render(fig, bench)
     (fig / "00-models-and-data.json").write_text(json.dumps({"perplexity": [
         {"model": "m", "windows": 4, "tokens": 252, "ppl": 12.345, "ppl_se": 0.5, "uniform_ppl": 259}]}))
-    (fig / "09-x-verdicts.json").write_text(json.dumps({"m": {"c1": {"verdict": "reproduced", "d": 0.5}}}))
+    row = VerdictRow(model="m", variant="scalar", claim_id="C2.late-cut", claim="a late cut helps",
+                     verdict="reproduced", statistic="mean dloss", estimate=-0.01234, ci=(-0.02, -0.004),
+                     level=0.95, n=16, rule="the rule in words", per_seed=["reproduced", "inconclusive"],
+                     details={"mde": 0.00512, "mde_unit": "nats"})
+    other = VerdictRow(model="m", variant=None, claim_id="C1.middle", claim="c", verdict="inconclusive",
+                       statistic="excess", estimate=0.5, ci=(0.25, 0.75), level=0.99, n=8, rule="rule two")
+    (fig / "09-x-verdicts.json").write_text(json.dumps([row.as_dict(), other.as_dict()]))
+    (fig / "08-old-verdicts.json").write_text(json.dumps({"m": {"c1": {"verdict": "reproduced", "d": 0.5}}}))
     text = report.render(fig, bench)
     assert "| m | 4 | 252 | 12.3 ± 0.5 | 259 |" in text
-    assert "| m | c1 | **reproduced** | d=0.500 |" in text
+    assert ("| m | scalar | C2.late-cut | **reproduced** | mean dloss | -0.0123 [-0.02, -0.004] | 16 | "
+            "0.00512 nats | reproduced, inconclusive |") in text
+    assert "| m | – | C1.middle | **inconclusive** | excess | 0.5 [0.25, 0.75] (99% CI) | 8 | – | – |" in text
+    assert "- **C2.late-cut**: the rule in words" in text and "- **C1.middle**: rule two" in text
+    assert "`figures/08-old-verdicts.json` is in an older verdict layout" in text
 
 
 def test_update_and_check_round_trip(tmp_path, monkeypatch):

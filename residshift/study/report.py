@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from ..analysis.verdicts import is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
 from ..core.paths import REPO_ROOT
 
@@ -145,47 +146,61 @@ def section_shift(fig: Path, bench: Path) -> str:
                       "emergence layer [95% CI]"], rows))
 
 
-def _evidence(v: dict) -> str:
-    if isinstance(v.get("checks"), dict):
-        return ", ".join(f"{k} {'✓' if ok else '✗'}" for k, ok in v["checks"].items())
-    return ", ".join(f"{k}={_num(x, 3) if isinstance(x, float) else x}" for k, x in v.items()
-                     if k not in ("verdict", "claim") and not isinstance(x, (list, dict)))
+def _g(x: Any) -> str:
+    """A number in 3 significant digits (estimates range from 0.001 nats to 0.7 of depth)."""
+    if x is None:
+        return "–"
+    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
 
 
-def _verdict_rows(d: dict | list) -> list[list[str]]:
-    rows = []
-    if isinstance(d, list):  # [{"model", "claim", "verdict", ...}, ...]
-        for v in d:
-            if isinstance(v, dict) and "verdict" in v:
-                who = " · ".join(str(v[k]) for k in ("model", "gates") if k in v)
-                seeds = v.get("per_seed")
-                rows.append([who, str(v.get("claim", "")), f"**{v['verdict']}**",
-                             "per seed: " + ", ".join(seeds) if seeds else ""])
-        return rows
-    for key, value in d.items():
-        if not isinstance(value, dict):
-            continue
-        if "verdict" in value:  # {"model · variant": {"claim", "verdict", "checks"}}
-            rows.append([key, str(value.get("claim", "")), f"**{value['verdict']}**", _evidence(value)])
-            continue
-        for claim, v in value.items():  # {"model": {"claim": {"verdict", ...}}}
-            if isinstance(v, dict) and "verdict" in v:
-                rows.append([key, claim, f"**{v['verdict']}**", _evidence(v)])
-    return rows
+def _evidence(row) -> str:
+    """The estimate with its CI, and the CI level when it is not 95%."""
+    lo, hi = row.ci
+    text = _g(row.estimate) if lo is None or hi is None else f"{_g(row.estimate)} [{_g(lo)}, {_g(hi)}]"
+    if row.level is not None and lo is not None and abs(row.level - 0.95) > 1e-9:
+        text += f" ({100 * row.level:.3g}% CI)"
+    return text
+
+
+def _verdict_rows(rows) -> list[list[str]]:
+    """One table line per :class:`~residshift.analysis.verdicts.VerdictRow`."""
+    out = []
+    for r in rows:
+        mde = r.details.get("mde")
+        mde_text = "–" if mde is None else f"{_g(mde)} {r.details.get('mde_unit', '')}".strip()
+        out.append([r.model, r.variant or "–", r.claim_id, f"**{r.verdict}**", r.statistic, _evidence(r),
+                    "–" if r.n is None else str(r.n), mde_text, ", ".join(r.per_seed) if r.per_seed else "–"])
+    return out
+
+
+def _rules(rows) -> str:
+    """Each distinct rule once, under its claim id, folded."""
+    seen: dict[tuple[str, str], None] = {}
+    for r in rows:
+        seen.setdefault((r.claim_id, r.rule), None)
+    items = "\n".join(f"- **{cid}**: {rule}" for cid, rule in seen)
+    return f"<details><summary>Rules</summary>\n\n{items}\n\n</details>"
 
 
 def section_verdicts(fig: Path, bench: Path) -> str:
     parts = []
-    found = sorted(p for p in fig.glob("*verdict*.json"))
-    for path in found:
-        d = _load(path)
-        rows = _verdict_rows(d) if isinstance(d, (dict, list)) else []
-        if rows:
-            parts.append(f"From `figures/{path.name}`:\n\n"
-                         + _table(["model", "claim", "verdict", "evidence"], rows))
+    for path in sorted(fig.glob("*verdict*.json")):
+        data = _load(path)
+        if not is_verdict_layout(data):
+            parts.append(f"`figures/{path.name}` is in an older verdict layout and is not shown: rerun the "
+                         "notebook that writes it.")
+            continue
+        rows = rows_from_json(data, f"figures/{path.name}")
+        parts.append(f"From `figures/{path.name}`:\n\n"
+                     + _table(["model", "variant", "claim", "verdict", "statistic", "estimate [95% CI]", "n",
+                               "MDE", "per seed"], _verdict_rows(rows))
+                     + "\n\n" + _rules(rows))
     if not parts:
         return _missing("Verdicts", "figures/*verdict*.json")
-    return "**Verdicts, computed by the notebooks** (rules stated in each notebook):\n\n" + "\n\n".join(parts)
+    return ("**Verdicts**, each from a rule in `residshift.analysis.verdicts` fixed before the numbers "
+            "(statistic, test, level, correction and what produces each outcome are stated under each "
+            "table; MDE = the minimum detectable effect at 80% power where the rule reports one):\n\n"
+            + "\n\n".join(parts))
 
 
 def _met(ok: bool) -> str:
