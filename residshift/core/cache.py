@@ -5,7 +5,7 @@
 The key is the sha256 of the configuration as canonical JSON, a schema version and the
 *code fingerprint* (:func:`code_fingerprint`): the hash of the source of the given residshift
 modules and of every residshift module they import, directly or not (found statically with
-``ast``; comments and blank lines do not count). So a changed configuration never reuses a
+``ast``; blank lines and comment lines do not count). So a changed configuration never reuses a
 stale result, and neither does a fix to the code that computed it. Each entry is
 ``results/<kind>/<key>.pt`` (torch.save of any picklable object of tensors, numbers, lists and
 dicts) with ``<key>.json`` beside it holding the configuration and the code fingerprint (with the
@@ -28,13 +28,11 @@ import datetime as _dt
 import functools
 import hashlib
 import inspect
-import io
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import tokenize
 import types
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -106,14 +104,10 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
 
 
 def _normalized_source(text: str) -> str:
-    """The source's tokens without comments, blank lines or spacing (indentation kept as tokens)."""
-    skip = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.ENDMARKER}
-    try:
-        toks = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return text  # not tokenizable: hash it as it is
-    return "\x1f".join("<INDENT>" if t.type == tokenize.INDENT else "<DEDENT>" if t.type == tokenize.DEDENT
-                       else t.string for t in toks)
+    """The source without blank lines, comment-only lines or trailing spaces (cheap: a line scan;
+    a comment at the end of a code line still counts)."""
+    lines = (line.rstrip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.lstrip().startswith("#"))
 
 
 def _module_file(name: str) -> Path | None:
