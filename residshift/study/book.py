@@ -1,0 +1,641 @@
+"""The executed study as a static book that builds and reads offline.
+
+``python -m residshift book --profile smoke`` (or ``make book PROFILE=smoke``) renders the executed
+notebooks of a profile (``build/<profile>/NN-name.ipynb``, written by ``python -m residshift run``)
+and the figures they saved into ``build/book/<profile>/``:
+
+- ``index.html`` walks through the study in order: each notebook's title, one paragraph (a markdown
+  cell tagged ``summary``, else the first paragraph of the notebook's first markdown cell) and its key
+  figure (the first image of a cell tagged ``key-figure``, else the first figure the notebook saved,
+  else its first image output), then the generated results tables
+  (:func:`residshift.study.report.render` on the profile's numbers);
+- ``NN-name.html``: each notebook with its outputs (nbconvert's JupyterLab template);
+- ``figures.html``: every figure of ``MANIFEST.json`` with its numbers (.json), its PDF and the
+  notebook that made it;
+- ``instructor.html``: what each notebook teaches and its measured wall time and peak memory at each
+  profile (``RUNS.json`` beside the figures, written by the runner; "not measured yet" otherwise).
+
+Offline by construction: nothing is fetched when the book is built (the inputs are local files,
+the tools are Python packages) or when a page is opened. Equations are pre-rendered to MathML
+(``latex2mathml``), which browsers draw natively: no script, no font files, no CDN. nbconvert's
+default HTML would load MathJax and require.js from a CDN, and embed the ipywidgets manager from
+another when a notebook holds widget state; here the template drops those, tqdm's widget bars become
+their final text, the JupyterLab stylesheet is written once to ``_static/`` instead of into every
+page, and output images are files instead of base64 in the HTML.
+
+Why this route (measured on the smoke profile's six executed notebooks, 2-core machine at a load
+average of 7-8; build = CPU seconds of the whole command, wall time was 1.5-3x that):
+
+=====================================  =========  =======================================  ========
+route                                  build      fetched (build / page open)              site
+=====================================  =========  =======================================  ========
+Jupyter Book 2 (mystmd 1.8.3, Node)    fails      site template from api.mystmd.org / –    –
+Jupyter Book 1.0.4 (Sphinx 7.4,        4.7 s      nothing / MathJax 3 from a CDN           13 MB
+myst-nb 1.4; 267 MB env of its own)
+nbconvert 7.17, default lab HTML       8.0 s      nothing / MathJax 2.7 + require.js (CDN) 4.4 MB
+this module (nbconvert + MathML)       11.4 s     nothing / nothing                        6.7 MB
+=====================================  =========  =======================================  ========
+
+This module also writes thumbnails and copies every figure (4.1 MB of the 6.7 MB are PNG, PDF and
+JSON copies, so the gallery links work); ``build_book`` itself took 14 s wall. A notebook page
+weighs 0.37-1.1 MB with its images and the 253 kB stylesheet shared by all pages (nbconvert's
+default pages: 0.4-1.4 MB each, stylesheet and images inlined into every page, plus MathJax).
+Jupyter Book 1 builds fastest, but brings its own pinned Sphinx stack and still needs a MathJax
+copy we would have to ship; Jupyter Book 2 cannot build here at all.
+
+MathML over a math script: KaTeX 0.19 (npm, so Node at setup) is 600 kB of script, CSS and fonts to
+vendor, MathJax 2.7 from PyPI (jupyter-server-mathjax) 9.6 MB in 608 files; MathML needs neither
+and no script runs at all. latex2mathml typesets all 147 formulas of the notebooks; a formula it
+cannot typeset stops the build with an error naming it.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import html
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.paths import REPO_ROOT, build_dir, figures_dir
+
+NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
+_NOTEBOOK_LINK = re.compile(r"^(?:\.{0,2}/)*(?:notebooks/)?(\d\d-[a-z0-9-]+)\.ipynb(#.*)?$")
+THUMB_WIDTH = 720
+
+
+class BookError(RuntimeError):
+    pass
+
+
+@dataclass
+class Chapter:
+    """One executed notebook, as the book shows it."""
+
+    path: Path
+    number: str
+    title_html: str
+    summary_html: str
+    page: str  # NN-name.html
+    key_figure: str | None = None  # site-relative image path
+    key_figure_link: str | None = None  # where clicking the key figure goes
+    key_figure_caption: str = ""
+    figures: list[str] = field(default_factory=list)  # manifest PNG names made by this notebook
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown with MathML equations
+# --------------------------------------------------------------------------------------------
+
+
+def _mathml(tex: str, display: bool) -> str:
+    from latex2mathml.converter import convert
+
+    try:
+        out = convert(tex, display="block" if display else "inline")
+    except Exception as err:  # latex2mathml raises its own exception types on malformed input
+        raise BookError(f"cannot typeset the formula {tex!r} as MathML ({type(err).__name__}: {err}); "
+                        "fix its LaTeX") from None
+    unknown = re.findall(r">(\\[A-Za-z]+)<", out)  # commands latex2mathml does not know stay as text
+    if unknown:
+        raise BookError(f"cannot typeset the formula {tex!r} as MathML: unknown command(s) {unknown}; "
+                        "rewrite it with standard LaTeX commands")
+    return out
+
+
+def _renderer_class():
+    from nbconvert.filters.markdown_mistune import IPythonRenderer
+
+    class MathMLRenderer(IPythonRenderer):
+        """nbconvert's markdown renderer, with equations turned into MathML instead of left for MathJax."""
+
+        def block_math(self, body: str) -> str:
+            return _mathml(body, display=True)
+
+        def inline_math(self, body: str) -> str:
+            return _mathml(body, display=False)
+
+        def latex_environment(self, name: str, body: str) -> str:
+            return _mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", display=True)
+
+        def link(self, text: str, url: str, title: str | None = None) -> str:
+            # A link to another notebook of the study opens its page in the book.
+            m = _NOTEBOOK_LINK.match(url)
+            return super().link(text, f"{m.group(1)}.html{m.group(2) or ''}" if m else url, title)
+
+    return MathMLRenderer
+
+
+def markdown_html(source: str, *, anchors: bool = False) -> str:
+    """Markdown (with ``$...$`` math) to HTML, equations as MathML."""
+    from nbconvert.filters.markdown_mistune import MarkdownWithMath
+
+    renderer = _renderer_class()(escape=False, exclude_anchor_links=not anchors)
+    return MarkdownWithMath(renderer=renderer).render(source)
+
+
+def _inline_html(source: str) -> str:
+    out = markdown_html(source).strip()
+    return out[3:-4] if out.startswith("<p>") and out.endswith("</p>") else out
+
+
+# --------------------------------------------------------------------------------------------
+# Reading the executed notebooks
+# --------------------------------------------------------------------------------------------
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def _paragraphs(source: str) -> list[str]:
+    return [p.strip() for p in re.split(r"\n\s*\n", source) if p.strip()]
+
+
+def title_and_summary(nb, fallback: str) -> tuple[str, str]:
+    """Markdown of the notebook's title (its first heading) and of its one-paragraph summary.
+
+    The summary is the first paragraph of a markdown cell tagged ``summary``, else the first
+    paragraph of the first markdown cell that is not a heading."""
+    md = [c for c in nb.cells if c.cell_type == "markdown" and c.source.strip()]
+    title = fallback
+    for cell in md:
+        heading = next((p for p in _paragraphs(cell.source) if p.startswith("#")), None)
+        if heading:
+            title = heading.splitlines()[0].lstrip("#").strip()
+            break
+    tagged = [c for c in md if "summary" in _tags(c)]
+    for cell in tagged + md[:1]:
+        body = [p for p in _paragraphs(cell.source) if not p.startswith("#")]
+        if body:
+            return title, body[0]
+    return title, ""
+
+
+def _widget_text(state: dict, model_id: str) -> str | None:
+    """The text a (tqdm) widget showed last: its HTML labels and progress counts, in order."""
+    model = state.get(model_id)
+    if model is None:
+        return None
+    s = model.get("state", {})
+    name = model.get("model_name", "")
+    if name in ("HBoxModel", "VBoxModel", "BoxModel"):
+        parts = [_widget_text(state, c.replace("IPY_MODEL_", "")) for c in s.get("children", [])]
+        return " ".join(p for p in parts if p)
+    if name in ("HTMLModel", "LabelModel", "TextModel"):
+        text = html.unescape(re.sub(r"<[^>]+>", "", str(s.get("value", ""))))
+        return re.sub(r"[\xa0\u2007]", " ", text).strip()
+    if "Progress" in name:
+        value, top = s.get("value", 0), s.get("max", 0)
+        return "|" + "█" * round(20 * value / top) + " " * (20 - round(20 * value / top)) + "|" if top else ""
+    return None
+
+
+def static_widgets(nb) -> None:
+    """Replace widget outputs (tqdm's progress bars) by the text they showed last; drop widget state.
+
+    A page then needs no widget manager script (nbconvert would load one from a CDN)."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW not in data:
+                continue
+            text = _widget_text(state, data[WIDGET_VIEW].get("model_id", ""))
+            if text is None:
+                text = data.get("text/plain", "")
+            out["data"] = {"text/plain": text}
+    nb.metadata.pop("widgets", None)
+
+
+def _first_image(cells) -> tuple[int, int, str] | None:
+    for ci, cell in cells:
+        for oi, out in enumerate(cell.get("outputs", [])):
+            for mime in IMAGE_TYPES:
+                if mime in out.get("data", {}):
+                    return ci, oi, mime
+    return None
+
+
+def _figures_source(executed: Path, profile: str) -> Path:
+    own = executed / "figures"
+    if (own / "MANIFEST.json").is_file():
+        return own
+    if profile == "smoke":
+        raise BookError(f"{own}/MANIFEST.json is missing: the smoke run writes its figures there; run "
+                        "`python -m residshift run --profile smoke` first")
+    return figures_dir()
+
+
+def _profile_note(profile: str) -> str:
+    """The profile's models and its one-line description from ``residshift.core.profiles``."""
+    from ..core import profiles
+
+    values = profiles.get(profile)
+    doc = profiles.__doc__ or ""
+    m = re.search(rf"^- ``{re.escape(profile)}``: (.+?)(?=\n- |\n\n|\Z)", doc, flags=re.S | re.M)
+    text = (" ".join(m.group(1).split()) + " ") if m else ""
+    models = ", ".join(f"<code>{html.escape(str(x))}</code>" for x in values.get("models", []))
+    return f"Profile <code>{html.escape(profile)}</code>: {html.escape(text)}Models: {models}."
+
+
+# --------------------------------------------------------------------------------------------
+# Pages
+# --------------------------------------------------------------------------------------------
+
+NOTEBOOK_TEMPLATE = r"""{%- extends 'index.html.j2' -%}
+{% block html_head_js %}{% endblock html_head_js %}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{% block notebook_css %}
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="_static/jupyterlab.css">
+<link rel="stylesheet" href="_static/book.css">
+{% endblock notebook_css %}
+{% block html_head_js_mathjax %}{% endblock html_head_js_mathjax %}
+{% block html_head_js_mermaidjs %}{% endblock html_head_js_mermaidjs %}
+{% block body_header %}{{ super() }}
+{{ resources.book_nav }}
+{% endblock body_header %}
+{% block body_footer %}
+{{ resources.book_nav }}
+{{ super() }}
+{% endblock body_footer %}
+"""
+
+PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>{title}</title>
+<link rel="icon" href="data:,">
+<link rel="stylesheet" href="_static/jupyterlab.css">
+<link rel="stylesheet" href="_static/book.css">
+</head>
+<body class="book-page" data-jp-theme-light="true">
+{nav}
+<main class="jp-RenderedHTMLCommon book-main">
+{body}
+</main>
+{nav}
+</body>
+</html>
+"""
+
+BOOK_CSS = """
+body.book-page { margin: 0; background: var(--jp-layout-color0, #fff); }
+.book-nav { display: flex; flex-wrap: wrap; gap: 0.4em 1.2em; align-items: baseline; padding: 0.6em 1.2em;
+  border-bottom: 1px solid #ddd; background: #f7f7f7; font: 14px/1.4 system-ui, sans-serif; }
+.book-nav:last-child { border-top: 1px solid #ddd; border-bottom: none; }
+.book-nav .book-title { font-weight: 600; margin-right: auto; }
+.book-main { max-width: 64em; margin: 0 auto; padding: 1em 1.5em 3em; font-size: 15px; }
+.book-main h1 { font-size: 1.9em; }
+.chapter { border-top: 1px solid #e3e3e3; padding-top: 0.6em; margin-top: 1.6em; }
+.chapter-summary { font-size: 1.02em; line-height: 1.55; }
+figure.key-figure, figure.gallery-item { margin: 0.8em 0; }
+figure.key-figure img { max-width: 100%; height: auto; border: 1px solid #e3e3e3; }
+figure figcaption { font-size: 0.9em; color: #555; margin-top: 0.3em; }
+.gallery { display: grid; grid-template-columns: repeat(auto-fill, minmax(20em, 1fr)); gap: 1.2em; }
+.gallery-item img { width: 100%; height: auto; border: 1px solid #e3e3e3; }
+.gallery-item .links a { margin-right: 0.8em; }
+.gallery-item details pre { font-size: 0.8em; max-height: 18em; overflow: auto; }
+.results table, table.instructor { font-size: 0.92em; }
+table.instructor td, table.instructor th { text-align: left; vertical-align: top; }
+.not-measured { color: #888; font-style: italic; }
+.note { color: #555; font-size: 0.95em; }
+math[display="block"] { margin: 0.7em 0; }
+/* as nbconvert's lab page: no collapsers, anchors only on hover, true colours in print */
+.jp-Collapser { display: none; }
+.jp-InputArea, .jp-InputArea-editor { overflow: hidden; }
+.cm-editor.cm-s-jupyter .highlight pre { padding: var(--jp-code-padding) 4px; margin: 0; font-family: inherit;
+  font-size: inherit; line-height: inherit; color: inherit; }
+.jp-OutputArea-output pre { line-height: inherit; font-family: inherit; }
+.jp-RenderedText pre { color: var(--jp-content-font-color1); font-size: var(--jp-code-font-size); }
+a.anchor-link { visibility: hidden; margin-left: 0.2em; text-decoration: none; }
+h1:hover > a.anchor-link, h2:hover > a.anchor-link, h3:hover > a.anchor-link,
+h4:hover > a.anchor-link { visibility: visible; }
+* { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+"""
+
+
+def _nav(profile: str, chapters: list[Chapter], current: str, prev: Chapter | None = None,
+         nxt: Chapter | None = None) -> str:
+    links = [f'<a class="book-title" href="index.html">residshift · the study ({html.escape(profile)})</a>']
+    if prev is not None:
+        links.append(f'<a rel="prev" href="{prev.page}">← {prev.number}</a>')
+    if nxt is not None:
+        links.append(f'<a rel="next" href="{nxt.page}">{nxt.number} →</a>')
+    for href, label in (("index.html", "Contents"), ("figures.html", "Figures"),
+                        ("instructor.html", "Instructor")):
+        if href != current:
+            links.append(f'<a href="{href}">{label}</a>')
+    return '<nav class="book-nav">' + "\n".join(links) + "</nav>"
+
+
+def _exporter():
+    import jinja2
+    from nbconvert import HTMLExporter
+
+    renderer = _renderer_class()
+
+    class BookExporter(HTMLExporter):
+        """nbconvert's JupyterLab HTML with nothing loaded from the network."""
+
+        @jinja2.pass_context
+        def markdown2html(self, context, source):
+            from nbconvert.filters.markdown_mistune import MarkdownWithMath
+
+            cell = context.get("cell", {})
+            r = renderer(escape=False, attachments=cell.get("attachments", {}),
+                         anchor_link_text=self.anchor_link_text,
+                         exclude_anchor_links=self.exclude_anchor_links)
+            return MarkdownWithMath(renderer=r).render(source)
+
+    exporter = BookExporter(template_name="lab", template_file="book-notebook.html.j2",
+                            extra_loaders=[jinja2.DictLoader({"book-notebook.html.j2": NOTEBOOK_TEMPLATE})])
+    from nbconvert.preprocessors import ExtractOutputPreprocessor
+
+    exporter.register_preprocessor(ExtractOutputPreprocessor(enabled=True), enabled=True)
+    return exporter
+
+
+def _write(path: Path, data: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        path.write_text(data, encoding="utf-8")
+    else:
+        path.write_bytes(data)
+
+
+def _thumbnail(src: Path, dst: Path) -> None:
+    from PIL import Image
+
+    with Image.open(src) as im:
+        if im.width > THUMB_WIDTH:
+            im = im.resize((THUMB_WIDTH, round(im.height * THUMB_WIDTH / im.width)), Image.LANCZOS)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        im.save(dst)
+
+
+def _numbers_for(stem: str, jsons: list[str]) -> str | None:
+    """The .json holding a figure's numbers: same name, else the longest name that prefixes it."""
+    if f"{stem}.json" in jsons:
+        return f"{stem}.json"
+    cands = [j for j in jsons if stem.startswith(j[:-5] + "-")]
+    return max(cands, key=len) if cands else None
+
+
+def _stylesheet() -> str:
+    """JupyterLab's light theme and page CSS from nbconvert's lab template (written once per site)."""
+    from nbconvert.exporters.templateexporter import TemplateExporter
+
+    for base in TemplateExporter().template_paths:
+        static = Path(base) / "lab" / "static"
+        if (static / "index.css").is_file():
+            return (static / "index.css").read_text() + "\n" + (static / "theme-light.css").read_text()
+    raise BookError("nbconvert's lab template (static/index.css) was not found; reinstall nbconvert "
+                    "(`make setup`)")
+
+
+def _runs(profiles_: list[str], sources: list[Path]) -> dict[str, dict[str, dict]]:
+    """``{profile: {notebook stem: entry}}`` merged from the RUNS.json files that exist (newest wins)."""
+    merged: dict[str, dict[str, dict]] = {}
+    for path in sources:
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise BookError(f"{path} is not valid JSON ({err}); rerun the notebooks to rewrite it") from None
+        for prof, entries in (data or {}).items():
+            if prof not in profiles_ or not isinstance(entries, dict):
+                continue
+            for stem, entry in entries.items():
+                old = merged.setdefault(prof, {}).get(stem)
+                if old is None or str(entry.get("finished", "")) >= str(old.get("finished", "")):
+                    merged[prof][stem] = entry
+    return merged
+
+
+def _fmt_run(entry: dict | None) -> str:
+    if not entry or entry.get("wall_s") is None:
+        return '<span class="not-measured">not measured yet</span>'
+    secs = float(entry["wall_s"])
+    wall = f"{secs:.0f} s" if secs < 120 else f"{secs / 60:.1f} min"
+    mem = entry.get("peak_rss_mib")
+    mem_txt = f", peak {mem / 1024:.1f} GiB" if isinstance(mem, (int, float)) else ""
+    when = f' title="finished {html.escape(str(entry.get("finished", "?")))}"'
+    return f"<span{when}>{wall}{mem_txt}</span>"
+
+
+def build_book(profile: str = "default", *, executed: str | Path | None = None,
+               figures: str | Path | None = None, out: str | Path | None = None, log=print) -> Path:
+    """Render the executed notebooks of ``profile`` into a static site; return its ``index.html``.
+
+    ``executed`` (default ``build/<profile>``) holds the executed ``NN-name.ipynb``; ``figures`` the
+    figures, numbers and ``MANIFEST.json`` they saved (default: ``<executed>/figures`` when it has a
+    manifest, which the smoke run writes, else ``figures/``); ``out`` defaults to
+    ``build/book/<profile>``. The site is built beside ``out`` and moved into place when complete."""
+    import nbformat
+
+    from ..core import profiles
+    from . import report
+
+    t0 = time.perf_counter()
+    profiles.get(profile)  # an unknown profile fails here, naming the known ones
+    executed = Path(executed) if executed else build_dir() / profile
+    books = sorted(p for p in executed.glob("*.ipynb") if NOTEBOOK.match(p.name)) if executed.is_dir() else []
+    if not books:
+        raise BookError(f"no executed notebooks (NN-name.ipynb) in {executed}: run "
+                        f"`python -m residshift run --profile {profile}` first")
+    fig_src = Path(figures) if figures else _figures_source(executed, profile)
+    manifest_path = fig_src / "MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    out = Path(out) if out else build_dir() / "book" / profile
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _build(profile, books, fig_src, manifest, tmp, executed, nbformat, report, log)
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    log(f"book: {len(books)} notebooks -> {out}/index.html ({size / 2**20:.1f} MiB) in "
+        f"{time.perf_counter() - t0:.1f} s")
+    return out / "index.html"
+
+
+def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbformat, report, log) -> None:
+    from ..core import profiles
+
+    site.mkdir(parents=True)
+    _write(site / "_static" / "jupyterlab.css", _stylesheet())
+    _write(site / "_static" / "book.css", BOOK_CSS)
+
+    # Figures and numbers: copies of what the manifest lists, PNG thumbnails for the pages.
+    pngs = sorted((n for n in manifest if n.endswith(".png") and (fig_src / n).is_file()),
+                  key=lambda n: (manifest[n].get("created", ""), n))
+    jsons = sorted(n for n in manifest if n.endswith(".json") and (fig_src / n).is_file())
+    (site / "figures").mkdir()
+    for name in manifest:
+        if (fig_src / name).is_file():
+            shutil.copyfile(fig_src / name, site / "figures" / name)
+    for name in pngs:
+        _thumbnail(fig_src / name, site / "figures" / "thumbs" / name)
+
+    # Read every notebook first (titles and neighbours for the navigation).
+    nbs, chapters = [], []
+    for path in books:
+        nb = nbformat.read(path, as_version=4)
+        title, summary = title_and_summary(nb, path.stem)
+        ch = Chapter(path=path, number=NOTEBOOK.match(path.name).group(1), title_html=_inline_html(title),
+                     summary_html=markdown_html(summary), page=f"{path.stem}.html")
+        ch.figures = [n for n in pngs if n.startswith(ch.number + "-")]
+        nbs.append(nb)
+        chapters.append(ch)
+
+    exporter = _exporter()
+    for i, (ch, nb) in enumerate(zip(chapters, nbs)):
+        nb = copy.deepcopy(nb)
+        static_widgets(nb)
+        nav = _nav(profile, chapters, ch.page, chapters[i - 1] if i else None,
+                   chapters[i + 1] if i + 1 < len(chapters) else None)
+        resources = {"output_files_dir": f"{ch.stem}_files", "unique_key": ch.stem, "book_nav": nav,
+                     "metadata": {"name": ch.stem, "path": str(ch.path.parent)}}
+        body, res = exporter.from_notebook_node(nb, resources=resources)
+        _write(site / ch.page, body)
+        for rel, data in res.get("outputs", {}).items():
+            _write(site / rel, data)
+        # Key figure: a cell tagged key-figure, else the first saved figure, else the first output image.
+        tagged = _first_image([(j, c) for j, c in enumerate(nb.cells) if "key-figure" in _tags(c)])
+        if tagged is None and ch.figures:
+            name = ch.figures[0]
+            ch.key_figure, ch.key_figure_link = f"figures/thumbs/{name}", f"figures.html#{Path(name).stem}"
+            ch.key_figure_caption = (f'<code>{html.escape(name)}</code> · '
+                                     f'<a href="figures.html#{Path(name).stem}">numbers and all figures</a>')
+        else:
+            found = tagged or _first_image(list(enumerate(nb.cells)))
+            if found is not None:
+                ci, oi, mime = found
+                fname = nb.cells[ci].outputs[oi].metadata.get("filenames", {}).get(mime)
+                if fname:
+                    ch.key_figure, ch.key_figure_link = fname, f"{ch.page}#{nb.cells[ci].get('id', '')}"
+                    ch.key_figure_caption = f'<a href="{ch.page}">from the notebook</a>'
+        log(f"book: {ch.page}")
+
+    _write(site / "index.html", _index_page(profile, chapters, fig_src, executed, report))
+    _write(site / "figures.html", _gallery_page(profile, chapters, manifest, pngs, jsons))
+    _write(site / "instructor.html", _instructor_page(profile, chapters, list(profiles.PROFILES), fig_src))
+
+
+def _index_page(profile, chapters, fig_src: Path, executed: Path, report) -> str:
+    parts = [f"<h1>Residual connections and the causal shift: the study, executed</h1>",
+             f'<p class="note">{_profile_note(profile)} Built {_dt.datetime.now().strftime("%Y-%m-%d %H:%M")} '
+             f"from <code>{html.escape(_rel(executed))}</code>. Read the notebooks in order; "
+             f'<a href="#results">the results tables</a> close the page.</p>',
+             "<ol class=\"toc\">" + "".join(f'<li><a href="#nb-{c.number}">{c.title_html}</a></li>'
+                                             for c in chapters)
+             + '<li><a href="#results">Results (generated)</a></li></ol>']
+    for ch in chapters:
+        fig = ""
+        if ch.key_figure:
+            fig = (f'<figure class="key-figure"><a href="{ch.key_figure_link}"><img src="{ch.key_figure}" '
+                   f'alt="key figure of notebook {ch.number}"></a><figcaption>{ch.key_figure_caption}'
+                   f"</figcaption></figure>")
+        parts.append(f'<section class="chapter" id="nb-{ch.number}"><h2><a href="{ch.page}">{ch.title_html}'
+                     f'</a></h2><div class="chapter-summary">{ch.summary_html}</div>{fig}'
+                     f'<p><a href="{ch.page}">Read notebook {ch.number} with its outputs →</a></p></section>')
+    try:
+        block = report.render(fig_src)
+    except Exception as err:
+        raise BookError(f"the results tables could not be rendered from {fig_src} "
+                        f"({type(err).__name__}: {err})") from err
+    block = re.sub(r"<!--.*?-->", "", block, flags=re.S).strip()
+    parts.append(f'<section class="chapter results" id="results"><h2>Results (generated)</h2>'
+                 f'<p class="note">Rendered by <code>residshift.study.report</code> from the numbers in '
+                 f"<code>{html.escape(_rel(fig_src))}</code> (and <code>benchmarks/</code>), as in the "
+                 f"README.</p>{markdown_html(block)}</section>")
+    return PAGE.format(title=f"residshift · {profile}", nav=_nav(profile, chapters, "index.html"),
+                       body="\n".join(parts))
+
+
+def _gallery_page(profile, chapters, manifest, pngs, jsons) -> str:
+    parts = [f"<h1>Figures</h1><p class=\"note\">Every figure the notebooks saved at profile "
+             f"<code>{html.escape(profile)}</code> (from <code>MANIFEST.json</code>), with its numbers, "
+             f"its vector version and the notebook that made it.</p>"]
+    for ch in chapters:
+        mine = [n for n in pngs if n.startswith(ch.number + "-")]
+        numbers = [j for j in jsons if j.startswith(ch.number + "-")]
+        if not mine and not numbers:
+            continue
+        items = []
+        for name in mine:
+            stem = Path(name).stem
+            rec = manifest[name]
+            num = _numbers_for(stem, jsons)
+            links = [f'<a href="figures/{name}">PNG</a>']
+            if f"{stem}.pdf" in manifest:
+                links.append(f'<a href="figures/{stem}.pdf">PDF</a>')
+            links.append(f'<a href="figures/{num}">numbers ({num})</a>' if num else
+                         '<span class="not-measured">no numbers saved</span>')
+            links.append(f'<a href="{ch.page}">notebook {ch.number}</a>')
+            params = html.escape(json.dumps(rec.get("parameters", {}), indent=1))
+            items.append(
+                f'<figure class="gallery-item" id="{stem}"><a href="figures/{name}"><img '
+                f'src="figures/thumbs/{name}" alt="{html.escape(stem)}"></a><figcaption><code>{stem}</code>'
+                f'<div class="links">{" ".join(links)}</div><div>profile {html.escape(str(rec.get("profile")))}'
+                f', commit {html.escape(str(rec.get("commit")))}, {html.escape(str(rec.get("created")))}</div>'
+                f"<details><summary>parameters</summary><pre>{params}</pre></details></figcaption></figure>")
+        nums = "".join(f'<li><a href="figures/{j}">{j}</a></li>' for j in numbers)
+        nums = f"<p>Numbers saved by this notebook:</p><ul>{nums}</ul>" if nums else ""
+        parts.append(f'<section class="chapter" id="nb-{ch.number}"><h2><a href="{ch.page}">{ch.title_html}'
+                     f'</a></h2><div class="gallery">{"".join(items)}</div>{nums}</section>')
+    return PAGE.format(title=f"Figures · residshift · {profile}", nav=_nav(profile, chapters, "figures.html"),
+                       body="\n".join(parts))
+
+
+def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
+    sources = [fig_src / "RUNS.json", figures_dir() / "RUNS.json"] + [
+        build_dir() / p / "figures" / "RUNS.json" for p in all_profiles]
+    runs = _runs(all_profiles, sources)
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in all_profiles)
+    rows = []
+    for ch in chapters:
+        cells = "".join(f"<td>{_fmt_run(runs.get(p, {}).get(ch.stem))}</td>" for p in all_profiles)
+        rows.append(f'<tr><td><a href="{ch.page}">{ch.title_html}</a></td><td>{ch.summary_html}</td>{cells}</tr>')
+    body = (f"<h1>For instructors</h1>"
+            f'<p class="note">What each notebook teaches (its opening paragraph) and its last measured run '
+            f"at each profile: wall time and the kernel's peak memory, as the runner recorded them in "
+            f"<code>RUNS.json</code> beside the figures.</p>"
+            f'<table class="instructor"><thead><tr><th>notebook</th><th>what it teaches</th>{head}</tr>'
+            f'</thead><tbody>{"".join(rows)}</tbody></table>'
+            f"<h2>Before class</h2><p>On the machine the class uses: <code>make setup</code>, "
+            f"<code>make models</code> (dequantize the embedded models once), then "
+            f"<code>python -m residshift run --profile default</code> to fill the result caches; "
+            f"<code>make lab</code> opens the notebooks in JupyterLab.</p>")
+    return PAGE.format(title=f"Instructor · residshift · {profile}",
+                       nav=_nav(profile, chapters, "instructor.html"), body=body)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)

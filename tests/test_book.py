@@ -1,0 +1,290 @@
+"""The book, built from the smoke profile's executed notebooks and read in a real headless browser.
+
+Fast tests check the pieces (summary, widgets, MathML). The slow test runs the smoke notebooks into
+a temporary folder, builds the site, serves it on 127.0.0.1 and opens every page in Debian's
+Chromium (``make browser`` installs it) through the Chrome DevTools protocol: every page loads,
+every image has pixels, every internal link resolves, no request leaves the machine. It saves a
+screenshot of the index as ``build/book/smoke-index.png`` in the checkout, for a person to look at.
+"""
+import functools
+import http.server
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from residshift.core import runner
+from residshift.core.paths import REPO_ROOT
+from residshift.study import book
+
+SCREENSHOT = REPO_ROOT / "build" / "book" / "smoke-index.png"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",
+         "--disable-extensions", "--remote-debugging-port=0", "--window-size=1280,1800"]
+
+
+# --------------------------------------------------------------------------------------------
+# Fast: the pieces
+# --------------------------------------------------------------------------------------------
+
+
+def _nb(*cells):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = list(cells)
+    return nb
+
+
+def test_title_and_summary_take_the_first_heading_and_paragraph():
+    nb = _nb(nbformat.v4.new_markdown_cell("# 07 · A title with $x_t$\n\nFirst paragraph\nspans lines.\n\n"
+                                           "Second paragraph."),
+             nbformat.v4.new_code_cell("1"))
+    assert book.title_and_summary(nb, "fallback") == ("07 · A title with $x_t$", "First paragraph\nspans lines.")
+    tagged = nbformat.v4.new_markdown_cell("Chosen summary.\n\nmore", metadata={"tags": ["summary"]})
+    nb.cells.append(tagged)
+    assert book.title_and_summary(nb, "fallback")[1] == "Chosen summary."
+    assert book.title_and_summary(_nb(nbformat.v4.new_code_cell("1")), "fb") == ("fb", "")
+
+
+def test_equations_become_mathml_and_bad_ones_name_the_formula():
+    out = book.markdown_html(r"inline $h_{l+1}(t) = h_l(t) + F_l$ and $$\operatorname{softcap}(E\,x)$$")
+    assert out.count("<math") == 2 and "$" not in out and "\\operatorname" not in out
+    with pytest.raises(book.BookError, match=r"\\left\( x"):
+        book.markdown_html(r"broken $\left( x$")
+    with pytest.raises(book.BookError, match=r"unknown command.*notacommand"):
+        book.markdown_html(r"$\notacommand x$")
+
+
+def test_progress_widgets_become_their_last_text():
+    state = {"bar": {"model_name": "HBoxModel", "state": {"children": ["IPY_MODEL_l", "IPY_MODEL_p", "IPY_MODEL_r"]}},
+             "l": {"model_name": "HTMLModel", "state": {"value": "sweep:\u2007100%"}},
+             "p": {"model_name": "FloatProgressModel", "state": {"value": 4.0, "max": 4.0}},
+             "r": {"model_name": "HTMLModel", "state": {"value": "\u20074/4\u2007[00:01&lt;00:00]"}}}
+    cell = nbformat.v4.new_code_cell("loop()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        book.WIDGET_VIEW: {"model_id": "bar", "version_major": 2, "version_minor": 0},
+        "text/plain": "sweep:   0%|  | 0/4"})]
+    nb = _nb(cell)
+    nb.metadata["widgets"] = {book.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    book.static_widgets(nb)
+    assert "widgets" not in nb.metadata
+    assert nb.cells[0].outputs[0]["data"] == {"text/plain": "sweep: 100% |" + "█" * 20 + "| 4/4 [00:01<00:00]"}
+
+
+def test_missing_executed_notebooks_name_the_command(tmp_path):
+    with pytest.raises(book.BookError, match="residshift run --profile smoke"):
+        book.build_book("smoke", executed=tmp_path, out=tmp_path / "site")
+    assert not (tmp_path / "site").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Slow: the whole book in a real browser
+# --------------------------------------------------------------------------------------------
+
+
+def chromium() -> str:
+    for name in (os.environ.get("RESIDSHIFT_CHROMIUM"), "chromium", "chromium-browser"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    pytest.fail("Chromium is not installed: run `make browser` (installs Debian's chromium and the Noto "
+                "fonts), or point RESIDSHIFT_CHROMIUM at a Chromium binary")
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def copyfile(self, source, outputfile):
+        try:
+            super().copyfile(source, outputfile)
+        except (BrokenPipeError, ConnectionResetError):  # the client had what it wanted
+            pass
+
+
+class DevTools:
+    """A headless Chromium driven over the DevTools protocol (one tab), recording every request."""
+
+    def __init__(self, exe: str, profile_dir: Path):
+        import websocket  # websocket-client
+
+        self.log = open(profile_dir.parent / "chromium.log", "w")
+        self.proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={profile_dir}", "about:blank"],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        port_file = profile_dir / "DevToolsActivePort"
+        for _ in range(300):
+            if port_file.is_file() and len(port_file.read_text().split()) >= 2:
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"chromium exited with {self.proc.returncode}; see {self.log.name}")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
+            tab = next(t for t in json.load(r) if t["type"] == "page")
+        self.ws = websocket.create_connection(tab["webSocketDebuggerUrl"], timeout=60, suppress_origin=True)
+        self.ids = itertools.count(1)
+        self.events: list[dict] = []
+        for method in ("Page.enable", "Network.enable", "Runtime.enable", "Log.enable"):
+            self.call(method)
+
+    def call(self, method: str, **params):
+        n = next(self.ids)
+        self.ws.send(json.dumps({"id": n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == n:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            self.events.append(msg)
+
+    def wait_for(self, method: str, since: int, timeout: float = 60):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(e.get("method") == method for e in self.events[since:]):
+                return
+            self.events.append(json.loads(self.ws.recv()))
+        raise TimeoutError(f"no {method} within {timeout} s")
+
+    def open(self, url: str) -> dict:
+        since = len(self.events)
+        self.call("Page.navigate", url=url)
+        self.wait_for("Page.loadEventFired", since)
+        return self.evaluate(PAGE_PROBE)
+
+    def evaluate(self, js: str):
+        res = self.call("Runtime.evaluate", expression=js, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in res:
+            raise RuntimeError(json.dumps(res["exceptionDetails"])[:500])
+        return res["result"]["value"]
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.log.close()
+
+
+PAGE_PROBE = r"""(() => {
+  const prose = Array.from(document.querySelectorAll('.jp-MarkdownCell, .chapter-summary')).map(el => {
+    const c = el.cloneNode(true); c.querySelectorAll('code, pre, math').forEach(x => x.remove());
+    return c.textContent; }).join('\n');
+  return {
+    title: document.title,
+    images: Array.from(document.images).map(i => ({src: i.currentSrc || i.src, w: i.naturalWidth,
+                                                    complete: i.complete})),
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
+    ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
+    math: document.querySelectorAll('math').length,
+    tex: (prose.match(/\$\$|\\[A-Za-z]{2,}/g) || []).slice(0, 5),
+    sources: Array.from(document.querySelectorAll('script[src], link[href], iframe[src]'))
+                  .map(e => e.src || e.href),
+  };
+})()"""
+
+
+@pytest.fixture(scope="module")
+def smoke_site(tmp_path_factory):
+    exe = chromium()  # fail early, before the notebooks run
+    root = tmp_path_factory.mktemp("book")
+    executed = root / "smoke"
+    old = os.environ.get("RESIDSHIFT_FIGURES")
+    os.environ["RESIDSHIFT_FIGURES"] = str(executed / "figures")  # as a plain smoke run writes them
+    try:
+        runner.run_notebooks("smoke", output_dir=executed, log=lambda *a, **k: None)
+    finally:
+        if old is None:
+            os.environ.pop("RESIDSHIFT_FIGURES", None)
+        else:
+            os.environ["RESIDSHIFT_FIGURES"] = old
+    t0 = time.perf_counter()
+    index = book.build_book("smoke", executed=executed, out=root / "site", log=lambda *a, **k: None)
+    seconds = time.perf_counter() - t0
+    return exe, index.parent, executed, seconds
+
+
+@pytest.mark.slow
+def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
+    exe, site, executed, seconds = smoke_site
+    pages = sorted(p.name for p in site.glob("*.html"))
+    stems = [p.stem for p in sorted(executed.glob("*.ipynb")) if book.NOTEBOOK.match(p.name)]
+    assert pages == sorted(["index.html", "figures.html", "instructor.html"] + [f"{s}.html" for s in stems])
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    browser = DevTools(exe, tmp_path / "profile")
+    try:
+        seen, todo, probes = set(), ["index.html"], {}
+        while todo:  # crawl every page the site links to, starting from the index
+            page = todo.pop(0)
+            if page in seen:
+                continue
+            seen.add(page)
+            probe = probes[page] = browser.open(base + page)
+            if page == "index.html":
+                SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+                import base64
+
+                shot = browser.call("Page.captureScreenshot", format="png")
+                SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
+            for href in probe["links"]:
+                url = urllib.parse.urldefrag(href).url
+                if url.startswith(base) and url.endswith(".html"):
+                    todo.append(url[len(base):])
+        events = list(browser.events)
+    finally:
+        browser.close()
+
+    assert seen == set(pages), f"pages not linked from the index: {set(pages) - seen}"
+    problems = []
+    for page, probe in probes.items():
+        problems += [f"{page}: image without pixels {i['src']}" for i in probe["images"] if i["w"] <= 0]
+        problems += [f"{page}: raw TeX {t!r}" for t in probe["tex"]]
+        for href in probe["links"]:
+            url, frag = urllib.parse.urldefrag(href)
+            if not url.startswith(base):
+                continue  # outside links are only links: the check below proves nothing was fetched
+            target = url[len(base):]
+            if target.endswith(".html"):
+                if frag and frag not in probes[target]["ids"]:
+                    problems.append(f"{page}: broken anchor {target}#{frag}")
+            else:
+                try:
+                    with urllib.request.urlopen(url, timeout=10) as r:
+                        assert r.status == 200 and r.read()
+                except Exception as err:
+                    problems.append(f"{page}: broken link {target} ({err})")
+    assert not problems, "\n".join(problems[:30])
+
+    # No request left the machine: every request the browser made went to our server (or data:).
+    requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
+    outside = sorted({u for u in requests if not (u.startswith(base) or u.startswith("data:"))})
+    assert not outside, f"requests that left the machine: {outside}"
+    failed = [e["params"] for e in events if e.get("method") == "Network.loadingFailed"]
+    assert not failed, failed[:5]
+    statuses = [(e["params"]["response"]["url"], e["params"]["response"]["status"]) for e in events
+                if e.get("method") == "Network.responseReceived"]
+    assert statuses and all(code in (200, 304) for _, code in statuses), [s for s in statuses if s[1] >= 400][:5]
+
+    # The content: math typeset as MathML, a key figure per notebook, the verdict tables.
+    assert sum(p["math"] for p in probes.values()) > 20
+    text = (site / "index.html").read_text()
+    assert text.count('<figure class="key-figure">') == len(stems)
+    assert "<table" in text.split('id="results"', 1)[1], "the generated results tables are missing"
+    assert SCREENSHOT.stat().st_size > 10_000
+    size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
+    print(f"\nbook: {len(pages)} pages, {size / 2**20:.1f} MiB, built in {seconds:.1f} s; "
+          f"{len(requests)} requests, all to {base}; screenshot {SCREENSHOT}")
