@@ -327,6 +327,9 @@ def test_mcnemar_exact_against_binomial():
     assert stats.mcnemar_exact(before, after)["p"] == pytest.approx(sp.binomtest(10, 15, 0.5).pvalue)
     assert stats.mcnemar_exact(before, before)["p"] == 1.0
     assert stats.mcnemar_exact([1, 1, 1, 1, 1], [0, 0, 0, 0, 0], alternative="worse")["p"] == pytest.approx(1 / 32)
+    pa = stats.paired_accuracy(before, after, n_boot=300, alternative="worse")
+    assert pa["p"] == r["p"] and pa["lo"] < pa["delta"] < pa["hi"] and pa["level"] == 0.95
+    assert (pa["lo"], pa["hi"]) == pytest.approx(stats.bootstrap_mean(after - before, n_boot=300)[1:])
     with pytest.raises(ValueError, match="0/1"):
         stats.mcnemar_exact([0.5, 1], [1, 1])
     with pytest.raises(ValueError, match="same items"):

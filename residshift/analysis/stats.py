@@ -11,7 +11,8 @@ so when a statistic can be undefined in some resamples (a curve that never cross
 the share of resamples where it was.
 
 **Tests.** Paired one-sample t-test on per-unit differences (:func:`paired_ttest`), exact McNemar
-test on the discordant pairs of paired 0/1 outcomes (:func:`mcnemar_exact`), Holm's step-down
+test on the discordant pairs of paired 0/1 outcomes (:func:`mcnemar_exact`; with a paired bootstrap
+CI over items: :func:`paired_accuracy`), Holm's step-down
 correction for a family of tests (:func:`holm`), an exact sign test (:func:`sign_test`).
 
 **Power.** Minimum detectable effects at 80% power (:func:`mde_paired_mean`,
@@ -318,6 +319,19 @@ def mcnemar_exact(before, after, *, alternative: str = "two-sided") -> dict[str,
     n = int(x.size)
     return {"n": n, "b": b, "c": c, "n_discordant": nd, "acc_before": float(x.mean()),
             "acc_after": float(y.mean()), "delta": (c - b) / n, "p": p, "alternative": alternative}
+
+
+def paired_accuracy(before, after, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                    alternative: str = "two-sided") -> dict[str, Any]:
+    """Accuracy change on the same items: exact McNemar test plus a paired bootstrap CI over items.
+
+    ``before``, ``after``: 0/1 per item. Returns :func:`mcnemar_exact`'s numbers with ``lo``/``hi``
+    (percentile bootstrap of the mean per-item difference after - before) and ``level``.
+    """
+    out = mcnemar_exact(before, after, alternative=alternative)
+    d = _paired(_binary(after, "after"), _binary(before, "before"))
+    _, lo, hi = bootstrap_mean(d, n_boot=n_boot, seed=seed, level=level)
+    return {**out, "lo": lo, "hi": hi, "level": level}
 
 
 def sign_test(k_plus: int, k_minus: int) -> float:
