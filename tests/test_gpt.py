@@ -143,6 +143,33 @@ def test_backout_subtracts_lambda_times_the_middle_stream():
         torch.testing.assert_close(m(x).logits, want, rtol=1e-5, atol=1e-5)
 
 
+def test_backout_at_the_last_layer_is_fixed_attenuation_with_one_minus_lambda():
+    fixed = build("fixed", alpha=0.6, alpha_layers=[3])
+    base = same_weights(build("backout", seed=1, backout_layer=3), fixed)
+    with torch.no_grad():
+        base.transformer.h[-1].backout.lam.fill_(0.4)
+    x = ids()
+    with torch.no_grad():
+        torch.testing.assert_close(base(x).logits, fixed(x).logits)
+
+
+def test_token_alphas_per_layer_and_token():
+    model = build("learned-token")
+    with torch.no_grad():
+        for p in model.gate_parameters():
+            p.add_(torch.randn_like(p))
+    x = ids(2, 7)
+    a = model.token_alphas(x)
+    assert a.shape == (4, 2, 7) and (a > 0).all() and (a < 1).all()
+    assert a[1].std() > 0  # depends on the token
+    tr = model.transformer
+    h0 = tr.wte(x) + tr.wpe.weight[:7]
+    with torch.no_grad():
+        torch.testing.assert_close(a[0], tr.h[0].gate(h0)[..., 0])
+    fixed = build("fixed").token_alphas(x)
+    assert torch.equal(fixed[:, 0, 0], torch.tensor([1.0, 0.5, 1.0, 0.5]))
+
+
 def test_gates_match_attenuate_gates_math():
     """core.gating and attenuate.gates compute the same alpha (the lead switches gates.py over)."""
     from residshift.attenuate.gates import ScalarGates, TokenGates
@@ -364,8 +391,10 @@ def test_a_tiny_model_learns_wikitext2():
     windows = token_windows("wikitext-2", "train", tok, length=64, n=40 * 8 + 16, seed=0, prepend_bos=True)
     train, held = windows[:-16], windows[-16:]
     torch.manual_seed(0)
-    model = GPT(GPTConfig(n_layer=2, n_head=2, n_embd=64, block_size=64, vocab_size=len(tok),
-                          residual="learned", bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    model = GPT(GPTConfig.for_tokenizer(tok, n_layer=2, n_head=2, n_embd=64, block_size=64, residual="learned"))
+    assert model.config.vocab_size == 1024 and model.config.bos_token_id == tok.bos_token_id
+    with pytest.raises(GPTConfigError, match="disagree with the tokenizer"):
+        GPTConfig.for_tokenizer(tok, vocab_size=2048)
     opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-2, betas=(0.9, 0.95))
 
     def held_loss():

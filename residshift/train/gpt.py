@@ -38,6 +38,13 @@ pretrained-model edit (``residshift.core.interventions.attenuated``: ``block(x) 
   ``lambda = backout_init = 0.5`` at start. The subtraction is done at the end of the LAST block
   (``h_L`` is that block's output), so the logit lens of ``h_L`` still reproduces the model's logits.
 
+Two identities the tests check: a ``fixed`` model is the ``baseline`` under the pretrained edit,
+and ``backout`` with ``backout_layer = n_layer - 1`` is ``fixed`` attenuation of the last block with
+``alpha = 1 - lambda``. Caveat: the last block of a backout model takes ``h_k`` as its second
+argument, so code that replays blocks from captured arguments (``attenuate.sweep.replay``) is only
+exact on such a model from layer ``k`` on; everything that runs the whole forward (nnsight edits,
+the lens, the harness) is exact.
+
 The learned modes share ``site`` with ``fixed`` (at ``"sublayer"`` one gate per block serves both
 adds). ``param_groups(weight_decay)`` gives the optimiser groups, nanoGPT's rule: every parameter of
 dimension >= 2 decays (the attention and MLP matrices and the tied embedding ``wte`` and ``wpe``,
@@ -173,6 +180,16 @@ class GPTConfig(PreTrainedConfig):
         elif self.backout_layer is not None:
             bad(f"backout_layer only applies to residual='backout', not {self.residual!r}")
         return self
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, **kwargs) -> "GPTConfig":
+        """A config whose vocabulary and special-token ids are ``tokenizer``'s (``len(tokenizer)``)."""
+        ids = dict(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        clash = {k: kwargs[k] for k in ids if k in kwargs and kwargs[k] != ids[k]}
+        if clash:
+            raise GPTConfigError(f"{clash} disagree with the tokenizer ({ids}); leave them out")
+        return cls(**{**kwargs, **ids})
 
     def gate_layers(self) -> list[int]:
         """The blocks whose skip path carries a gate (empty for baseline and backout)."""
@@ -416,6 +433,26 @@ class GPT(PreTrainedModel, GenerationMixin):
         for l, block in enumerate(self.transformer.h):
             g = block.gate
             out[l] = 1.0 if g is None else float(g()) if isinstance(g, FixedGate) else g.value()
+        return out
+
+    @torch.no_grad()
+    def token_alphas(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """Each gated block's alpha per token, ``[n_layer, B, T]`` (1.0 on a plain skip): the gate
+        evaluated on the stream entering the block, from one forward (at ``site="sublayer"`` the
+        attention add's alpha). For scalar gates every token gets the layer's alpha."""
+        inputs: list[torch.Tensor | None] = [None] * self.config.n_layer
+        hooks = [b.register_forward_pre_hook(lambda m, a, l=l: inputs.__setitem__(l, a[0]))
+                 for l, b in enumerate(self.transformer.h)]
+        try:
+            self(input_ids)
+        finally:
+            for h in hooks:
+                h.remove()
+        out = torch.ones(self.config.n_layer, *input_ids.shape)
+        for l, (b, x) in enumerate(zip(self.transformer.h, inputs)):
+            if b.gate is not None:
+                a = b.gate(x)
+                out[l] = (a[..., 0] if isinstance(a, torch.Tensor) and a.ndim else torch.as_tensor(a)).float()
         return out
 
     @torch.no_grad()
