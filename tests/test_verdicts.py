@@ -248,6 +248,8 @@ def test_c2_late_cut_holm_and_split():
     assert one.details["k"] == 1 and one.verdict == R
     with pytest.raises(ValueError, match="overlap"):
         V.c2_late_cut(d, range(6), [0.5, 1.0], n_layers=6, model="m", select=[0, 1, 2], confirm=[2, 3])
+    with pytest.raises(ValueError, match="or neither"):
+        V.c2_late_cut(d, range(6), [0.5, 1.0], n_layers=6, model="m", select=[0, 1])
     with pytest.raises(ValueError, match="no swept block"):
         V.c2_late_cut(d[:2], [0, 1], [0.5, 1.0], n_layers=6, model="m")
 

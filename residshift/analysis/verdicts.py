@@ -338,7 +338,7 @@ def _row(claim_id: str, *, model: str, variant: str | None, verdict: str, statis
          estimate, lo, hi, level, n, rule: str, per_seed=None, details=None, source: str = "",
          claim: str | None = None) -> VerdictRow:
     return VerdictRow(model=model, variant=variant, claim_id=claim_id,
-                      claim=claim or CLAIMS[claim_id.split("[")[0]], verdict=verdict,
+                      claim=claim or CLAIMS[claim_id], verdict=verdict,
                       statistic=statistic, estimate=estimate, ci=(lo, hi), level=level, n=n, rule=rule,
                       per_seed=per_seed, details=details or {}, source=source)
 
@@ -643,6 +643,8 @@ def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_laye
     n = d.shape[2]
     if select is None and confirm is None:
         select, confirm = stats.split_units(n, seed=seed)
+    elif select is None or confirm is None:
+        raise ValueError("give both select and confirm window indices, or neither (a seeded half split)")
     select, confirm = np.asarray(select, dtype=np.int64), np.asarray(confirm, dtype=np.int64)
     if set(select.tolist()) & set(confirm.tolist()):
         raise ValueError("the selection and confirmation windows overlap: they must be disjoint")
