@@ -27,6 +27,22 @@ def main(argv: list[str] | None = None) -> int:
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--executed", default=None, help="executed notebooks (default build/<profile>)")
     book.add_argument("--out", default=None, help="site folder (default build/book/<profile>)")
+    tr = sub.add_parser("train", help="train a small GPT with residual attenuation (torchrun -m residshift "
+                        "train ... for several processes)")
+    tr.add_argument("--profile", default="default", help="smoke | default | paper (the train_* sizes)")
+    tr.add_argument("--mode", default=None,
+                    help="baseline | fixed | learned | learned-token | backout | scalars")
+    tr.add_argument("--alpha", type=float, default=None, help="skip-path factor of a fixed cut, in [0, 1]")
+    tr.add_argument("--layer", type=int, action="append", default=None,
+                    help="a layer of the fixed cut (repeat for several)")
+    tr.add_argument("--seed", type=int, default=None)
+    tr.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="set any TrainConfig field (value parsed as JSON when it can be)")
+    tr.add_argument("--out", default=None, help="run folder (default results/train/<label>-<key>)")
+    tr.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    tr.add_argument("--stop-after", type=int, default=None, help="stop after N steps (resume later)")
+    tr.add_argument("--prepare-only", action="store_true", help="build the tokenizer and token caches only")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
@@ -80,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nFAILED: {err}", file=sys.stderr)
             return 1
         return 0
+    if args.cmd == "train":
+        from .train.trainer import main_train
+
+        return main_train(args)
     if args.cmd == "profiles":
         import json
 

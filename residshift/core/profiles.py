@@ -122,6 +122,43 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                                      "arc-challenge": None},
                   "harness_context": 1024, "harness_stride": 512, "harness_batch": 32},
     },
+    # 06-08: training GPTs with the attenuation in place (residshift/train/trainer.py TrainConfig;
+    # keys map to its fields in trainer.PROFILE_KEYS). default: CALIBRATION PENDING.
+    "train": {
+        "smoke": {"train_layers": 2, "train_heads": 2, "train_width": 32, "train_context": 32,
+                  "train_vocab": None, "train_mlp": "gelu", "train_dropout": 0.0, "train_bias": False,
+                  "train_tokenizer": "bpe:wikitext-2:1024", "train_corpus": "wikitext-2",
+                  "train_split": "train", "train_val_corpus": "wikitext-2", "train_val_split": "validation",
+                  "train_val_tokens": 100_000, "train_tokens": 8 * 32 * 12, "train_batch": 8,
+                  "train_accumulate": 1, "train_lr": 3e-3, "train_betas": [0.9, 0.95],
+                  "train_weight_decay": 0.1, "train_warmup": 2, "train_min_lr_ratio": 0.1,
+                  "train_grad_clip": 1.0, "train_eval_every": 6, "train_eval_windows": 8,
+                  "train_bf16": None, "train_compile": False, "train_checkpoint_every": 4},
+        "default": {"train_layers": 6, "train_heads": 4, "train_width": 128, "train_context": 128,
+                    "train_vocab": None, "train_mlp": "gelu", "train_dropout": 0.0, "train_bias": False,
+                    "train_tokenizer": "bpe:wikitext-2:1024", "train_corpus": "wikitext-2",
+                    "train_split": "train", "train_val_corpus": "wikitext-2",
+                    "train_val_split": "validation", "train_val_tokens": 1_000_000,
+                    "train_tokens": 600_000, "train_batch": 16, "train_accumulate": 1, "train_lr": 3e-3,
+                    "train_betas": [0.9, 0.95], "train_weight_decay": 0.1, "train_warmup": 30,
+                    "train_min_lr_ratio": 0.1, "train_grad_clip": 1.0, "train_eval_every": 50,
+                    "train_eval_windows": 64, "train_bf16": None, "train_compile": None,
+                    "train_checkpoint_every": 50},
+        # the authors' setup (../shared/paper-notes.md): GPT-2 small shape with GEGLU, FineWeb-Edu
+        # sample-10BT streamed, GPT-2 tokenizer (vocabulary padded to 50,304), 2,000 steps of
+        # 4,194,304 tokens (256 windows x 16 accumulation x 1,024; 8 GPUs: 32 windows per GPU).
+        "paper": {"train_layers": 12, "train_heads": 12, "train_width": 768, "train_context": 1024,
+                  "train_vocab": 50304, "train_mlp": "geglu", "train_dropout": 0.0, "train_bias": False,
+                  "train_tokenizer": "gpt2",
+                  "train_corpus": {"path": "HuggingFaceFW/fineweb-edu", "name": "sample-10BT",
+                                   "split": "train"},
+                  "train_split": "train", "train_val_corpus": None, "train_val_split": "validation",
+                  "train_val_tokens": 10_485_760, "train_tokens": 2000 * 4_194_304, "train_batch": 256,
+                  "train_accumulate": 16, "train_lr": 6e-4, "train_betas": [0.9, 0.95],
+                  "train_weight_decay": 0.1, "train_warmup": 100, "train_min_lr_ratio": 0.1,
+                  "train_grad_clip": 1.0, "train_eval_every": 100, "train_eval_windows": 512,
+                  "train_bf16": True, "train_compile": True, "train_checkpoint_every": 100},
+    },
 }
 
 PROFILE_NAMES = ("smoke", "default", "paper")

@@ -1,0 +1,723 @@
+"""Train a small GPT (``residshift.train.gpt``) with the residual attenuation in place.
+
+>>> cfg = TrainConfig.from_profile("default", mode="fixed", alpha=0.0, alpha_layers=[3], seed=1)
+>>> run = train(cfg)                          # results/train/<label>-<key>/ ; reused when finished
+>>> summary = read_summary(run)               # final / best validation loss, tokens/s, ...
+>>> loaded = load_model(run / "model")        # residshift.core.models.load_model: lens, harness, nnsight
+
+Command line: ``python -m residshift train --profile default --mode fixed --alpha 0 --layer 3 --seed 1``
+(``-p key=value`` sets any :class:`TrainConfig` field); several processes or GPUs:
+``torchrun --nproc_per_node 8 -m residshift train --profile paper ...``.
+
+The loop is ``residshift.core.fitting.fit`` (AdamW, fused where torch has it; linear warm-up and
+cosine decay to ``min_lr_ratio · lr``; accumulation; clipping at ``grad_clip``; held-out evaluation
+every ``eval_every`` steps; atomic checkpoints; the JSON-lines log; a progress bar with the loss and
+tokens/s). What this module adds:
+
+- **Run directories.** One per configuration: ``results_dir()/train/<mode>-s<seed>-<key>/`` with
+  ``<key>`` the hash of the (device-resolved) configuration. It holds ``config.json``,
+  ``checkpoint.pt`` while training (deleted once the model is saved), ``log.jsonl`` (one record per
+  step; one per evaluation with the validation loss and, for the learned modes, every ``alpha/<l>``
+  or ``backout_lambda``), ``model/`` (``save_pretrained`` of the model and the tokenizer, written to
+  a temporary folder and renamed into place) and ``summary.json`` (written last: its presence marks
+  a finished run, which a rerun returns without training). A killed run resumes from its checkpoint
+  and ends exactly where an uninterrupted run ends (tested, also across a real process kill).
+- **Paired variants.** The batch of step ``s`` depends on ``(seed, s)`` only
+  (:class:`residshift.train.data.TokenWindows`), and every variant of a seed starts from the SAME
+  weights: the ``baseline`` model is built from ``torch.manual_seed(seed)`` and its state is loaded
+  into the variant, whose own parameters (gates, scalars, the backout lambda) keep their
+  deterministic initialisation. Dropout draws from ``fit``'s seeded generator. So two variants of one
+  seed differ by their residual mode only.
+- **Data.** A named corpus (WikiText-2 train / validation here) tokenized once and cached, or a
+  ``datasets`` streaming corpus (``corpus`` a dict of ``load_dataset`` arguments; FineWeb-Edu
+  sample-10BT in the ``paper`` profile) prepared into memory-mapped shards with the first
+  ``val_tokens`` tokens held out for validation (``residshift.train.data.prepare_stream``). The
+  validation windows are the same for every seed and variant.
+- **Scale-out with torchrun + DistributedDataParallel.** Under ``torchrun`` (``WORLD_SIZE > 1``) each
+  process joins the process group (NCCL on CUDA, gloo on CPU), reads its own slice of each step's
+  batch (``batch_size`` is the batch of all processes together, so one process and W processes take
+  the same steps), evaluates its share of the validation windows (summed across processes), and
+  rank 0 alone writes the checkpoint, the log, the model and the summary. The world size is not
+  part of the run key: a run may resume with another number of processes.
+- **bf16 and torch.compile.** ``bf16=None`` / ``compile=None`` take the device's measured default
+  (``DEVICE_DEFAULTS``; ``benchmarks/bench_train.py`` measures them): bf16 autocast where the
+  hardware has it (this CPU has AVX512-BF16; parameters, optimiser state and the loss stay fp32).
+
+Measured defaults (``benchmarks/bench-train.json``; 6 layers, width 384, context 256, vocabulary
+8,192, batch 8, this 2-core CPU): see ``DEVICE_DEFAULTS`` for the figures the choice rests on.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..core.cache import _canonical, atomic_write_text, config_key
+from ..core.fitting import FitConfig, FitError, fit
+from ..core.paths import results_dir
+from ..core.unembed import next_token_losses
+from . import data as D
+
+# Chosen by measurement (benchmarks/bench_train.py); None in a TrainConfig means "this table".
+DEVICE_DEFAULTS: dict[str, dict[str, bool]] = {
+    "cpu": {"bf16": True, "compile": False},
+    "cuda": {"bf16": True, "compile": True},
+}
+
+PROFILE_KEYS = {  # profile key (section "train" of residshift.core.profiles) -> TrainConfig field
+    "train_layers": "layers", "train_heads": "heads", "train_width": "width", "train_context": "context",
+    "train_vocab": "vocab", "train_mlp": "mlp", "train_dropout": "dropout", "train_bias": "bias",
+    "train_tokenizer": "tokenizer", "train_corpus": "corpus", "train_split": "split",
+    "train_val_corpus": "val_corpus", "train_val_split": "val_split", "train_val_tokens": "val_tokens",
+    "train_tokens": "tokens", "train_batch": "batch_size", "train_accumulate": "accumulate",
+    "train_lr": "lr", "train_betas": "betas", "train_weight_decay": "weight_decay",
+    "train_warmup": "warmup", "train_min_lr_ratio": "min_lr_ratio", "train_grad_clip": "grad_clip",
+    "train_eval_every": "eval_every", "train_eval_windows": "eval_windows", "train_bf16": "bf16",
+    "train_compile": "compile", "train_checkpoint_every": "checkpoint_every",
+}
+RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "model", "summary.json")
+
+
+class TrainError(ValueError):
+    """A training run that cannot start as asked; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that defines a training run (the run directory is keyed by it).
+
+    Model (``residshift.train.gpt.GPTConfig``): ``layers``, ``heads``, ``width``, ``context``,
+    ``vocab`` (None = the tokenizer's size; larger pads the embedding), ``mlp``, ``dropout``,
+    ``bias``, the residual ``mode`` and its parameters (``alpha`` and ``alpha_layers`` for
+    ``fixed``; ``site``; ``theta_init`` / ``scalar_init`` / ``backout_layer`` / ``backout_init``,
+    None = the model's default). Data: ``tokenizer`` (a ``residshift.train.tokenizer`` spec),
+    ``corpus`` (a named corpus or a dict of ``datasets.load_dataset`` arguments, streamed),
+    ``split``, ``val_corpus`` / ``val_split`` (None = the first ``val_tokens`` tokens of a streamed
+    corpus), ``eval_windows`` (validation windows per evaluation). Optimisation: ``tokens`` (the
+    training budget: ``steps = ceil(tokens / tokens_per_step)``), ``batch_size`` (windows per
+    micro-step, all processes together), ``accumulate``, ``lr``, ``betas``, ``weight_decay`` (2-D
+    weights only), ``warmup`` (steps), ``min_lr_ratio`` (cosine floor), ``grad_clip``,
+    ``eval_every`` and ``checkpoint_every`` (steps), ``seed``, ``bf16`` and ``compile`` (None = the
+    device default, ``DEVICE_DEFAULTS``).
+    """
+
+    layers: int = 6
+    heads: int = 4
+    width: int = 128
+    context: int = 128
+    vocab: int | None = None
+    mlp: str = "gelu"
+    dropout: float = 0.0
+    bias: bool = False
+    mode: str = "baseline"
+    alpha: float | None = None
+    alpha_layers: tuple[int, ...] | None = None
+    site: str = "block"
+    theta_init: float | None = None
+    scalar_init: float | None = None
+    backout_layer: int | None = None
+    backout_init: float | None = None
+    tokenizer: str = "bpe:wikitext-2:1024"
+    corpus: Any = "wikitext-2"
+    split: str = "train"
+    val_corpus: str | None = "wikitext-2"
+    val_split: str = "validation"
+    val_tokens: int = 1_000_000
+    shard_tokens: int = 100_000_000
+    tokens: int = 1_000_000
+    batch_size: int = 16
+    accumulate: int = 1
+    lr: float = 2e-3
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    warmup: int = 50
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = 1.0
+    eval_every: int = 100
+    eval_windows: int | None = 64
+    seed: int = 0
+    bf16: bool | None = None
+    compile: bool | None = None
+    checkpoint_every: int = 100
+
+    def __post_init__(self) -> None:
+        if self.alpha_layers is not None:
+            layers = [self.alpha_layers] if isinstance(self.alpha_layers, int) else self.alpha_layers
+            object.__setattr__(self, "alpha_layers", tuple(int(l) for l in layers))
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if self.alpha is not None:
+            object.__setattr__(self, "alpha", float(self.alpha))
+        self.check()
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_profile(cls, profile: Any = "default", **overrides: Any) -> "TrainConfig":
+        """The ``train_*`` values of a profile (a name, a dict, or ``profiles.resolve``'s namespace),
+        with ``overrides`` (TrainConfig field names) on top."""
+        from ..core import profiles
+
+        if isinstance(profile, str):
+            values = profiles.get(profile)
+        elif isinstance(profile, dict):
+            values = profile
+        else:
+            values = vars(profile)
+        kwargs = {f: values[k] for k, f in PROFILE_KEYS.items() if k in values}
+        missing = [k for k in PROFILE_KEYS if k not in values]
+        if missing:
+            raise TrainError(f"the profile lacks the training keys {missing} (section 'train' of "
+                             "residshift/core/profiles.py)")
+        unknown = [k for k in overrides if k not in {f.name for f in fields(cls)}]
+        if unknown:
+            raise TrainError(f"unknown training settings {unknown}; known: {sorted(f.name for f in fields(cls))}")
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    def with_(self, **changes: Any) -> "TrainConfig":
+        return replace(self, **changes)
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check(self) -> "TrainConfig":
+        def bad(msg: str):
+            raise TrainError(msg)
+
+        for name in ("tokens", "batch_size", "accumulate", "val_tokens", "shard_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                bad(f"{name} must be a positive integer, got {v!r}")
+        for name in ("warmup", "eval_every", "checkpoint_every", "seed"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                bad(f"{name} must be an integer >= 0, got {v!r}")
+        if self.eval_windows is not None and (not isinstance(self.eval_windows, int) or self.eval_windows < 1):
+            bad(f"eval_windows must be None (all) or a positive integer, got {self.eval_windows!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            bad(f"lr must be a positive finite number, got {self.lr!r}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            bad(f"betas must be two numbers in [0, 1), got {self.betas}")
+        if not 0 <= self.weight_decay < 1:
+            bad(f"weight_decay must lie in [0, 1), got {self.weight_decay}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            bad(f"grad_clip must be None (no clipping) or > 0, got {self.grad_clip}")
+        if isinstance(self.corpus, dict):
+            try:
+                D.check_stream_spec(self.corpus)
+            except D.DataError as err:
+                bad(str(err))
+        elif not isinstance(self.corpus, str):
+            bad(f"corpus must be a corpus name or a dict of datasets.load_dataset arguments, got {self.corpus!r}")
+        if self.val_corpus is None and not isinstance(self.corpus, dict):
+            bad("val_corpus=None (hold out the head of the training stream) needs a streamed corpus; name a "
+                "validation corpus, e.g. val_corpus='wikitext-2', val_split='validation'")
+        if self.alpha is not None and not math.isfinite(self.alpha):
+            bad(f"alpha must be a number in [0, 1], got {self.alpha}")
+        if self.mode != "fixed" and (self.alpha is not None or self.alpha_layers is not None):
+            bad(f"alpha / alpha_layers (--alpha / --layer) only apply to mode 'fixed', not {self.mode!r}: "
+                "drop them or use --mode fixed")
+        self.model_config(self.vocab or 2 ** 16)  # the model's own checks (mode, alpha in [0, 1], layers)
+        return self
+
+    # -- derived -------------------------------------------------------------------------------
+
+    def model_config(self, vocab: int, tokenizer=None, *, mode: str | None = None):
+        """The ``GPTConfig`` (``mode`` overrides the residual mode: the shared-init baseline)."""
+        from .gpt import GPTConfig, GPTConfigError
+
+        mode = self.mode if mode is None else mode
+        kw: dict[str, Any] = dict(n_layer=self.layers, n_head=self.heads, n_embd=self.width,
+                                  block_size=self.context, vocab_size=vocab, mlp=self.mlp,
+                                  dropout=self.dropout, bias=self.bias, residual=mode)
+        if mode == self.mode:
+            kw["site"] = self.site
+            if mode == "fixed":
+                kw.update(alpha=self.alpha, alpha_layers=list(self.alpha_layers) if self.alpha_layers else None)
+            for name in ("theta_init", "scalar_init", "backout_init"):
+                if getattr(self, name) is not None:
+                    kw[name] = getattr(self, name)
+            if self.backout_layer is not None:
+                kw["backout_layer"] = self.backout_layer
+        if tokenizer is not None:
+            kw.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                      pad_token_id=tokenizer.pad_token_id)
+        try:
+            return GPTConfig(**kw)
+        except (GPTConfigError, TypeError, ValueError) as err:
+            raise TrainError(str(err)) from err
+
+    def resolved(self, device: str) -> "TrainConfig":
+        """``bf16`` / ``compile`` None replaced by the device's measured default."""
+        kind = torch.device(device).type
+        table = DEVICE_DEFAULTS.get(kind, {"bf16": False, "compile": False})
+        bf16 = table["bf16"] if self.bf16 is None else self.bf16
+        if bf16 and kind == "cpu" and not _cpu_has_bf16():
+            bf16 = False if self.bf16 is None else bf16
+        return replace(self, bf16=bf16, compile=table["compile"] if self.compile is None else self.compile)
+
+    def key(self, tokenizer) -> str:
+        """The run key: this configuration, the tokenizer's vocabulary and rules, and the code that
+        trains (:func:`training_code_fingerprint`)."""
+        from ..core.data import tokenizer_fingerprint
+
+        return config_key({"kind": "residshift-train/1", "config": asdict(self),
+                           "tokenizer": tokenizer_fingerprint(tokenizer), "code": training_code_fingerprint()})
+
+    def label(self) -> str:
+        tag = self.mode
+        if self.mode == "fixed":
+            tag += f"-a{self.alpha:g}-l{'.'.join(str(l) for l in self.alpha_layers)}"
+        return f"{tag}-s{self.seed}"
+
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.accumulate * self.context
+
+    def steps(self) -> int:
+        return max(1, math.ceil(self.tokens / self.tokens_per_step()))
+
+    def fit_config(self) -> FitConfig:
+        return FitConfig(steps=self.steps(), lr=self.lr, optimizer="adamw", betas=self.betas,
+                         weight_decay=self.weight_decay, warmup=self.warmup, schedule="cosine",
+                         min_lr_ratio=self.min_lr_ratio, grad_clip=self.grad_clip, accumulate=self.accumulate,
+                         eval_every=self.eval_every, keep_best=False, checkpoint_every=self.checkpoint_every,
+                         seed=self.seed)
+
+
+def training_code_fingerprint() -> str:
+    """The code a trained model depends on: the model, the data, the loop and the loss (each with the
+    residshift modules it imports), and this module's own source (not its imports: the profiles and
+    the model loader behind pretrained tokenizers compute nothing a run keeps; the tokenizer enters
+    the key by its own fingerprint). A change to any of them trains again rather than reusing a run
+    another code produced."""
+    import hashlib
+
+    from ..core import fitting, unembed
+    from ..core.cache import _module_entry, code_fingerprint
+    from . import gpt
+
+    own = _module_entry(__name__)[0]  # this module as imported (the code that runs), not its imports
+    return hashlib.sha256((code_fingerprint(gpt, D, fitting, unembed) + own).encode()).hexdigest()[:20]
+
+
+def _cpu_has_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    started_here: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            torch.distributed.barrier()
+
+    def all_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world > 1:
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+        return t
+
+
+def _dist(device: str) -> Dist:
+    """Join torchrun's process group when ``WORLD_SIZE > 1`` (NCCL on CUDA, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    import torch.distributed as dist
+
+    started = False
+    if not dist.is_initialized():
+        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        # long timeout: rank 0 may be tokenizing a corpus while the others wait at a barrier
+        dist.init_process_group(backend, timeout=timedelta(minutes=int(os.environ.get("RESIDSHIFT_DIST_TIMEOUT_MIN", "120"))))
+        started = True
+    return Dist(rank=dist.get_rank(), world=dist.get_world_size(),
+                local_rank=int(os.environ.get("LOCAL_RANK", "0")), started_here=started)
+
+
+def _device(device: str | None, ddp: Dist | None = None) -> str:
+    if device in (None, "auto"):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and ddp is not None and ddp.world > 1:
+        device = f"cuda:{ddp.local_rank}"
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise TrainError(f"device {device!r} asked for but torch sees no CUDA device; use device='cpu'")
+    return device
+
+
+# --------------------------------------------------------------------------------------------
+# Pieces
+# --------------------------------------------------------------------------------------------
+
+
+def load_tokenizer(cfg: TrainConfig):
+    from .tokenizer import TokenizerSpecError, get_tokenizer
+
+    try:
+        return get_tokenizer(cfg.tokenizer)
+    except TokenizerSpecError as err:
+        raise TrainError(f"tokenizer {cfg.tokenizer!r}: {err}") from err
+
+
+def vocab_size(cfg: TrainConfig, tokenizer) -> int:
+    n = len(tokenizer)
+    if cfg.vocab is None:
+        return n
+    if cfg.vocab < n:
+        raise TrainError(f"vocab={cfg.vocab} is smaller than the tokenizer {cfg.tokenizer!r} ({n} tokens): set "
+                         f"vocab to at least {n}, or None for the tokenizer's size")
+    return cfg.vocab
+
+
+def bos_id(tokenizer) -> int | None:
+    from .tokenizer import prepends_bos
+
+    return tokenizer.bos_token_id if prepends_bos(tokenizer) else None
+
+
+def init_model(cfg: TrainConfig, vocab: int, tokenizer=None):
+    """The model of ``cfg`` with the shared weights of its seed (see the module docstring)."""
+    from .gpt import GPT
+
+    torch.manual_seed(cfg.seed)
+    base = GPT(cfg.model_config(vocab, tokenizer, mode="baseline"))
+    if cfg.mode == "baseline":
+        return base
+    torch.manual_seed(cfg.seed)
+    model = GPT(cfg.model_config(vocab, tokenizer))
+    missing, unexpected = model.load_state_dict(base.state_dict(), strict=False)
+    own = {n for n, p in model.named_parameters() if any(p is q for q in model.gate_parameters())}
+    if unexpected or set(missing) - own:
+        raise TrainError(f"mode {cfg.mode!r} does not share the baseline's weights (missing "
+                         f"{sorted(set(missing) - own)}, unexpected {unexpected}); this is a bug in gpt.py")
+    return model
+
+
+@dataclass
+class Data:
+    train: D.TokenWindows
+    val: torch.Tensor  # [n, context] fixed validation windows
+    unigram_train: Any  # tokens the unigram baseline is counted on
+    source: dict[str, Any] = field(default_factory=dict)
+
+
+def load_data(cfg: TrainConfig, tokenizer, *, progress: bool = False) -> Data:
+    bos = bos_id(tokenizer)
+    if isinstance(cfg.corpus, dict):
+        stream = D.prepare_stream(cfg.corpus, tokenizer, train_tokens=cfg.tokens, val_tokens=cfg.val_tokens,
+                                  window=cfg.context - (bos is not None), shard_tokens=cfg.shard_tokens,
+                                  progress=progress)
+        shards = stream.train_shards
+        train = D.TokenWindows(shards, cfg.context, bos)
+        val_tokens = stream.val if cfg.val_corpus is None else D.named_corpus_tokens(cfg.val_corpus, cfg.val_split,
+                                                                                    tokenizer)
+        source = {"stream": str(stream.folder), "train_tokens": stream.train_tokens,
+                  "unigram_counted_on": "first training shard"}
+        unigram = shards[0]
+    else:
+        tokens = D.named_corpus_tokens(cfg.corpus, cfg.split, tokenizer)
+        train = D.TokenWindows([tokens], cfg.context, bos)
+        val_tokens = D.named_corpus_tokens(cfg.val_corpus, cfg.val_split, tokenizer)
+        source = {"train_tokens": int(len(tokens)), "unigram_counted_on": f"{cfg.corpus} {cfg.split}"}
+        unigram = tokens
+    val = D.eval_windows(val_tokens, cfg.context, cfg.eval_windows, bos)
+    return Data(train=train, val=val, unigram_train=unigram, source=source)
+
+
+def _autocast(device: str, enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+
+
+def check_checkpoint(path: Path, vocab: int) -> None:
+    """Refuse a checkpoint that cannot be read or whose vocabulary differs, naming the fix."""
+    from ..core.fitting import FORMAT
+
+    if not path.is_file():
+        return
+    try:
+        saved = torch.load(path, weights_only=False, map_location="cpu")
+    except Exception as err:
+        raise TrainError(f"checkpoint {path} is corrupt ({type(err).__name__}: {err}); delete it to start the run "
+                         "over") from err
+    if not isinstance(saved, dict) or saved.get("format") != FORMAT or "module" not in saved:
+        raise TrainError(f"{path} is not a residshift training checkpoint; delete it to start the run over")
+    emb = saved["module"].get("transformer.wte.weight")
+    if emb is None:
+        raise TrainError(f"{path} holds no GPT embedding (transformer.wte.weight); delete it to start over")
+    if emb.shape[0] != vocab:
+        raise TrainError(f"checkpoint {path} has a vocabulary of {emb.shape[0]} tokens but this run's is {vocab} "
+                         "(another tokenizer or vocab setting): use the tokenizer / vocab it was trained with, "
+                         "or delete the checkpoint to start over")
+
+
+def run_dir_for(cfg: TrainConfig, device: str | None = None, tokenizer=None) -> Path:
+    """Where ``train(cfg)`` keeps its run (the key uses the device-resolved bf16 / compile and the
+    tokenizer, which is loaded, or trained and cached, when not given)."""
+    c = cfg.resolved(_device(device))
+    return results_dir() / "train" / f"{c.label()}-{c.key(tokenizer or load_tokenizer(c))}"
+
+
+def read_summary(run: str | Path) -> dict[str, Any]:
+    path = Path(run) / "summary.json"
+    if not path.is_file():
+        raise TrainError(f"{run} holds no finished run (no summary.json): run train() to finish it")
+    return json.loads(path.read_text())
+
+
+def read_log(run: str | Path) -> list[dict[str, Any]]:
+    """The JSON-lines log of a run (steps and evaluations)."""
+    path = Path(run) / "log.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _save_model(model, tokenizer, target: Path) -> None:
+    """``save_pretrained`` into a temporary folder beside ``target``, then rename it into place."""
+    from transformers.utils import logging as hf_logging
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    bars = hf_logging.is_progress_bar_enabled()
+    try:
+        hf_logging.disable_progress_bar()  # no "Writing model shards" bar per run
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+
+
+def train(cfg: TrainConfig, out_dir: str | Path | None = None, *, device: str | None = None,
+          stop_after: int | None = None, progress: bool = True, prepare_only: bool = False) -> Path:
+    """Train ``cfg`` (or return its finished run) and return the run directory.
+
+    ``out_dir``: the run directory (default :func:`run_dir_for`). ``device``: "cpu", "cuda" or None
+    (CUDA when available). ``stop_after``: end this call after that many optimiser steps, as an
+    interruption would (a later call resumes). ``prepare_only``: build the tokenizer and the token
+    streams, then stop (the slow single-process part of a multi-GPU run: run it once before
+    ``torchrun``).
+    """
+    t_start = time.perf_counter()
+    if not isinstance(cfg, TrainConfig):
+        raise TrainError(f"train() takes a TrainConfig, got {type(cfg).__name__}")
+    ddp = _dist(_device(device))
+    try:
+        return _train(cfg, out_dir, device=_device(device, ddp), ddp=ddp, stop_after=stop_after,
+                      progress=progress, prepare_only=prepare_only, t_start=t_start)
+    finally:
+        if ddp.started_here:
+            torch.distributed.destroy_process_group()
+
+
+def _rank0_first(ddp: Dist, fn):
+    """``fn()`` on each node's first process, then on the others (which then read its caches)."""
+    if ddp.local_rank != 0:
+        ddp.barrier()
+    out = fn()
+    if ddp.local_rank == 0:
+        ddp.barrier()
+    return out
+
+
+def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, progress, prepare_only,
+           t_start) -> Path:
+    cfg = cfg.resolved(device)
+    tokenizer = _rank0_first(ddp, lambda: load_tokenizer(cfg))
+    vocab = vocab_size(cfg, tokenizer)
+    key = cfg.key(tokenizer)
+    run = Path(out_dir) if out_dir is not None else results_dir() / "train" / f"{cfg.label()}-{key}"
+    if (run / "summary.json").is_file() and (run / "model" / "config.json").is_file():
+        _check_run_config(run, key)
+        return run  # finished: nothing is trained twice
+    check_checkpoint(run / "checkpoint.pt", vocab)
+    _check_run_config(run, key)
+    data = _rank0_first(ddp, lambda: load_data(cfg, tokenizer, progress=progress and ddp.main))
+    if prepare_only:
+        return run
+
+    model = init_model(cfg, vocab, tokenizer).to(device)
+    model.train()
+    if ddp.main:
+        run.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run / "config.json", json.dumps(
+            {"key": key, "label": cfg.label(), "config": _canonical(asdict(cfg))}, indent=2))
+    forward = model
+    no_sync = None
+    if ddp.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        forward = DDP(model, device_ids=[torch.device(device).index] if torch.device(device).type == "cuda" else None)
+        no_sync = forward.no_sync
+    if cfg.compile:
+        forward = torch.compile(forward)
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    def step_fn(step: int, micro: int, backward) -> torch.Tensor:
+        x = data.train.batch(step, micro, batch_size=cfg.batch_size, accumulate=cfg.accumulate, seed=cfg.seed,
+                             rank=ddp.rank, world=ddp.world).to(device, non_blocking=True)
+        with _autocast(device, cfg.bf16):
+            logits = forward(x).logits
+        loss = next_token_losses(logits, x).mean()
+        backward(loss)
+        loss = loss.detach()
+        if ddp.world > 1:  # the logged loss is the whole batch's (rank 0 writes the log)
+            loss = ddp.all_sum(loss.clone()) / ddp.world
+        return loss
+
+    val = data.val
+    mine = val[ddp.rank::ddp.world]  # this process's share of the validation windows
+    eval_batch = max(1, cfg.batch_size // ddp.world)
+
+    def eval_fn() -> float:
+        model.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=device)
+        for i in range(0, len(mine), eval_batch):
+            x = mine[i:i + eval_batch].to(device)
+            with _autocast(device, cfg.bf16):
+                logits = model(x).logits
+            ce = next_token_losses(logits, x)
+            total[0] += ce.sum().double()
+            total[1] += ce.numel()
+        model.train()
+        ddp.all_sum(total)
+        return float(total[0] / total[1])
+
+    tps = cfg.tokens_per_step()
+    try:
+        result = fit(model, cfg.fit_config(), step_fn=step_fn, eval_fn=eval_fn,
+                     param_groups=model.param_groups(cfg.weight_decay), checkpoint=run / "checkpoint.pt",
+                     log_path=run / "log.jsonl", tokens_per_step=tps, stop_after=stop_after,
+                     progress=(cfg.label() if progress else False), no_sync=no_sync, is_main=ddp.main,
+                     eval_extra=model.learned_scalars)
+    except FitError as err:
+        raise TrainError(str(err)) from err
+    if result.finished and ddp.main:
+        _finish(cfg, run, key, model, tokenizer, data, result, vocab=vocab, device=device, world=ddp.world,
+                t_start=t_start)
+    ddp.barrier()
+    return run
+
+
+def _check_run_config(run: Path, key: str) -> None:
+    if (run / "config.json").is_file():
+        saved = json.loads((run / "config.json").read_text())
+        if saved.get("key") != key:
+            raise TrainError(f"{run} holds a run of another configuration or code ({saved.get('label')}, key "
+                             f"{saved.get('key')}, this run's {key}); choose another out_dir or delete that one")
+
+
+def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data, result, *, vocab: int,
+            device: str, world: int, t_start: float) -> None:
+    """Save the model and the tokenizer (atomically), then the summary (marks the run finished)."""
+    evals = result.evals
+    losses = result.train_loss
+    tail = losses[-max(1, len(losses) // 20):]
+    unigram = D.unigram_cross_entropy(data.unigram_train, data.val[:, 1:], vocab)
+    tps = cfg.tokens_per_step()
+    summary = {
+        "key": key, "label": cfg.label(), "config": _canonical(asdict(cfg)),
+        "model": {"parameters": model.num_params(non_embedding=False),
+                  "non_embedding_parameters": model.num_params(), "vocab": vocab},
+        "steps": result.steps, "tokens_per_step": tps, "tokens": result.steps * tps,
+        "epochs": data.train.epochs(result.steps * cfg.batch_size * cfg.accumulate),
+        "val_loss": evals[-1][1], "best_val_loss": result.best, "best_step": result.best_step,
+        "unigram_ce": unigram, "below_unigram": unigram - evals[-1][1],
+        "train_loss_tail": sum(tail) / len(tail),
+        "train_seconds": result.seconds, "tokens_per_s": result.steps * tps / result.seconds,
+        "wall_seconds_last_call": time.perf_counter() - t_start,
+        "learned": model.learned_scalars(), "device": device, "world_size": world,
+        "torch": torch.__version__, "data": {**data.source, "val_windows": int(len(data.val))},
+    }
+    _save_model(model, tokenizer, run / "model")
+    atomic_write_text(run / "summary.json", json.dumps(summary, indent=2))
+    (run / "checkpoint.pt").unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line (python -m residshift train ...)
+# --------------------------------------------------------------------------------------------
+
+
+def config_from_args(args) -> TrainConfig:
+    """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags)."""
+    from ..core import profiles
+    from ..core.runner import parse_overrides
+
+    try:
+        values = profiles.get(args.profile)
+    except KeyError as err:
+        raise TrainError(str(err)) from None
+    try:
+        overrides = parse_overrides(args.param)
+    except Exception as err:
+        raise TrainError(f"cannot read -p {args.param}: {err}") from None
+    overrides = {PROFILE_KEYS.get(k, k): v for k, v in overrides.items()}  # train_lr=... or lr=...
+    for flag, name in (("mode", "mode"), ("alpha", "alpha"), ("layer", "alpha_layers"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            overrides[name] = getattr(args, flag)
+    return TrainConfig.from_profile(values, **overrides)
+
+
+def main_train(args) -> int:
+    """``python -m residshift train``: one run; errors are one line on stderr, exit status 2."""
+    from .data import DataError
+    from .gpt import GPTConfigError
+
+    try:
+        cfg = config_from_args(args)
+        run = train(cfg, args.out, device=args.device, stop_after=args.stop_after,
+                    progress=not args.no_progress, prepare_only=args.prepare_only)
+    except (TrainError, DataError, GPTConfigError) as err:
+        print(f"residshift train: error: {err}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        if (run / "summary.json").is_file():
+            s = read_summary(run)
+            print(f"{s['label']}: validation loss {s['val_loss']:.4f} (unigram {s['unigram_ce']:.4f}, "
+                  f"{s['below_unigram']:+.2f} nats below), {s['tokens']:,} tokens at {s['tokens_per_s']:,.0f} "
+                  f"tokens/s in {s['train_seconds']:.0f} s")
+        elif args.prepare_only:
+            print(f"prepared the tokenizer and the token streams for {run}")
+        else:
+            print("stopped; the same command resumes the run")
+        print(run)
+    return 0
