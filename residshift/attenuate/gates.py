@@ -28,22 +28,22 @@ atomically under ``results/gates-ckpt/<config key>.pt``; the final result goes t
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..core import cache
 from ..core.fitting import FitConfig, epoch_batch, fit as run_fit
+from ..core.gating import THETA_INIT, scalar_alpha, token_alpha
 from ..core.interventions import attenuate_block
 from ..core.models import ModelInfo
 from ..core.unembed import next_token_loss
 
-THETA_INIT = 6.0  # sigmoid(6) = 0.9975 (see the module docstring for why not 4)
+# THETA_INIT = 6: sigmoid(6) = 0.9975 (see the module docstring for why not 4); the gate formulas
+# are core.gating's, shared with the GPTs trained with gates in place (residshift.train.gpt).
 KINDS = ("scalar", "token")
 
 
@@ -68,7 +68,7 @@ class ScalarGates(nn.Module):
         self.theta = nn.Parameter(torch.full((len(self.layers),), float(theta_init)))
 
     def alpha(self, i: int):
-        return torch.sigmoid(self.theta[i])
+        return scalar_alpha(self.theta[i])
 
     def alphas(self) -> torch.Tensor:
         """The current alpha of every gated layer (no grad)."""
@@ -114,8 +114,7 @@ class TokenGates(nn.Module):
 
     def alpha(self, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
         def gate(x: torch.Tensor) -> torch.Tensor:
-            z = F.layer_norm(x.float(), (x.shape[-1],)) @ self.w[i] / math.sqrt(self.d_model) + self.b[i]
-            return torch.sigmoid(z).unsqueeze(-1).to(x.dtype)
+            return token_alpha(x, self.w[i], self.b[i])
         return gate
 
     def alphas(self) -> torch.Tensor:

@@ -24,11 +24,9 @@ through ``cache.cached``.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from ..analysis import stats
