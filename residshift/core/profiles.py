@@ -18,10 +18,14 @@ from typing import Any
 # Keys must be unique across sections (the runner injects them by name).
 SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     "common": {
-        "smoke": {"models": ["tiny-llama", "tiny-gemma3"], "device": "cpu", "seed": 0},
-        "default": {"models": ["smollm2-135m", "gemma3-270m"], "device": "cpu", "seed": 0},
+        # show_solutions: run and show the exercises' solutions (the smoke run executes them so
+        # they cannot rot; readers and students get them folded / hidden)
+        "smoke": {"models": ["tiny-llama", "tiny-gemma3"], "device": "cpu", "seed": 0,
+                  "show_solutions": True},
+        "default": {"models": ["smollm2-135m", "gemma3-270m"], "device": "cpu", "seed": 0,
+                    "show_solutions": False},
         "paper": {"models": ["google/gemma-2-2b", "smollm2-135m", "gemma3-270m"], "device": "cuda",
-                  "seed": 0},
+                  "seed": 0, "show_solutions": False},
     },
     # 00: models, corpora and a perplexity sanity check
     "tour": {
