@@ -48,3 +48,13 @@ def test_unknown_profile_is_one_readable_line():
         profiles.resolve("nope")
     text = str(err.value)
     assert text == "unknown profile 'nope'; choose one of smoke, default, paper"
+
+
+def test_from_namespace_takes_the_declared_keys_only():
+    from residshift.core import profiles
+
+    P = profiles.from_namespace({"profile": "smoke", "seed": 3, "models": None, "x": 1, "_": None})
+    assert P.seed == 3 and P.models == profiles.get("smoke")["models"] and not hasattr(P, "x")
+    import pytest
+    with pytest.raises(KeyError, match="parameters cell"):
+        profiles.from_namespace({"seed": 1})

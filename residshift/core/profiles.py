@@ -220,3 +220,16 @@ def resolve(profile: str | None = None, /, **given: Any) -> SimpleNamespace:
     params.update({k: v for k, v in given.items() if v is not None})
     params["profile"] = profile
     return SimpleNamespace(**params)
+
+
+def from_namespace(namespace: dict[str, Any]) -> SimpleNamespace:
+    """:func:`resolve` with the profile and every profile key found in ``namespace``.
+
+    A notebook's setup cell passes its globals (which, right after the ``parameters`` cell, hold
+    just the declared parameters): ``P = profiles.from_namespace(globals())``.
+    """
+    if "profile" not in namespace:
+        raise KeyError("the namespace has no `profile`: declare `profile = \"default\"` in the "
+                       "notebook's parameters cell")
+    keys = set(next(iter(PROFILES.values())))
+    return resolve(namespace["profile"], **{k: v for k, v in namespace.items() if k in keys})

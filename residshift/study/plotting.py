@@ -180,3 +180,21 @@ def save_numbers(name: str, numbers: Any, *, parameters: dict[str, Any] | None =
     atomic_write_text(target, json.dumps(_canonical(numbers), indent=2) + "\n")
     _record(target.name, parameters)
     return target
+
+
+def publish(fig, name: str, numbers: Any = None, *, parameters: Any = None,
+            show: bool = True) -> list[Path]:
+    """Save a figure and (optionally) the numbers behind it under one name, then show it.
+
+    ``parameters`` may be the resolved profile (a ``SimpleNamespace``) or a dict; it goes to the
+    manifest with every file. Returns the written paths.
+    """
+    params = vars(parameters) if hasattr(parameters, "__dict__") and not isinstance(parameters, dict) else parameters
+    paths = save_figure(fig, name, parameters=params)
+    if numbers is not None:
+        paths.append(save_numbers(name, numbers, parameters=params))
+    if show:
+        import matplotlib.pyplot as plt
+
+        plt.show()
+    return paths
