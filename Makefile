@@ -63,4 +63,4 @@ book: setup
 LAB_ARGS ?=
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name residshift --display-name "Python (residshift)"
-	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(if $(SUDO),,--allow-root) $(LAB_ARGS)
