@@ -47,7 +47,7 @@ def as_nnsight(model: GPT):
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mlp", ["gelu", "geglu"])
-def test_each_mode_builds_runs_and_learns(mode, mlp):
+def test_each_mode_builds_runs_and_backpropagates(mode, mlp):
     model = build(mode, mlp=mlp, bias=(mlp == "geglu"), dropout=0.1).train()
     x = ids()
     out = model(x, labels=x)
@@ -375,6 +375,9 @@ def test_bf16_autocast_runs_close_to_fp32():
     (dict(mlp="swiglu"), "unknown mlp"),
     (dict(n_embd=33), "multiple of n_head"),
     (dict(dropout=1.0), "dropout"),
+    (dict(n_layer="6"), "n_layer must be an int"),
+    (dict(bias=1), "bias must be True or False"),
+    (dict(residual="fixed", alpha=0.5, alpha_layers=[0.5]), "alpha_layers must be a list of ints"),
 ])
 def test_bad_configs_name_the_fix(kw, match):
     with pytest.raises(GPTConfigError, match=match):
@@ -413,3 +416,34 @@ def test_a_tiny_model_learns_wikitext2():
     assert start == pytest.approx(math.log(len(tok)), abs=0.3)
     assert end < start - 0.7, (start, end)
     assert model.lm_head.weight is model.transformer.wte.weight
+
+
+def test_config_round_trips_through_json(tmp_path):
+    cfg = GPTConfig(**{**SMALL, "residual": "fixed", "alpha": 0.25, "alpha_layers": (3, 1), "site": "sublayer"})
+    assert cfg.alpha_layers == [3, 1] and cfg.gate_layers() == [1, 3]
+    cfg.save_pretrained(tmp_path)
+    back = GPTConfig.from_pretrained(tmp_path)
+    assert back.to_dict() == cfg.to_dict()
+    assert GPTConfig(**{**SMALL, "residual": "backout"}).backout_layer == 2
+    assert back.hidden_size == 32 and back.num_hidden_layers == 4 and back.max_position_embeddings == 32
+
+
+def test_gpt2_initialisation():
+    """normal(0, 0.02), residual projections at 0.02 / sqrt(2 L), unit norms, gates at theta_init,
+    and the same seed gives the same weights."""
+    cfg = dict(n_layer=8, n_head=4, n_embd=128, block_size=64, vocab_size=2048, bias=True)
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(**cfg, residual="learned-token"))
+    torch.manual_seed(0)
+    again = GPT(GPTConfig(**cfg, residual="learned-token"))
+    assert all(torch.equal(a, b) for a, b in zip(m.state_dict().values(), again.state_dict().values()))
+    b = m.transformer.h[5]
+    for w in (b.attn.c_proj.weight, b.mlp.c_proj.weight):
+        assert w.std().item() == pytest.approx(0.02 / 4, rel=0.05)
+    for w in (b.attn.c_attn.weight, b.mlp.c_fc.weight, m.transformer.wte.weight, m.transformer.wpe.weight):
+        assert w.std().item() == pytest.approx(0.02, rel=0.05)
+    assert torch.equal(b.ln_1.weight, torch.ones(128)) and torch.equal(b.attn.c_attn.bias, torch.zeros(384))
+    assert torch.equal(b.gate.w, torch.zeros(128)) and b.gate.b.item() == 6.0
+    s = build("scalars", scalar_init=1.1)
+    assert s.residual_alphas() == {l: pytest.approx(1.1) for l in range(4)}
+    assert build("backout", backout_init=0.2).learned_scalars() == {"backout_lambda": pytest.approx(0.2)}

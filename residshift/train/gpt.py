@@ -64,7 +64,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationMixin, PreTrainedConfig, PreTrainedModel
 from transformers import initialization as init
@@ -85,9 +84,11 @@ class GPTConfigError(ValueError):
     """A GPT configuration that cannot be built; the message names the fix."""
 
 
-@strict
 class GPTConfig(PreTrainedConfig):
-    """Everything that defines a model (a ``transformers`` strict dataclass; JSON in ``config.json``).
+    """Everything that defines a model (a ``transformers`` config dataclass; JSON in ``config.json``).
+
+    Every bad value, wrong types included, raises :class:`GPTConfigError` (a ``ValueError``) at
+    construction, naming the fix.
 
     ``alpha`` / ``alpha_layers`` only for ``residual="fixed"``; ``theta_init`` for the learned gates;
     ``scalar_init`` for ``scalars``; ``backout_layer`` / ``backout_init`` for ``backout``.
@@ -126,9 +127,9 @@ class GPTConfig(PreTrainedConfig):
     use_cache: bool = False  # no KV cache: generate() recomputes the prefix
 
     def __post_init__(self, **kwargs):
-        if self.alpha_layers is not None:
-            self.alpha_layers = [int(l) for l in self.alpha_layers]
-        if self.residual == "backout" and self.backout_layer is None and isinstance(self.n_layer, int):
+        if isinstance(self.alpha_layers, tuple):
+            self.alpha_layers = list(self.alpha_layers)
+        if self.residual == "backout" and self.backout_layer is None and type(self.n_layer) is int:
             self.backout_layer = self.n_layer // 2
         super().__post_init__(**kwargs)
         self.check()
@@ -138,6 +139,23 @@ class GPTConfig(PreTrainedConfig):
         def bad(msg):
             raise GPTConfigError(msg)
 
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        for name, want, ok in [
+            (("n_layer", "n_head", "n_embd", "block_size", "vocab_size"), "an int", is_int),
+            (("dropout", "theta_init", "scalar_init", "backout_init", "initializer_range", "layer_norm_epsilon"),
+             "a number", lambda v: is_int(v) or isinstance(v, float)),
+            (("mlp", "residual", "site"), "a string", lambda v: isinstance(v, str)),
+            (("bias",), "True or False", lambda v: isinstance(v, bool)),
+            (("alpha",), "a number or None", lambda v: v is None or is_int(v) or isinstance(v, float)),
+            (("backout_layer",), "an int or None", lambda v: v is None or is_int(v)),
+            (("alpha_layers",), "a list of ints or None", lambda v: v is None or (
+                isinstance(v, (list, tuple)) and all(is_int(l) for l in v))),
+        ]:
+            for n in name:
+                if not ok(getattr(self, n)):
+                    bad(f"{n} must be {want}, got {getattr(self, n)!r}")
         for name in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
             if getattr(self, name) < 1:
                 bad(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -227,6 +245,7 @@ class CausalSelfAttention(nn.Module):
         self.dropout = config.dropout
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.c_proj.residual_projection = True  # scaled init (GPT._init_weights)
         self.resid_dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -246,6 +265,7 @@ class MLP(nn.Module):
         self.geglu = config.mlp == "geglu"
         self.c_fc = nn.Linear(config.n_embd, 2 * hidden if self.geglu else hidden, bias=config.bias)
         self.c_proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        self.c_proj.residual_projection = True
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -345,6 +365,8 @@ class GPT(PreTrainedModel, GenerationMixin):
     def _init_weights(self, module: nn.Module) -> None:
         std = self.config.initializer_range
         if isinstance(module, (nn.Linear, nn.Embedding)):
+            if getattr(module, "residual_projection", False):  # GPT-2: / sqrt(2 L) on the residual adds
+                std = std / math.sqrt(2 * self.config.n_layer)
             init.normal_(module.weight, mean=0.0, std=std)
             if getattr(module, "bias", None) is not None:
                 init.zeros_(module.bias)
@@ -361,8 +383,6 @@ class GPT(PreTrainedModel, GenerationMixin):
             init.constant_(module.lam, module.init)
         elif isinstance(module, Backout):
             init.constant_(module.lam, module.init_value)
-        if isinstance(module, (CausalSelfAttention, MLP)):  # GPT-2: residual projections / sqrt(2 L)
-            init.normal_(module.c_proj.weight, mean=0.0, std=std / math.sqrt(2 * self.config.n_layer))
 
     # -- forward -----------------------------------------------------------------------------
 
