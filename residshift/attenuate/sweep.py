@@ -109,7 +109,17 @@ def _first(out):
 
 def capture(module: torch.nn.Module, info: ModelInfo, ids: torch.Tensor,
             keep_logits: bool = True) -> Captured:
-    """One unmodified forward of the bare module, recording each block's input and arguments."""
+    """One unmodified forward of the bare module, recording each block's input and arguments.
+
+    Replaying from these records is exact when a block's arguments do not depend on earlier
+    blocks' outputs. A trained GPT in ``backout`` mode passes ``h_k`` to its last block, so a
+    replay from a block before ``k`` would reuse a stale ``h_k``: refused (use the nnsight path,
+    :func:`naive_sweep` or ``interventions.attenuate``, which run the whole forward).
+    """
+    if getattr(getattr(module, "config", None), "residual", None) == "backout":
+        raise ValueError(
+            "prefix replay is not exact for a backout model (its last block reads h_k of a middle "
+            "layer): use sweep.naive_sweep / interventions.attenuate, which run the whole forward")
     inputs: list = [None] * info.n_layers
     calls: list = [None] * info.n_layers
     handles = []
