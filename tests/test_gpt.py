@@ -447,3 +447,12 @@ def test_gpt2_initialisation():
     s = build("scalars", scalar_init=1.1)
     assert s.residual_alphas() == {l: pytest.approx(1.1) for l in range(4)}
     assert build("backout", backout_init=0.2).learned_scalars() == {"backout_lambda": pytest.approx(0.2)}
+
+
+def test_sweep_replay_refuses_a_backout_model():
+    """The sweep's prefix replay would reuse a stale h_k in a backout model: refused with the fix."""
+    from residshift.attenuate import sweep
+
+    lm, tok, info = as_nnsight(build("backout"))
+    with pytest.raises(ValueError, match="naive_sweep"):
+        sweep.capture(lm._module, info, ids())
