@@ -179,6 +179,7 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     assert big["peak_rss_mib"] >= 400 and small["peak_rss_mib"] < big["peak_rss_mib"] - 300
     assert big["wall_s"] > 0 and small["wall_s"] > 0
     assert big["machine"]["cpus"] >= 1 and isinstance(big["code_dirty"], bool)
+    assert big["device"] == profiles.get("default")["device"]  # the profile's, though undeclared
     assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]
 
 

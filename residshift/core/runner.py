@@ -348,7 +348,7 @@ def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
-               load: float | None) -> dict[str, Any]:
+               load: float | None, profile_values: dict[str, Any]) -> dict[str, Any]:
     from .cache import code_state
 
     state = code_state()
@@ -356,7 +356,7 @@ def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dic
         "wall_s": round(seconds, 1),
         "peak_rss_mib": round(peak / 2**20),
         "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "device": params.get("device"),
+        "device": params.get("device", profile_values.get("device")),
         "overrides": {k: v for k, v in overrides.items() if k in params},
         "commit": state["commit"], "code_dirty": state["code_dirty"],
         "machine": {"system": platform.system(), "arch": platform.machine(), "cpus": os.cpu_count(),
@@ -376,7 +376,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     and UsageError (before running anything) on an unknown profile, notebook or ``-p`` key."""
     import papermill as pm
 
-    check_profile(profile)
+    values = check_profile(profile)
     overrides = overrides or {}
     books = list_notebooks(folder, only)
     if not books:
@@ -410,7 +410,8 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             log(f"      done in {seconds:.1f} s, peak memory {mem.peak_bytes / 2**30:.2f} GiB -> {target}",
                 flush=True)
             if record:
-                record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load))
+                record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
+                                                          values))
             done.append(target)
     finally:
         for k, v in env_before.items():
