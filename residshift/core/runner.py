@@ -26,7 +26,6 @@ import json
 import os
 import platform
 import re
-import resource
 import sys
 import textwrap
 import threading
@@ -264,6 +263,14 @@ def _high_water_mark(pid: int) -> int | None:
     return None
 
 
+def _children_maxrss() -> int:
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return 0
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+
+
 class PeakMemory:
     """Peak resident memory of the processes started while the block runs (papermill's kernel).
 
@@ -307,7 +314,7 @@ class PeakMemory:
         import psutil
 
         self._before = {p.pid for p in psutil.Process().children(recursive=True)}
-        self._rusage0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        self._rusage0 = _children_maxrss()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
         return self
@@ -316,7 +323,7 @@ class PeakMemory:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        rusage = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        rusage = _children_maxrss()
         self._rusage_peak = rusage * (1 if sys.platform == "darwin" else 1024) if rusage > self._rusage0 else 0
 
     @property
