@@ -451,8 +451,8 @@ def test_gpt2_initialisation():
 
 def test_sweep_replay_refuses_a_backout_model():
     """The sweep's prefix replay would reuse a stale h_k in a backout model: refused with the fix."""
-    from residshift.attenuate import sweep
+    from residshift.core import replay
 
     lm, tok, info = as_nnsight(build("backout"))
     with pytest.raises(ValueError, match="naive_sweep"):
-        sweep.capture(lm._module, info, ids())
+        replay.capture(lm._module, info, ids())

@@ -4,6 +4,7 @@ import torch
 
 from residshift.core import cache
 from residshift.attenuate import sweep
+from residshift.core import replay
 from residshift.core.interventions import attenuate, attenuated_logits
 from residshift.core.models import load_model
 
@@ -60,11 +61,11 @@ def test_multi_layer_attenuation_matches_direct_torch(model, ids):
 
 def test_replay_equals_nnsight_attenuate(model, ids):
     lm, _, info = model
-    cap = sweep.capture(lm._module, info, ids)
+    cap = replay.capture(lm._module, info, ids)
     assert torch.allclose(cap.logits, _plain_logits(lm, ids), atol=1e-6)
     for layer in range(info.n_layers):
         for alpha in (0.0, 0.5):
-            got = sweep.replay(lm._module, info, cap, layer, alpha)
+            got = replay.replay(lm._module, info, cap, layer, alpha)
             ref = attenuated_logits(lm, info, ids, {layer: alpha})
             assert torch.allclose(got, ref, atol=1e-5), (layer, alpha, (got - ref).abs().max())
 

@@ -184,7 +184,7 @@ class StudyModule(Protocol):
       as a tensor ``[batch, seq, d]`` (a tuple whose first element is it is tolerated by the sweep
       replay, not by the lens, which edits ``.output`` in place). Everything a layer needs besides
       ``h`` (masks, rotary tables) comes in its other arguments, so a block can be replayed on an
-      edited ``h`` with the captured arguments (``attenuate.sweep.replay_from``).
+      edited ``h`` with the captured arguments (``core.replay.replay_from``).
     - the final norm (``ModelInfo.norm_path``) maps the last layer's output to the hidden state the
       head reads: ``logits == softcap(final_norm(h_L) @ E.T)``, which the logit lens relies on.
     """

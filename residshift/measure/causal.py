@@ -50,7 +50,6 @@ import torch.nn.functional as F
 
 from ..core import cache
 from .evaluate import window_losses
-from ..core.interventions import attenuate
 from ..core.models import ModelInfo
 from ..core.unembed import next_token_losses
 
@@ -135,10 +134,10 @@ def skip_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *, alphas:
     Returns ``{"clean": [n], "delta": [len(alphas), n, len(layers)], "alphas", "layers"}``; column
     ``j`` of ``delta`` is block ``layers[j]`` (whose skip path carries ``h_{layers[j]}``). Each
     batch runs the unmodified model once; each (alpha, block) then replays only blocks ``l..L-1``
-    from the captured block inputs (``residshift.attenuate.sweep.replay``, the same edit as
+    from the captured block inputs (``residshift.core.replay.replay``, the same edit as
     ``interventions.attenuate``; tested against it).
     """
-    from ..attenuate.sweep import capture, replay
+    from ..core.replay import capture, replay
 
     _check_windows(windows, skip_first)
     layers = list(range(info.n_layers)) if layers is None else [info.check_layer(l) for l in layers]
@@ -295,11 +294,11 @@ def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
     Returns ``{"clean": [n], "delta": [len(directions), n, len(residuals)], "directions",
     "residuals", "basis"}``; column ``j`` of ``delta`` is residual index ``residuals[j]``. Each
     batch runs the unmodified model once; each (direction, residual ``r``) then edits the captured
-    ``h_r`` and replays blocks ``r..L-1`` and the head (``residshift.attenuate.sweep.replay_from``;
+    ``h_r`` and replays blocks ``r..L-1`` and the head (``residshift.core.replay.replay_from``;
     tested against the nnsight edit :func:`direction_ablated_logits`). Remote models take the
     nnsight path.
     """
-    from ..attenuate.sweep import capture, replay_from
+    from ..core.replay import capture, replay_from
 
     _check_windows(windows, skip_first)
     residuals = list(range(info.n_layers + 1)) if residuals is None else [check_residual_index(info, r) for r in residuals]

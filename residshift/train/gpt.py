@@ -41,7 +41,7 @@ pretrained-model edit (``residshift.core.interventions.attenuated``: ``block(x) 
 Two identities the tests check: a ``fixed`` model is the ``baseline`` under the pretrained edit,
 and ``backout`` with ``backout_layer = n_layer - 1`` is ``fixed`` attenuation of the last block with
 ``alpha = 1 - lambda``. Caveat: the last block of a backout model takes ``h_k`` as its second
-argument, so code that replays blocks from captured arguments (``attenuate.sweep.replay``) is only
+argument, so code that replays blocks from captured arguments (``core.replay.replay``) is only
 exact on such a model from layer ``k`` on; everything that runs the whole forward (nnsight edits,
 the lens, the harness) is exact.
 
