@@ -723,6 +723,20 @@ def _from_pretrained(ref: str, dtype: torch.dtype, offline_hint: str):
     return model, tokenizer
 
 
+# Model types the study defines itself, registered with the transformers Auto classes when first
+# needed. Named by string, not imported: ``core`` stays below ``train``, and the code fingerprint of
+# results that never load a trained GPT does not change when ``train/gpt.py`` does.
+STUDY_MODEL_MODULES = {"residshift-gpt": "residshift.train.gpt"}
+
+
+def register_study_models() -> None:
+    """Import the modules that register the study's own model types (idempotent)."""
+    import importlib
+
+    for module in STUDY_MODEL_MODULES.values():
+        importlib.import_module(module)
+
+
 def load_model(
     name: str,
     *,
@@ -766,7 +780,7 @@ def load_model(
                 f"{folder} has no config.json; point load_model at a folder written by "
                 "save_pretrained (config.json, model.safetensors, tokenizer files)."
             )
-        from ..train import gpt as _gpt  # noqa: F401  registers model_type "residshift-gpt"
+        register_study_models()
 
         model, tokenizer = _from_pretrained(str(folder), dtype, "Check the folder's files.")
         source = f"local:{folder}"
