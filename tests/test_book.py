@@ -52,6 +52,10 @@ def test_title_and_summary_take_the_first_heading_and_paragraph():
     nb.cells.append(tagged)
     assert book.title_and_summary(nb, "fallback")[1] == "Chosen summary."
     assert book.title_and_summary(_nb(nbformat.v4.new_code_cell("1")), "fb") == ("fb", "")
+    banner = nbformat.v4.new_markdown_cell('<span>An Exception was encountered at <a href="#x">In [2]</a></span>',
+                                           metadata={"tags": [book.PAPERMILL_ERROR]})
+    nb.cells.insert(0, banner)  # a failed run's banner is not the notebook's summary
+    assert book.title_and_summary(nb, "fallback")[1] == "Chosen summary."
 
 
 def test_equations_become_mathml_and_bad_ones_name_the_formula():
@@ -83,6 +87,8 @@ def test_missing_executed_notebooks_name_the_command(tmp_path):
     with pytest.raises(book.BookError, match="residshift run --profile smoke"):
         book.build_book("smoke", executed=tmp_path, out=tmp_path / "site")
     assert not (tmp_path / "site").exists()
+    with pytest.raises(book.BookError, match="unknown profile"):
+        book.build_book("no-such-profile", executed=tmp_path, out=tmp_path / "site")
 
 
 # --------------------------------------------------------------------------------------------

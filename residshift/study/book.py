@@ -69,6 +69,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/svg+xml")
 _NOTEBOOK_LINK = re.compile(r"^(?:\.{0,2}/)*(?:notebooks/)?(\d\d-[a-z0-9-]+)\.ipynb(#.*)?$")
 THUMB_WIDTH = 720
+PAPERMILL_ERROR = "papermill-error-cell-tag"  # the banner cells papermill adds to a failed notebook
 
 
 class BookError(RuntimeError):
@@ -87,6 +88,7 @@ class Chapter:
     key_figure: str | None = None  # site-relative image path
     key_figure_link: str | None = None  # where clicking the key figure goes
     key_figure_caption: str = ""
+    error: str | None = None  # the notebook stopped with this error
     figures: list[str] = field(default_factory=list)  # manifest PNG names made by this notebook
 
     @property
@@ -168,7 +170,8 @@ def title_and_summary(nb, fallback: str) -> tuple[str, str]:
 
     The summary is the first paragraph of a markdown cell tagged ``summary``, else the first
     paragraph of the first markdown cell that is not a heading."""
-    md = [c for c in nb.cells if c.cell_type == "markdown" and c.source.strip()]
+    md = [c for c in nb.cells if c.cell_type == "markdown" and c.source.strip()
+          and PAPERMILL_ERROR not in _tags(c)]
     title = fallback
     for cell in md:
         heading = next((p for p in _paragraphs(cell.source) if p.startswith("#")), None)
@@ -217,6 +220,15 @@ def static_widgets(nb) -> None:
                 text = data.get("text/plain", "")
             out["data"] = {"text/plain": text}
     nb.metadata.pop("widgets", None)
+
+
+def execution_error(nb) -> str | None:
+    """``"ename: evalue"`` of the first error output of an executed notebook, or None."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                return f"{out.get('ename', 'error')}: {out.get('evalue', '')}"
+    return None
 
 
 def _first_image(cells) -> tuple[int, int, str] | None:
@@ -313,6 +325,7 @@ figure figcaption { font-size: 0.9em; color: #555; margin-top: 0.3em; }
 .results table, table.instructor { font-size: 0.92em; }
 table.instructor td, table.instructor th { text-align: left; vertical-align: top; }
 .not-measured { color: #888; font-style: italic; }
+.run-error { color: #a40000; border-left: 3px solid #a40000; padding-left: 0.6em; }
 .note { color: #555; font-size: 0.95em; }
 math[display="block"] { margin: 0.7em 0; }
 /* as nbconvert's lab page: no collapsers, anchors only on hover, true colours in print */
@@ -453,7 +466,10 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
     from . import report
 
     t0 = time.perf_counter()
-    profiles.get(profile)  # an unknown profile fails here, naming the known ones
+    try:
+        profiles.get(profile)
+    except (KeyError, ValueError) as err:  # an unknown profile: the message names the known ones
+        raise BookError(str(err).strip("'\"")) from None
     executed = Path(executed) if executed else build_dir() / profile
     books = sorted(p for p in executed.glob("*.ipynb") if NOTEBOOK.match(p.name)) if executed.is_dir() else []
     if not books:
@@ -506,7 +522,8 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
         nb = nbformat.read(path, as_version=4)
         title, summary = title_and_summary(nb, path.stem)
         ch = Chapter(path=path, number=NOTEBOOK.match(path.name).group(1), title_html=_inline_html(title),
-                     summary_html=markdown_html(summary), page=f"{path.stem}.html")
+                     summary_html=markdown_html(summary), page=f"{path.stem}.html",
+                     error=execution_error(nb))
         ch.figures = [n for n in pngs if n.startswith(ch.number + "-")]
         nbs.append(nb)
         chapters.append(ch)
@@ -559,6 +576,9 @@ def _index_page(profile, chapters, fig_src: Path, executed: Path, report) -> str
             fig = (f'<figure class="key-figure"><a href="{ch.key_figure_link}"><img src="{ch.key_figure}" '
                    f'alt="key figure of notebook {ch.number}"></a><figcaption>{ch.key_figure_caption}'
                    f"</figcaption></figure>")
+        if ch.error:
+            fig = (f'<p class="run-error">This notebook stopped with an error ({html.escape(ch.error[:300])}); '
+                   f'its page shows the outputs up to <a href="{ch.page}">the failing cell</a>.</p>{fig}')
         parts.append(f'<section class="chapter" id="nb-{ch.number}"><h2><a href="{ch.page}">{ch.title_html}'
                      f'</a></h2><div class="chapter-summary">{ch.summary_html}</div>{fig}'
                      f'<p><a href="{ch.page}">Read notebook {ch.number} with its outputs →</a></p></section>')
