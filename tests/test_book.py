@@ -294,3 +294,18 @@ def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
     size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
     print(f"\nbook: {len(pages)} pages, {size / 2**20:.1f} MiB, built in {seconds:.1f} s; "
           f"{len(requests)} requests, all to {base}; screenshot {SCREENSHOT}")
+
+
+def test_solution_cells_are_folded():
+    import nbformat
+
+    from residshift.study import book
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 09 · T\n\nA summary."),
+                nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["solution"]}),
+                nbformat.v4.new_code_cell("y = 2")]
+    body, _ = book._exporter().from_notebook_node(nb, resources={"book_nav": ""})
+    folded = body.split('<details class="book-solution">')
+    assert len(folded) == 2 and "x" in folded[1].split("</details>")[0]
+    assert "y" in folded[1].split("</details>")[1]  # the ordinary cell stays outside

@@ -279,6 +279,15 @@ NOTEBOOK_TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {% block body_header %}{{ super() }}
 {{ resources.book_nav }}
 {% endblock body_header %}
+{% block codecell %}
+{%- if 'solution' in cell.metadata.get('tags', []) -%}
+<details class="book-solution"><summary>Solution (click to unfold)</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{% endblock codecell %}
 {% block body_footer %}
 {{ resources.book_nav }}
 {{ super() }}
@@ -330,6 +339,8 @@ table.instructor td, table.instructor th { text-align: left; vertical-align: top
 math[display="block"] { margin: 0.7em 0; }
 /* as nbconvert's lab page: no collapsers, anchors only on hover, true colours in print */
 .jp-Collapser { display: none; }
+details.book-solution { border-left: 3px solid #bdbdbd; margin: 0.5em 0; padding-left: 0.6em; }
+details.book-solution > summary { cursor: pointer; color: #555; font-style: italic; }
 .jp-InputArea, .jp-InputArea-editor { overflow: hidden; }
 .cm-editor.cm-s-jupyter .highlight pre { padding: var(--jp-code-padding) 4px; margin: 0; font-family: inherit;
   font-size: inherit; line-height: inherit; color: inherit; }
