@@ -161,17 +161,6 @@ def test_c1_regimes_bad_input():
         V.c1_regimes(**d, model="m", decoder="d")
 
 
-def test_unigram_baseline():
-    w = np.array([[9, 3, 3, 5, 3], [9, 1, 2, 3, 3]])
-    assert V.most_frequent_token(w) == 3 and V.most_frequent_token(w, exclude=[3]) == 9
-    u = V.unigram_top1(w, 3)  # positions 1..3: inputs (3,3,5),(1,2,3); nexts (3,5,3),(2,3,3)
-    np.testing.assert_allclose(u["input"], [2 / 3, 1 / 3])
-    np.testing.assert_allclose(u["next"], [2 / 3, 2 / 3])
-    np.testing.assert_allclose(V.unigram_top1(w, 3, positions=[2])["next"], [0.0, 1.0])
-    with pytest.raises(ValueError, match="next token"):
-        V.unigram_top1(w, 3, positions=[4])
-
-
 def _emerging(c, *, L=20, n=40, noise=0.02, seed=0, metric="top1"):
     rng = np.random.default_rng(seed)
     layers = np.arange(L + 1)

@@ -355,39 +355,6 @@ def _setting_prefix(claim: str, setting: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def most_frequent_token(ids, *, exclude: Sequence[int] = ()) -> int:
-    """The unigram decoder's only prediction: the most frequent token of a reference text.
-
-    ``ids``: token ids of a reference text (e.g. the corpus's train split, not the evaluated
-    windows). ``exclude``: ids to ignore (e.g. BOS). Ties go to the smaller id.
-    """
-    a = np.asarray(stats._np(ids), dtype=np.int64).reshape(-1)
-    if exclude:
-        a = a[~np.isin(a, np.asarray(list(exclude)))]
-    if a.size == 0:
-        raise ValueError("no tokens to count: pass the ids of a reference text")
-    return int(np.bincount(a).argmax())
-
-
-def unigram_top1(windows, mode_token: int, *, positions=None) -> dict[str, np.ndarray]:
-    """Per-window top-1 rates of the unigram decoder on the positions the lens analyses.
-
-    The unigram decoder ignores the hidden state and always predicts ``mode_token``
-    (:func:`most_frequent_token`), so its top-1 match with the input token ``x_t`` is
-    ``[x_t == mode]`` and with the next token ``[x_{t+1} == mode]``. ``windows [n, T]``;
-    ``positions``: the analysed positions (default ``1..T-2``, the lens's; pass the lens's
-    ``LensOptions.position_index(T)`` when it analyses a subset). Returns ``{"input": [n],
-    "next": [n]}``, the per-window means the C1 rule compares with the lens's top-1 rates.
-    """
-    w = np.asarray(stats._np(windows), dtype=np.int64)
-    if w.ndim != 2 or w.shape[1] < 3:
-        raise ValueError(f"windows must be [n, T >= 3], got {w.shape}")
-    pos = np.arange(1, w.shape[1] - 1) if positions is None else np.asarray(stats._np(positions), dtype=np.int64)
-    if pos.size == 0 or pos.min() < 0 or pos.max() > w.shape[1] - 2:
-        raise ValueError(f"positions must lie in 0..{w.shape[1] - 2} (each needs a next token)")
-    return {"input": (w[:, pos] == mode_token).mean(axis=1), "next": (w[:, pos + 1] == mode_token).mean(axis=1)}
-
-
 C1_EARLY_RULE = (
     "C1.early. Judged on h_1..h_L only (h_0 is the token's own embedding: input alignment there is "
     "true by construction). Per window, d_in(l) = top-1 rate of the input token under the decoder at "
@@ -431,7 +398,8 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
 
     ``top1_input``, ``top1_next``: ``[n_windows, L+1]`` per-window top-1 rates at ``h_0..h_L``
     (``LensResult.per_seq["top1_input"]`` etc.); ``unigram_input``, ``unigram_next``: ``[n_windows]``
-    per-window top-1 rates of the unigram decoder on the same positions (:func:`unigram_top1`).
+    per-window top-1 rates of the unigram decoder on the same positions
+    (``residshift.measure.lens.unigram_baseline(result, counts)["top1_input"]`` etc.).
     Returns rows ``C1.early``, ``C1.middle``, ``C1.late`` and ``C1``.
     """
     ti, tn = _arr(top1_input, "top1_input", 2), _arr(top1_next, "top1_next", 2)

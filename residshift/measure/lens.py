@@ -588,11 +588,16 @@ def _k(x: int) -> str:
     return f"{x // 1000}k" if x >= 1000 and x % 1000 == 0 else str(x)
 
 
-def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str) -> np.ndarray:
-    """Token-id counts of a whole corpus split under the model's tokenizer (length = vocab)."""
+def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str, *,
+                        detokenize: bool = True) -> np.ndarray:
+    """Token-id counts of a whole corpus split under the model's tokenizer (length = vocab).
+
+    ``detokenize`` as in :func:`run_lens`: count the text the lens pass saw (raw or detokenized
+    WikiText), so a unigram baseline matches its windows.
+    """
     from ..core.data import corpus_text, tokenize_text
 
-    tokens = tokenize_text(corpus_text(corpus, split), tokenizer)
+    tokens = tokenize_text(corpus_text(corpus, split, detokenize=detokenize), tokenizer)
     return np.bincount(tokens, minlength=info.vocab_size)
 
 

@@ -96,7 +96,8 @@ class TunedLensConfig:
         return cls(corpus=P.tuned_corpus, window=P.tuned_window, train_windows=P.tuned_train_windows,
                    val_windows=P.tuned_val_windows, es_windows=P.tuned_es_windows,
                    batch=P.tuned_batch, steps=P.tuned_steps, lr=P.tuned_lr,
-                   eval_every=P.tuned_eval_every, train_vocab=P.tuned_vocab, seed=P.seed)
+                   eval_every=P.tuned_eval_every, patience=P.tuned_patience, train_vocab=P.tuned_vocab,
+                   seed=P.seed)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,807 @@
+"""Notebook 03's glue and figures: alignment curves over a corpus, the C1 verdicts, and what moves them.
+
+The notebook orchestrates; everything it computes or draws is a call into this module:
+
+- **compute** (cached by the modules that own the results): :func:`load_models`,
+  :func:`lens_passes` (``lens.run_lens`` with the profile's ``lens_*`` keys), :func:`token_counts` and
+  :func:`unigram_baselines` (the frequency decoder C1 is judged against), :func:`sensitivity_passes`
+  (BOS on/off, raw vs detokenized WikiText), :func:`fit_tuned_lenses` / :func:`tuned_passes`,
+  :func:`causal_profiles`;
+- **adapters** from lens results to the arrays the C1 rules take (:func:`c1_arrays`,
+  :func:`depth_curves`) and the rules applied (:func:`c1_rows`, rules in
+  :mod:`residshift.analysis.verdicts`);
+- **tables**: :func:`verdict_table`, :func:`extremes_table`, :func:`transition_rows`,
+  :func:`shift_table_frame`, :func:`tuned_training_table`, :func:`causal_vs_lens`,
+  :func:`sensitivity_table`, :func:`summary_lines`;
+- **figures**, each returning ``(fig, numbers)`` for ``plotting.publish``: :func:`metrics_panel`,
+  :func:`c1_panel`, :func:`shift_depth_panel`, :func:`sensitivity_panel`, :func:`token_group_panel`,
+  :func:`tuned_panel`, :func:`causal_panel`.
+
+Every function that takes ``P`` (the resolved profile) reads only keys the notebook's
+``parameters`` cell declares (a test checks it).
+"""
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analysis import stats, verdicts
+from ..measure import lens
+from .plotting import PALETTE
+
+NAME = "03-alignment-curves"
+# The band C1.depth compares the emergence with (the rule's default; stated in its rule text).
+BAND: tuple[float, float] = inspect.signature(verdicts.c1_depth).parameters["band"].default
+PAPER_REF = {"model": "Gemma-2-2B (paper)", "layer": 17, "n_layers": 26, "relative": 17 / 26}
+DEPTH_METRICS = tuple(verdicts.DEPTH_METRICS)  # metrics whose half-way depth means something
+# Panels whose layer-0 value is far from every other layer's (the embedding itself is not normed
+# like a residual, and the next token's log-prob there is hundreds of nats down): drawn from h_1.
+FROM_LAYER_1 = ("logprob", "proj", "kl_final")
+LABEL = {"rank": "rank (median, log scale)", "logrank": r"$\log_{10}$ rank", "logprob": "log-prob (nats)",
+         "prob": "probability", "top1": "top-1 match rate", "cos_raw": r"$\cos(h, e)$ raw",
+         "cos_norm": r"$\cos(N(h), e)$", "cos_centred": "cos centred",
+         "proj": r"projection of $N(h)$ on $e/\|e\|$", "entropy": "entropy (nats)",
+         "kl_final": r"KL(final $\|$ layer) (nats)"}
+# Colours for categories (token types, frequency bins, settings): none is the input/next colour.
+CATEGORY = ("#0173b2", "#cc78bc", "#ca9161", "#5e3c99", "#56b4e9", "#000000")
+MODEL_STYLE = ("-", "--", ":", "-.")
+DECODER_STYLE = {"logit lens": "-", "tuned lens": "--"}
+SETTINGS = ("as trained", "BOS flipped", "raw WikiText")
+TUNED_METRICS = ("top1", "prob", "logrank")
+SENSITIVITY_METRICS = ("top1", "prob", "logrank")
+MIN_GROUP_TOKENS = 20
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _style(names) -> dict[str, str]:
+    return {n: MODEL_STYLE[i % len(MODEL_STYLE)] for i, n in enumerate(names)}
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().double().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
+
+
+def _rel(e) -> str:
+    return stats.format_ci(e.relative, *e.relative_ci, 2)
+
+
+# --------------------------------------------------------------------------------------------
+# Compute (cached by the modules that own the results)
+# --------------------------------------------------------------------------------------------
+
+
+def load_models(P) -> dict[str, Any]:
+    """``{name: LoadedModel}`` for the profile's models, on its device."""
+    from ..core.models import load_model
+
+    return {name: load_model(name, device=P.device) for name in P.models}
+
+
+def lens_pass(loaded, P, *, metrics=None, decoder=None, decoder_id: str | None = None,
+              bos: bool | None = None, detokenize: bool = True, n: int | None = None):
+    """One cached ``lens.run_lens`` pass with the profile's ``lens_*`` keys."""
+    lm, tok, info = loaded
+    return lens.run_lens(lm, info, tok, corpus=P.lens_corpus, split=P.lens_split, window=P.lens_window,
+                         n=P.lens_windows if n is None else n, seed=P.seed, batch=P.lens_batch,
+                         metrics=metrics, decoder=decoder, decoder_id=decoder_id,
+                         matmul_dtype=P.lens_matmul, positions=P.lens_positions, bos=bos,
+                         detokenize=detokenize)
+
+
+def lens_passes(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[str, Any]:
+    """The logit lens, every metric, over the profile's windows: ``{name: LensResult}``."""
+    out = {}
+    for name, loaded in models.items():
+        t0 = time.perf_counter()
+        out[name] = r = lens_pass(loaded, P)
+        if verbose:
+            print(f"{name}: {r.n_seq} windows x {P.lens_window} tokens, {r.tokens['cur'].numel()} analysed "
+                  f"positions, {r.n_layers} layers (h_0..h_{r.n_layers}); this call "
+                  f"{time.perf_counter() - t0:.0f} s (computing it took {r.seconds:.0f} s)")
+    return out
+
+
+def token_counts(models: Mapping[str, Any], P, *, detokenize: bool = True) -> dict[str, np.ndarray]:
+    """Token-id counts of the lens corpus split under each model's tokenizer."""
+    return {name: lens.corpus_token_counts(tok, info, P.lens_corpus, P.lens_split, detokenize=detokenize)
+            for name, (lm, tok, info) in models.items()}
+
+
+def unigram_baselines(results: Mapping[str, Any], counts: Mapping[str, np.ndarray]) -> dict[str, dict]:
+    """Per model, the unigram decoder on the analysed positions (``lens.unigram_baseline``)."""
+    return {name: lens.unigram_baseline(res, counts[name]) for name, res in results.items()}
+
+
+def _flip(loaded) -> bool:
+    return not loaded[2].prepend_bos
+
+
+def sensitivity_passes(models: Mapping[str, Any], P, results: Mapping[str, Any]) -> dict[str, dict]:
+    """``{name: {setting: LensResult}}`` for :data:`SETTINGS`; "as trained" is the main pass.
+
+    "BOS flipped" starts every window with BOS when the model was trained without one (SmolLM2) and
+    drops it when it was trained with one (Gemma); "raw WikiText" feeds the word-tokenized v1 text
+    (" @-@ ", " , ") instead of our detokenized text. Same windows, seed and analysed positions.
+    """
+    out = {}
+    for name, loaded in models.items():
+        out[name] = {"as trained": results[name],
+                     "BOS flipped": lens_pass(loaded, P, metrics=SENSITIVITY_METRICS, bos=_flip(loaded)),
+                     "raw WikiText": lens_pass(loaded, P, metrics=SENSITIVITY_METRICS, detokenize=False)}
+    return out
+
+
+def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> tuple[dict, dict]:
+    """Fit (or load) one tuned lens per model from the ``tuned_*`` keys: ``(lenses, reports)``."""
+    from ..measure import tuned_lens
+
+    cfg = tuned_lens.TunedLensConfig.from_profile(P)
+    lenses, reports = {}, {}
+    for name, (lm, tok, info) in models.items():
+        t0 = time.perf_counter()
+        lenses[name], reports[name] = tuned_lens.fit_cached(lm, info, cfg, tok)
+        if verbose:
+            print(f"{name}: tuned lens ready ({reports[name].get('steps')} steps; this call "
+                  f"{time.perf_counter() - t0:.0f} s)")
+    return lenses, reports
+
+
+def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dict[str, Any]:
+    """The lens pass of :func:`lens_passes` with each model's tuned lens as the decoder."""
+    from ..core import cache
+    from ..measure import tuned_lens
+
+    cfg = tuned_lens.TunedLensConfig.from_profile(P)
+    out = {}
+    for name, loaded in models.items():
+        decoder_id = "tuned-lens:" + cache.config_key(tuned_lens.cache_config(loaded[2], cfg))
+        out[name] = lens_pass(loaded, P, metrics=TUNED_METRICS, decoder=lenses[name].transform,
+                              decoder_id=decoder_id)
+    return out
+
+
+def causal_profiles(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[str, dict]:
+    """Skip-path and token-direction ablation profiles (``causal.run_cached``, ``causal_*`` keys)."""
+    from ..measure import causal
+
+    cfg = causal.CausalConfig.from_profile(P)
+    out = {}
+    for name, (lm, tok, info) in models.items():
+        t0 = time.perf_counter()
+        out[name] = causal.run_cached(lm, info, cfg, tok)
+        if verbose:
+            print(f"{name}: causal profiles on {cfg.n_windows} windows x {cfg.window} tokens, direction "
+                  f"basis {cfg.basis!r}; this call {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Curves and the C1 rules' inputs
+# --------------------------------------------------------------------------------------------
+
+
+def curve(result, column: str, P):
+    """The across-window curve of one column with its percentile bootstrap CI (ranks: medians)."""
+    if column.startswith("rank_"):
+        return stats.curve_ci(result.per_seq_median[column], n_boot=P.n_boot, seed=P.seed, stat="median")
+    return stats.curve_ci(result.per_seq[column], n_boot=P.n_boot, seed=P.seed)
+
+
+def c1_arrays(result, baseline: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """What ``verdicts.c1_regimes`` takes, from a lens result and its unigram baseline.
+
+    ``top1_input`` / ``top1_next``: ``[n_windows, L+1]`` per-window top-1 rates at ``h_0..h_L``;
+    ``unigram_input`` / ``unigram_next``: ``[n_windows]`` the unigram decoder's on the same positions.
+    """
+    for col in ("top1_input", "top1_next"):
+        if col not in result.per_seq:
+            raise ValueError(f"the lens result has no {col!r}: run the lens with metrics including 'top1'")
+    arrays = {"top1_input": _np(result.per_seq["top1_input"]), "top1_next": _np(result.per_seq["top1_next"]),
+              "unigram_input": _np(baseline["top1_input"]), "unigram_next": _np(baseline["top1_next"])}
+    if arrays["unigram_input"].shape[0] != arrays["top1_input"].shape[0]:
+        raise ValueError("the unigram baseline was computed on other windows: compute it from this result "
+                         "(lens.unigram_baseline(result, counts))")
+    return arrays
+
+
+def depth_curves(result) -> dict[str, np.ndarray]:
+    """What ``verdicts.c1_depth`` takes: metric -> ``[n_windows, L+1]`` next-token curves, for the
+    metrics of :data:`DEPTH_METRICS` the result holds."""
+    out = {m: _np(result.per_seq[f"{m}_next"]) for m in DEPTH_METRICS if f"{m}_next" in result.per_seq}
+    if not out:
+        raise ValueError(f"the lens result holds none of {DEPTH_METRICS}: run it with one of them")
+    return out
+
+
+def min_run(n_layers: int) -> int:
+    """The C1.middle run length: 2 consecutive quiet layers, or fewer where a model has too few
+    candidates h_2..h_(L-2) (the 4-layer test models of the smoke profile)."""
+    return max(1, min(2, n_layers - 3))
+
+
+def c1_rows(result, baseline, P, *, model: str, decoder: str) -> list:
+    """C1.early / middle / late / C1 and one C1.depth row per depth metric, for one model and decoder."""
+    rows = verdicts.c1_regimes(**c1_arrays(result, baseline), model=model, decoder=decoder,
+                               min_run=min_run(result.n_layers), n_boot=P.n_boot, seed=P.seed,
+                               source=f"{NAME}-c1")
+    rows += verdicts.c1_depth(depth_curves(result), model=model, decoder=decoder, band=BAND, n_boot=P.n_boot,
+                              seed=P.seed, source=f"{NAME}-shift-depth")
+    return rows
+
+
+def verdict_table(rows) -> pd.DataFrame:
+    """The verdict rows as a readable table (estimate with its CI; the level where it is not 95%)."""
+    out = []
+    for r in rows:
+        lo, hi = r.ci
+        est = "–" if r.estimate is None else stats.format_ci(r.estimate, lo, hi, 3)
+        if r.level is not None and lo is not None and abs(r.level - 0.95) > 1e-9:
+            est += f" ({100 * r.level:.3g}% CI)"
+        out.append({"model": r.model, "decoder": r.variant, "claim": r.claim_id, "verdict": r.verdict,
+                    "statistic": r.statistic, "estimate [CI]": est})
+    return pd.DataFrame(out).set_index(["model", "decoder", "claim"])
+
+
+def excess_curves(result, baseline, P) -> dict[str, Any]:
+    """Per layer, top-1 rate minus the unigram decoder's, for the input and the next token (CIs)."""
+    a = c1_arrays(result, baseline)
+    return {which: stats.curve_ci(a[f"top1_{which}"] - a[f"unigram_{which}"][:, None], n_boot=P.n_boot,
+                                  seed=P.seed) for which in lens.WHICH}
+
+
+def extremes_table(results: Mapping[str, Any], P) -> pd.DataFrame:
+    """Per model and paired metric: the layer where the input curve and the next-token curve are most
+    aligned (orientation from ``lens.ORIENTATION``), so prose can say which curves peak where."""
+    rows = []
+    for name, res in results.items():
+        for m, o in lens.ORIENTATION.items():
+            if f"{m}_input" not in res.per_seq:
+                continue
+            src = res.per_seq_median if m == "rank" else res.per_seq
+            stat = np.median if m == "rank" else np.mean
+            peak = {w: int(np.argmax(o * stat(_np(src[f"{m}_{w}"]), axis=0))) for w in lens.WHICH}
+            rows.append({"model": name, "metric": m, "layers": res.n_layers,
+                         "input most aligned at": f"h_{peak['input']}",
+                         "next most aligned at": f"h_{peak['next']}",
+                         "next peaks at h_L": peak["next"] == res.n_layers,
+                         "input peaks at h_0": peak["input"] == 0})
+    return pd.DataFrame(rows).set_index(["model", "metric"])
+
+
+# --------------------------------------------------------------------------------------------
+# Where is the shift: fade, crossing, emergence
+# --------------------------------------------------------------------------------------------
+
+
+def transition_rows(result, P) -> list[dict[str, Any]]:
+    """Per depth metric: input fade (from h_0), crossing, next-token emergence (from h_1, as C1.depth).
+
+    The emergence uses C1.depth's exact computation (``start=1``, bootstrap seed ``seed + 1``), so the
+    figure shows the interval the verdict judges.
+    """
+    rows = []
+    L = result.n_layers
+    for m in DEPTH_METRICS:
+        if f"{m}_input" not in result.per_seq:
+            continue
+        a, b = result.per_seq[f"{m}_input"], result.per_seq[f"{m}_next"]
+        kw = dict(metric=m, n_layers=L, n_boot=P.n_boot)
+        rows.append({"metric": m,
+                     "fade": stats.halfway_estimate(a, seed=P.seed, **kw),
+                     "crossing": stats.shift_estimate(a, b, orientation=lens.ORIENTATION[m], seed=P.seed, **kw),
+                     "emergence": stats.halfway_estimate(b, seed=P.seed + 1, start=1, **kw)})
+    return rows
+
+
+def shift_table_frame(transitions: Mapping[str, list]) -> pd.DataFrame:
+    """``{label: transition_rows}`` as one table (relative depth l/L with 95% CIs)."""
+    out = []
+    for label, rows in transitions.items():
+        for row in rows:
+            c = row["crossing"]
+            out.append({"model · decoder": label, "metric": row["metric"], "layers": c.n_layers,
+                        "input fade": _rel(row["fade"]), "crossing": _rel(c),
+                        "never-cross share": round(c.frac_never, 3), "next emergence": _rel(row["emergence"])})
+    return pd.DataFrame(out).set_index(["model · decoder", "metric"])
+
+
+def shift_numbers(transitions: Mapping[str, list]) -> dict[str, list]:
+    """The layout ``figures/03-alignment-curves-shift-table.json`` keeps (read by the README report)."""
+    return {label: [{k: (v.as_dict() if hasattr(v, "as_dict") else v) for k, v in row.items()} for row in rows]
+            for label, rows in transitions.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def _model_legend(fig, names, *, extra=(), loc="lower right", anchor=(0.99, 0.02)):
+    from matplotlib.lines import Line2D
+
+    style = _style(names)
+    handles = [Line2D([], [], color=PALETTE["input"], label=r"input token $x_t$"),
+               Line2D([], [], color=PALETTE["next"], label=r"next token $x_{t+1}$")]
+    handles += list(extra)
+    handles += [Line2D([], [], color="k", ls=style[n], label=n) for n in names]
+    fig.legend(handles=handles, loc=loc, bbox_to_anchor=anchor, fontsize=9)
+
+
+def metrics_panel(results: Mapping[str, Any], baselines: Mapping[str, dict], P):
+    """Every metric per layer (relative depth), input vs next, CIs; unigram decoder where it applies.
+
+    Log-prob, projection and KL panels start at ``h_1`` (:data:`FROM_LAYER_1`): their ``h_0`` values
+    lie far from every other layer's and would flatten the rest. Returns ``(fig, numbers)``.
+    """
+    plt = _plt()
+    from matplotlib.lines import Line2D
+
+    first = next(iter(results.values()))
+    panels = [m for m in lens.PAIRED if f"{m}_input" in first.per_seq]
+    panels += [m for m in lens.SINGLE if m in first.per_seq]
+    ncols = 4
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.3 * ncols, 3.1 * nrows), squeeze=False)
+    style = _style(results)
+    numbers: dict[str, dict] = {}
+    for ax, metric in zip(axes.flat, panels):
+        for name, res in results.items():
+            start = 1 if metric in FROM_LAYER_1 else 0
+            depth = np.arange(start, res.n_layers + 1) / res.n_layers
+            cols = [f"{metric}_{w}" for w in lens.WHICH] if metric in lens.PAIRED else [metric]
+            for col in cols:
+                c = curve(res, col, P)
+                numbers.setdefault(name, {})[col] = c.as_dict()
+                color = PALETTE[col.rsplit("_", 1)[1]] if metric in lens.PAIRED else "#555555"
+                ax.plot(depth, c.estimate[start:], style[name], color=color, lw=1.6)
+                ax.fill_between(depth, c.lo[start:], c.hi[start:], color=color, alpha=0.18, lw=0)
+            base = baselines.get(name, {})
+            for which in lens.WHICH:
+                key = f"{metric}_{which}"
+                if key in base:  # the unigram decoder does not depend on the layer
+                    ax.axhline(float(_np(base[key]).mean()), color=PALETTE[which], ls=style[name], lw=0.8,
+                               alpha=0.6, dashes=(1, 2))
+        if metric == "rank":
+            ax.set_yscale("log")
+        ax.set_title(LABEL[metric] + (r" (from $h_1$)" if metric in FROM_LAYER_1 else ""), fontsize=10)
+        ax.set_xlabel("relative depth l / L")
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    extra = [Line2D([], [], color="grey", lw=0.8, dashes=(1, 2), label="unigram decoder")] if baselines else []
+    _model_legend(fig, list(results), extra=extra)
+    fig.suptitle(f"Logit-lens alignment per layer ({P.lens_corpus} {P.lens_split}, {first.n_seq} windows x "
+                 f"{P.lens_window} tokens; 95% bootstrap CIs over windows)", y=1.0)
+    fig.tight_layout()
+    return fig, numbers
+
+
+def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, dict], rows, P):
+    """Top-1 rate minus the unigram decoder's, per layer ``h_1..h_L``, per model (columns) and decoder
+    (line style), with the layers each C1 test reads: ``h_1`` (early), the middle candidates, ``h_{L-1}``
+    (late), and the margin. ``results``: ``{decoder: {model: LensResult}}``. Returns ``(fig, numbers)``."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+
+    models = list(next(iter(results.values())))
+    fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 3.8), squeeze=False)
+    margin = inspect.signature(verdicts.c1_regimes).parameters["margin"].default
+    numbers: dict[str, dict] = {}
+    for ax, name in zip(axes[0], models):
+        L = next(iter(results.values()))[name].n_layers
+        x = np.arange(1, L + 1)
+        ax.axvspan(1.5, L - 1.5, color="#eeeeee", lw=0, zorder=0)
+        for decoder, by_model in results.items():
+            ex = excess_curves(by_model[name], baselines[name], P)
+            numbers.setdefault(name, {})[decoder] = {w: c.as_dict() for w, c in ex.items()}
+            for which, c in ex.items():
+                ax.plot(x, c.estimate[1:], DECODER_STYLE.get(decoder, "-"), color=PALETTE[which], lw=1.5)
+                ax.fill_between(x, c.lo[1:], c.hi[1:], color=PALETTE[which], alpha=0.15, lw=0)
+        ax.axhline(margin, color="k", lw=0.8, ls=":")
+        ax.axhline(0, color="k", lw=0.6)
+        for l, text in ((1, "early"), (L - 1, "late")):
+            ax.axvline(l, color="k", lw=0.6, ls="--")
+            ax.text(l, 1.0, f" {text}", transform=ax.get_xaxis_transform(), fontsize=8, va="top")
+        ax.text((L) / 2, 1.0, "middle candidates", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
+                ha="center")
+        ax.set_yscale("symlog", linthresh=0.05)
+        ax.set_xlabel(r"residual layer $l$ ($h_l$)")
+        ax.set_ylabel("top-1 rate minus unigram decoder's")
+        v = {r.claim_id: r.verdict for r in rows if r.model == name and r.variant == "logit lens"}
+        ax.set_title(f"{name}: C1 (logit lens) {v.get('C1', '?')}", fontsize=10)
+    handles = [Line2D([], [], color="k", ls=DECODER_STYLE.get(d, "-"), label=d) for d in results]
+    handles.append(Line2D([], [], color="k", ls=":", lw=0.8, label=f"margin {margin}"))
+    _model_legend(fig, [], extra=handles, loc="upper left", anchor=(1.0, 0.95))
+    fig.tight_layout()
+    numbers["verdicts"] = [r.as_dict() for r in rows]
+    return fig, numbers
+
+
+def shift_depth_panel(transitions: Mapping[str, list], rows, P):
+    """Fade (input colour), crossing (black tick) and emergence (next colour) per depth metric and
+    model · decoder, as relative depth with 95% CIs; the C1.depth band shaded, the paper's reference
+    dashed. Returns ``(fig, numbers)``."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+
+    kinds = {"fade": (PALETTE["input"], "o", -0.2), "crossing": ("k", "|", 0.0),
+             "emergence": (PALETTE["next"], "s", 0.2)}
+    n = sum(len(r) for r in transitions.values())
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * n + 1.8))
+    ax.axvspan(*BAND, color=PALETTE["next"], alpha=0.08, lw=0)
+    y, ticks, labels = 0.0, [], []
+    verdict = {(r.model, r.variant, r.details.get("metric")): r.verdict for r in rows if r.claim_id == "C1.depth"}
+    for label, trs in transitions.items():
+        for row in trs:
+            for kind, (color, marker, dy) in kinds.items():
+                e = row[kind]
+                if e.relative is None:
+                    continue
+                lo, hi = e.relative_ci
+                if lo is not None:
+                    ax.plot([lo, hi], [y + dy] * 2, color=color, lw=1.4, alpha=0.85)
+                ax.plot(e.relative, y + dy, marker, color=color, ms=10 if marker == "|" else 6, mew=2)
+            model, _, decoder = label.partition(" · ")
+            v = verdict.get((model, decoder, row["metric"]), "")
+            ticks.append(y)
+            labels.append(f"{row['metric']} · {label}" + (f"  [{v}]" if v else ""))
+            y += 1
+        y += 0.5
+    ax.axvline(PAPER_REF["relative"], ls="--", color="k", lw=1)
+    ax.text(PAPER_REF["relative"], -1.0, f" paper: Gemma-2-2B ≈ layer {PAPER_REF['layer']}/{PAPER_REF['n_layers']} "
+            "(reference)", fontsize=8, va="bottom")
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_ylim(y - 0.3, -1.4)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("relative depth l / L (95% bootstrap CIs)")
+    handles = [Line2D([], [], color=c, marker=m, ls="", label={"fade": "input fade", "crossing": "crossing",
+                                                                 "emergence": "next-token emergence"}[k])
+               for k, (c, m, _) in kinds.items()]
+    handles.append(plt.Rectangle((0, 0), 1, 1, color=PALETTE["next"], alpha=0.15,
+                                 label=f"C1.depth band [{BAND[0]}, {BAND[1]}]"))
+    ax.legend(handles=handles, loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig, shift_numbers(transitions)
+
+
+def sensitivity_rows(sens: Mapping[str, Mapping[str, Any]], base_counts: Mapping[str, np.ndarray],
+                     raw_counts: Mapping[str, np.ndarray], P) -> list[dict[str, Any]]:
+    """Per model and setting: the C1 verdicts and the top-1 emergence depth (same rules as the main run)."""
+    out = []
+    for name, by_setting in sens.items():
+        for setting, res in by_setting.items():
+            counts = raw_counts[name] if setting == "raw WikiText" else base_counts[name]
+            base = lens.unigram_baseline(res, counts)
+            rows = {(r.claim_id, r.details.get("metric")): r
+                    for r in c1_rows(res, base, P, model=name, decoder="logit lens")}
+            d = rows[("C1.depth", "top1")]
+            L = res.n_layers
+            top1 = {w: _np(res.per_seq[f"top1_{w}"]).mean(0) for w in lens.WHICH}
+            out.append({"model": name, "setting": setting, "bos": res.config.get("bos"),
+                        "detokenize": res.config.get("detokenize"),
+                        "input top-1 at h_1": float(top1["input"][1]),
+                        f"next top-1 at h_(L-1)": float(top1["next"][L - 1]),
+                        "C1.early": rows[("C1.early", None)].verdict, "C1.middle": rows[("C1.middle", None)].verdict,
+                        "C1.late": rows[("C1.late", None)].verdict, "C1": rows[("C1", None)].verdict,
+                        "emergence (top-1) l/L": stats.format_ci(d.estimate, *d.ci, 2),
+                        "C1.depth (top-1)": d.verdict})
+    return out
+
+
+def sensitivity_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(rows).drop(columns=["bos", "detokenize"]).set_index(["model", "setting"]).round(3)
+
+
+def sensitivity_panel(sens: Mapping[str, Mapping[str, Any]], P):
+    """Top-1 curves (input and next) per model under each setting (line style). Returns ``(fig, numbers)``."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+
+    styles = dict(zip(SETTINGS, ("-", "--", ":")))
+    fig, axes = plt.subplots(1, len(sens), figsize=(5.4 * len(sens), 3.6), squeeze=False)
+    numbers: dict[str, dict] = {}
+    for ax, (name, by_setting) in zip(axes[0], sens.items()):
+        for setting, res in by_setting.items():
+            depth = np.arange(res.n_layers + 1) / res.n_layers
+            for which in lens.WHICH:
+                c = curve(res, f"top1_{which}", P)
+                numbers.setdefault(name, {}).setdefault(setting, {})[which] = c.as_dict()
+                ax.plot(depth, c.estimate, styles[setting], color=PALETTE[which], lw=1.5)
+                ax.fill_between(depth, c.lo, c.hi, color=PALETTE[which], alpha=0.10, lw=0)
+        ax.set_title(f"{name}: top-1 match rate", fontsize=10)
+        ax.set_xlabel("relative depth l / L")
+    extra = [Line2D([], [], color="k", ls=styles[s], label=s) for s in SETTINGS]
+    _model_legend(fig, [], extra=extra, loc="upper left", anchor=(1.0, 0.95))
+    fig.tight_layout()
+    return fig, numbers
+
+
+def token_groups(models: Mapping[str, Any], results: Mapping[str, Any],
+                 counts: Mapping[str, np.ndarray]) -> dict[str, dict[str, tuple[np.ndarray, list[str]]]]:
+    """Per model, two groupings of the analysed tokens: by the input token's type and by its corpus
+    frequency rank. ``{name: {"token type": (group index per token, labels), "frequency": ...}}``."""
+    out = {}
+    for name, res in results.items():
+        tok = models[name][1]
+        cur = res.tokens["cur"].numpy()
+        kinds = lens.token_kinds(tok, np.unique(cur))
+        kind_idx = np.array([lens.TOKEN_KINDS.index(kinds[int(i)]) for i in cur])
+        freq_idx, freq_labels = lens.frequency_bins(counts[name], cur)
+        out[name] = {"token type": (kind_idx, list(lens.TOKEN_KINDS)), "frequency": (freq_idx, freq_labels)}
+    return out
+
+
+def _top1_tokens(res) -> dict[str, np.ndarray]:
+    return {w: (res.tokens["layers"][f"rank_{w}"] == 1).double().numpy() for w in lens.WHICH}
+
+
+def token_group_panel(results: Mapping[str, Any], groups: Mapping[str, dict], P):
+    """Input (solid) and next (dashed) top-1 rates per token group, per model (columns) and grouping
+    (rows); colours are categories, not the input/next colours. Returns ``(fig, rows)``: per group the
+    token count, the input top-1 at mid-depth and the top-1 crossing, each with a 95% CI."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+
+    names = list(results)
+    fig, axes = plt.subplots(2, len(names), figsize=(5.4 * len(names), 6.6), squeeze=False)
+    rows = []
+    for j, name in enumerate(names):
+        res = results[name]
+        seq = res.tokens["seq"].numpy()
+        t = _top1_tokens(res)
+        L = res.n_layers
+        mid = L // 2
+        depth = np.arange(L + 1) / L
+        for i, (gname, (gidx, glabels)) in enumerate(groups[name].items()):
+            ax = axes[i, j]
+            g = len(glabels)
+            cin = stats.grouped_curve_ci(t["input"], seq, gidx, n_groups=g, n_boot=P.n_boot, seed=P.seed)
+            cnx = stats.grouped_curve_ci(t["next"], seq, gidx, n_groups=g, n_boot=P.n_boot, seed=P.seed)
+            est = stats.grouped_shift(t["input"], t["next"], seq, gidx, n_groups=g, metric="top1", n_layers=L,
+                                      orientation=lens.ORIENTATION["top1"], n_boot=P.n_boot, seed=P.seed)
+            handles = []
+            for k, label in enumerate(glabels):
+                n_tok = int(cin["count"][k])
+                if n_tok < MIN_GROUP_TOKENS:
+                    continue
+                color = CATEGORY[k % len(CATEGORY)]
+                for c, ls in ((cin, "-"), (cnx, "--")):
+                    ax.plot(depth, c["estimate"][k], ls, color=color, lw=1.4)
+                    ax.fill_between(depth, c["lo"][k], c["hi"][k], color=color, alpha=0.10, lw=0)
+                handles.append(Line2D([], [], color=color, label=f"{label} (n={n_tok})"))
+                rows.append({"model": name, "grouping": gname, "group": label, "tokens": n_tok,
+                             f"input top-1 at mid-depth": stats.format_ci(cin["estimate"][k][mid], cin["lo"][k][mid],
+                                                                          cin["hi"][k][mid], 3),
+                             "mid-depth layer": mid,
+                             "crossing l/L": _rel(est[k]),
+                             "never-cross share": round(est[k].frac_never, 3)})
+            handles += [Line2D([], [], color="k", ls="-", label="input top-1"),
+                        Line2D([], [], color="k", ls="--", label="next top-1")]
+            ax.set_title(f"{name} · by {gname}", fontsize=10)
+            ax.set_xlabel("relative depth l / L")
+            ax.set_ylabel("top-1 match rate")
+            ax.legend(handles=handles, fontsize=7)
+    fig.tight_layout()
+    return fig, rows
+
+
+def repeat_share(result, groups: Mapping[str, tuple[np.ndarray, list[str]]]) -> pd.DataFrame:
+    """Per token type: the share of analysed positions whose next token equals the input token."""
+    cur, nxt = result.tokens["cur"].numpy(), result.tokens["next"].numpy()
+    idx, labels = groups["token type"]
+    return pd.DataFrame([{"token type": lab, "tokens": int((idx == k).sum()),
+                          "next == input": float((cur[idx == k] == nxt[idx == k]).mean()) if (idx == k).any()
+                          else float("nan")} for k, lab in enumerate(labels)]).set_index("token type")
+
+
+def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int]) -> pd.DataFrame:
+    """How long each tuned lens trained and how much KL is left (held-out, nats; means over windows)."""
+    rows = []
+    for name, rep in reports.items():
+        cfg = rep["config"]
+        L = n_layers[name]
+        kl_l, kl_t = _np(rep["kl_logit"]).mean(0), _np(rep["kl_tuned"]).mean(0)
+        mid = L // 2
+        evals = [h for h in rep.get("history", []) if isinstance(h, dict) and "eval" in h]
+        # a layer is still improving when its best early-stopping KL is its last evaluation's
+        last = np.asarray(evals[-1]["eval"], dtype=float) if evals else None
+        best = np.asarray(rep.get("best_es_kl") or [], dtype=float)
+        improving = int(np.sum(np.isclose(last, best))) if last is not None and best.shape == last.shape else None
+        rows.append({"model": name, "steps": rep.get("steps"), "step cap": cfg["steps"],
+                     "stopped early": rep.get("stopped_early"),
+                     "windows seen": int(rep.get("steps") or 0) * cfg["batch"],
+                     "tokens seen": int(rep.get("steps") or 0) * cfg["batch"] * cfg["window"],
+                     "fit (s)": round(float(rep.get("fit_seconds") or 0), 0),
+                     f"KL logit lens h_0": kl_l[0], "KL tuned h_0": kl_t[0],
+                     "KL logit lens mid": kl_l[mid], "KL tuned mid": kl_t[mid],
+                     "KL logit lens h_(L-1)": kl_l[L - 1], "KL tuned h_(L-1)": kl_t[L - 1],
+                     "evaluations": len(evals), "layers still improving at the end": improving,
+                     "final mass outside train vocab": rep.get("outside_mass")})
+    return pd.DataFrame(rows).set_index("model").round(3)
+
+
+def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: Mapping[str, dict], P):
+    """Top-1 curves under the logit lens (solid) and the tuned lens (dashed) per model, and the held-out
+    KL to the final distribution per layer (log scale). Returns ``(fig, numbers)``."""
+    plt = _plt()
+    from matplotlib.lines import Line2D
+
+    names = list(results)
+    fig, axes = plt.subplots(1, len(names) + 1, figsize=(4.8 * (len(names) + 1), 3.7), squeeze=False)
+    numbers: dict[str, Any] = {}
+    for ax, name in zip(axes[0], names):
+        L = results[name].n_layers
+        depth = np.arange(L + 1) / L
+        for decoder, res in (("logit lens", results[name]), ("tuned lens", tuned[name])):
+            for which in lens.WHICH:
+                c = curve(res, f"top1_{which}", P)
+                numbers.setdefault(name, {}).setdefault(decoder, {})[which] = c.as_dict()
+                ax.plot(depth, c.estimate, DECODER_STYLE[decoder], color=PALETTE[which], lw=1.5)
+                ax.fill_between(depth, c.lo, c.hi, color=PALETTE[which], alpha=0.12, lw=0)
+        ax.set_title(f"{name}: top-1 match rate", fontsize=10)
+        ax.set_xlabel("relative depth l / L")
+    ax = axes[0, -1]
+    style = _style(names)
+    for k, name in enumerate(names):
+        rep = reports[name]
+        L = results[name].n_layers
+        depth = np.arange(L) / L  # h_L has KL 0 by construction: left out of the log scale
+        for key, decoder in (("kl_logit", "logit lens"), ("kl_tuned", "tuned lens")):
+            c = stats.curve_ci(rep[key], n_boot=P.n_boot, seed=P.seed)
+            numbers.setdefault("kl", {})[f"{name}:{key}"] = c.as_dict()
+            ax.plot(depth, c.estimate[:L], DECODER_STYLE[decoder], color=CATEGORY[k % len(CATEGORY)], lw=1.5)
+            ax.fill_between(depth, c.lo[:L], c.hi[:L], color=CATEGORY[k % len(CATEGORY)], alpha=0.12, lw=0)
+    ax.set_yscale("log")
+    ax.set_title(r"held-out KL(final $\|$ lens), nats ($h_0..h_{L-1}$)", fontsize=10)
+    ax.set_xlabel("relative depth l / L")
+    ax.legend(handles=[Line2D([], [], color=CATEGORY[k % len(CATEGORY)], label=n) for k, n in enumerate(names)],
+              fontsize=7)
+    extra = [Line2D([], [], color="k", ls=DECODER_STYLE[d], label=d) for d in DECODER_STYLE]
+    _model_legend(fig, [], extra=extra, loc="upper left", anchor=(1.0, 0.95))
+    fig.tight_layout()
+    return fig, numbers
+
+
+# --------------------------------------------------------------------------------------------
+# The causal view
+# --------------------------------------------------------------------------------------------
+
+
+def causal_panel(profiles: Mapping[str, dict], P):
+    """Three rows per model (columns): (1) the net effects of removing the input / next direction
+    (Δloss minus the random-direction control) over ``h_1..h_{L-1}`` with ``h_0`` and ``h_L`` as open
+    markers (fixed by construction, not localization evidence); (2) the random-direction control's
+    own Δloss (symlog); (3) the skip-path ablation per block. Returns ``(fig, numbers)``."""
+    plt = _plt()
+    from ..measure import causal
+
+    names = list(profiles)
+    fig, axes = plt.subplots(3, len(names), figsize=(5.4 * len(names), 9.4), squeeze=False)
+    numbers: dict[str, Any] = {}
+    for j, name in enumerate(names):
+        prof = profiles[name]
+        L = prof["n_layers"]
+        eff = causal.direction_effects(prof["direction"])
+        x = np.arange(L + 1) / L
+        num = numbers.setdefault(name, {"n_layers": L, "basis": prof["direction"].get("basis")})
+        ax = axes[0, j]
+        for which in lens.WHICH:
+            c = stats.curve_ci(eff[which], n_boot=P.n_boot, seed=P.seed)
+            num[f"net_{which}"] = c.as_dict()
+            ax.plot(x[1:L], c.estimate[1:L], color=PALETTE[which], lw=1.5, label=f"remove {which} direction")
+            ax.fill_between(x[1:L], c.lo[1:L], c.hi[1:L], color=PALETTE[which], alpha=0.18, lw=0)
+            ax.plot(x[[0, L]], c.estimate[[0, L]], "o", mfc="none", color=PALETTE[which], ms=5)
+        ax.axhline(0, color="k", lw=0.7)
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_title(f"{name}: Δloss net of the random control", fontsize=10)
+        ax.set_ylabel("Δ next-token loss (nats)")
+        ax.legend(fontsize=7, title=r"open: $h_0$, $h_L$ (by construction)", title_fontsize=7)
+        ax = axes[1, j]
+        c = stats.curve_ci(eff["control"], n_boot=P.n_boot, seed=P.seed)
+        num["control"] = c.as_dict()
+        ax.plot(x, c.estimate, color=CATEGORY[0], lw=1.5, label="remove a random token's direction")
+        ax.fill_between(x, c.lo, c.hi, color=CATEGORY[0], alpha=0.18, lw=0)
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_title(f"{name}: the control's own Δloss", fontsize=10)
+        ax.set_ylabel("Δ loss (nats)")
+        ax.legend(fontsize=7)
+        ax = axes[2, j]
+        skip = causal.skip_summary(prof["skip"], n_boot=P.n_boot, seed=P.seed)
+        xs = (np.array(prof["skip"]["layers"]) + 1) / L
+        for k, (alpha, s) in enumerate(skip.items()):
+            ci = s["ci"]
+            num[f"skip_alpha_{alpha}"] = ci
+            ax.plot(xs, ci["estimate"], marker="o", ms=3, color=CATEGORY[k + 1], label=rf"$\alpha$ = {alpha}")
+            ax.fill_between(xs, ci["lo"], ci["hi"], color=CATEGORY[k + 1], alpha=0.18, lw=0)
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_title(rf"{name}: skip path of block $l-1$ scaled by $\alpha$", fontsize=10)
+        ax.set_ylabel("Δ loss (nats)")
+        ax.legend(fontsize=7)
+        for ax in axes[:, j]:
+            ax.set_xlabel("relative depth of the edited residual l / L")
+    fig.tight_layout()
+    return fig, numbers
+
+
+def causal_vs_lens(profiles: Mapping[str, dict], transitions: Mapping[str, list], P) -> tuple[pd.DataFrame, list]:
+    """Where the causal effects stop / start (``causal.effect_transitions``, over ``h_1..h_{L-1}``) beside
+    the lens's input fade and next-token emergence (top-1), as relative depth with 95% CIs, and whether
+    each pair of intervals overlaps. ``transitions``: ``{model: transition_rows}`` of the logit lens."""
+    from ..measure import causal
+
+    rows = []
+    for name, prof in profiles.items():
+        tr = causal.effect_transitions(prof["direction"], n_boot=P.n_boot, seed=P.seed)
+        lens_row = next(r for r in transitions[name] if r["metric"] == "top1")
+        row = {"model": name, "layers": tr["n_layers"]}
+        for ckey, lkey, what in (("input_stops", "fade", "input"), ("next_starts", "emergence", "next")):
+            c, e = tr[ckey], lens_row[lkey]
+            clo, chi = c["relative_lo"], c["relative_hi"]
+            llo, lhi = e.relative_ci
+            row[f"causal {ckey.replace('_', ' ')}"] = stats.format_ci(c["relative"], clo, chi, 2)
+            row[f"lens {'input fade' if what == 'input' else 'next emergence'}"] = _rel(e)
+            row[f"{what}: CIs overlap"] = (None if None in (clo, chi, llo, lhi) else bool(clo <= lhi and llo <= chi))
+        row["_transitions"] = tr
+        rows.append(row)
+    frame = pd.DataFrame([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows]).set_index("model")
+    return frame, [{**{k: v for k, v in r.items() if not k.startswith("_")}, "causal": r["_transitions"]} for r in rows]
+
+
+def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
+    """Per model: where the random-direction control's mean Δloss peaks, and how high (nats)."""
+    from ..measure import causal
+
+    rows = []
+    for name, prof in profiles.items():
+        c = _np(causal.direction_effects(prof["direction"])["control"]).mean(0)
+        L = prof["n_layers"]
+        inner = c[1:L]
+        rows.append({"model": name, "peak layer": f"h_{int(np.argmax(c))}", "peak Δloss (nats)": float(c.max()),
+                     "median over h_1..h_(L-1)": float(np.median(inner)) if inner.size else float("nan"),
+                     "layers above 1 nat": int((c > 1).sum()), "layers": L + 1,
+                     "clean loss (nats)": float(_np(prof["direction"]["clean"]).mean())})
+    return pd.DataFrame(rows).set_index("model").round(3)
+
+
+# --------------------------------------------------------------------------------------------
+# The closing summary
+# --------------------------------------------------------------------------------------------
+
+
+def summary_lines(rows, transitions: Mapping[str, list], causal_rows: list | None = None) -> list[str]:
+    """One block of lines per model: the C1 verdicts per decoder, the depth, the causal transitions."""
+    lines = []
+    by_model: dict[str, list] = {}
+    for r in rows:
+        by_model.setdefault(r.model, []).append(r)
+    for name, rs in by_model.items():
+        lines.append(f"{name}:")
+        for decoder in dict.fromkeys(r.variant for r in rs):
+            parts = {r.claim_id: r for r in rs if r.variant == decoder}
+            depth = [r for r in rs if r.variant == decoder and r.claim_id == "C1.depth"]
+            text = ", ".join(f"{k[3:] if k != 'C1' else 'overall'} {parts[k].verdict}"
+                             for k in ("C1.early", "C1.middle", "C1.late", "C1") if k in parts)
+            lines.append(f"  {decoder}: C1 {text}")
+            for d in depth:
+                lines.append(f"    emergence ({d.details['metric']}): l/L = {stats.format_ci(d.estimate, *d.ci, 2)}"
+                             f" -> C1.depth {d.verdict}")
+        tr = transitions.get(name)
+        if tr:
+            t = next((x for x in tr if x["metric"] == "top1"), None)
+            if t is not None:
+                lines.append(f"  logit lens top-1: input fade {_rel(t['fade'])}, crossing {_rel(t['crossing'])}, "
+                             f"next emergence {_rel(t['emergence'])} (l/L)")
+        for c in causal_rows or []:
+            if c["model"] == name:
+                lines.append(f"  causal: input effect stops at {c['causal input stops']}, next effect starts at "
+                             f"{c['causal next starts']} (l/L)")
+    return lines

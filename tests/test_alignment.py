@@ -1,0 +1,273 @@
+"""Notebook 03's study module: the adapters to the C1 rules, the tables and the figures.
+
+The adapters are checked on hand-built lens results whose verdicts are known; the compute glue and the
+figures run on a tiny random model (fast), and must produce finite numbers."""
+import ast
+import inspect
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+import torch
+
+from residshift.analysis import stats, verdicts
+from residshift.core import profiles, runner
+from residshift.measure import lens
+from residshift.study import alignment as A
+
+NOTEBOOK = runner.notebooks_dir() / "03-alignment-curves.ipynb"
+
+
+def _P(**over):
+    kw = dict(models=["tiny-llama"], lens_corpus="wikitext-2", lens_window=24, lens_windows=4, n_boot=60,
+              causal_corpus="wikitext-2", causal_window=16, causal_windows=3, causal_batch=3)
+    kw.update(over)
+    return profiles.resolve("smoke", **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# Profile keys: every key the module reads is declared by notebook 03
+# --------------------------------------------------------------------------------------------
+
+
+def test_notebook_declares_every_profile_key_the_module_reads():
+    tree = ast.parse(inspect.getsource(A))
+    keys = runner._attributes_read(tree, "P")
+    from residshift.measure import causal, tuned_lens
+
+    keys |= runner._from_profile_keys(tuned_lens.TunedLensConfig.from_profile)
+    keys |= runner._from_profile_keys(causal.CausalConfig.from_profile)
+    assert {"lens_windows", "n_boot", "tuned_patience", "causal_alphas", "device"} <= keys
+    declared = set(runner.declared_parameters(NOTEBOOK))
+    assert keys - declared == set(), f"notebook 03 must declare {sorted(keys - declared)}"
+    assert set(profiles.get("default")) >= keys
+
+
+def test_tuned_patience_reaches_the_config():
+    from residshift.measure import tuned_lens
+
+    cfg = tuned_lens.TunedLensConfig.from_profile(profiles.resolve("default", tuned_patience=7))
+    assert cfg.patience == 7
+
+
+# --------------------------------------------------------------------------------------------
+# Adapters from lens results to the C1 rules
+# --------------------------------------------------------------------------------------------
+
+
+def _result(top1_in, top1_next, *, cur, nxt, per_window):
+    """A LensResult with the given per-window curves and a token table of ``per_window`` positions."""
+    n = top1_in.shape[0]
+    per_seq = {"top1_input": torch.as_tensor(top1_in, dtype=torch.float32),
+               "top1_next": torch.as_tensor(top1_next, dtype=torch.float32),
+               "prob_next": torch.as_tensor(top1_next, dtype=torch.float32),
+               "prob_input": torch.as_tensor(top1_in, dtype=torch.float32)}
+    tokens = {"cur": torch.as_tensor(cur, dtype=torch.int32), "next": torch.as_tensor(nxt, dtype=torch.int32),
+              "seq": torch.arange(n, dtype=torch.int32).repeat_interleave(per_window)}
+    return lens.LensResult("m", top1_in.shape[1] - 1, list(per_seq), per_seq, {}, tokens)
+
+
+def _regimes(n=30, L=12, *, late=0.4, seed=0):
+    """Top-1 curves with an input regime at h_0..h_1, a quiet middle and a next regime from h_(L-2)."""
+    rng = np.random.default_rng(seed)
+    ti = np.zeros((n, L + 1))
+    tn = np.zeros((n, L + 1))
+    ti[:, 0], ti[:, 1] = 0.95, 0.5
+    tn[:, L - 2:] = late
+    tn[:, L] = 0.45
+    # token 7 is the corpus's most frequent token and makes up 1/4 of the input and next tokens: the
+    # unigram decoder's top-1 rate is 0.25 on both, and every curve is shifted up by it
+    per_window = 8
+    cur = rng.integers(10, 50, n * per_window)
+    cur[::4] = 7
+    nxt = rng.integers(10, 50, n * per_window)
+    nxt[1::4] = 7
+    ti += 0.25 + rng.normal(0, 0.01, ti.shape)
+    tn += 0.25 + rng.normal(0, 0.01, tn.shape)
+    counts = np.ones(60)
+    counts[7] = 1000
+    return _result(ti, tn, cur=cur, nxt=nxt, per_window=per_window), counts
+
+
+def test_c1_rows_judge_the_excess_over_the_unigram_decoder():
+    P = _P()
+    res, counts = _regimes()
+    base = lens.unigram_baseline(res, counts)
+    assert base["top_token"] == 7
+    np.testing.assert_allclose(base["top1_input"].numpy(), 0.25)
+    a = A.c1_arrays(res, base)
+    assert a["top1_input"].shape == (30, 13) and a["unigram_next"].shape == (30,)
+    rows = A.c1_rows(res, base, P, model="m", decoder="logit lens")
+    by = {(r.claim_id, r.details.get("metric")): r for r in rows}
+    assert by[("C1", None)].verdict == verdicts.REPRODUCED
+    # the middle layers decode x_t / x_{t+1} at 0.25: exactly the frequency guess, so "quiet"
+    assert by[("C1.middle", None)].estimate == pytest.approx(0.0, abs=0.02)
+    assert {r.details["metric"] for r in rows if r.claim_id == "C1.depth"} == {"top1", "prob"}
+    # the same curves without the late regime: the next token never beats the frequency guess
+    flat, counts = _regimes(late=0.0)
+    flat.per_seq["top1_next"][:, -1] = flat.per_seq["top1_next"][:, -2]
+    rows = A.c1_rows(flat, lens.unigram_baseline(flat, counts), P, model="m", decoder="logit lens")
+    assert {r.claim_id: r.verdict for r in rows}["C1.late"] == verdicts.NOT_REPRODUCED
+
+
+def test_c1_arrays_refuse_a_baseline_of_other_windows():
+    res, counts = _regimes(n=30)
+    other, _ = _regimes(n=12)
+    with pytest.raises(ValueError, match="other windows"):
+        A.c1_arrays(res, lens.unigram_baseline(other, counts))
+    no_top1 = lens.LensResult("m", 3, ["prob_next"], {"prob_next": torch.zeros(2, 4)}, {}, {})
+    with pytest.raises(ValueError, match="top1"):
+        A.c1_arrays(no_top1, {})
+
+
+def test_depth_curves_keep_only_meaningful_metrics():
+    per_seq = {c: torch.zeros(3, 5) for c in ("logprob_next", "proj_next", "logrank_next", "top1_next")}
+    res = lens.LensResult("m", 4, list(per_seq), per_seq, {}, {})
+    assert set(A.depth_curves(res)) == {"logrank", "top1"}
+    res = lens.LensResult("m", 4, ["logprob_next"], {"logprob_next": torch.zeros(3, 5)}, {}, {})
+    with pytest.raises(ValueError, match="none of"):
+        A.depth_curves(res)
+
+
+def test_min_run_fits_the_model():
+    assert A.min_run(4) == 1 and A.min_run(5) == 2 and A.min_run(30) == 2
+
+
+def test_the_figure_shows_the_interval_c1_depth_judges():
+    P = _P()
+    res, counts = _regimes()
+    rows = A.c1_rows(res, lens.unigram_baseline(res, counts), P, model="m", decoder="logit lens")
+    depth = next(r for r in rows if r.claim_id == "C1.depth" and r.details["metric"] == "top1")
+    tr = next(t for t in A.transition_rows(res, P) if t["metric"] == "top1")
+    assert tr["emergence"].relative == pytest.approx(depth.estimate)
+    assert tr["emergence"].relative_ci == pytest.approx(depth.ci)
+
+
+def test_extremes_table_finds_the_peaks():
+    per_seq = {"top1_input": torch.tensor([[0.9, 0.1, 0.0, 0.0]] * 3),
+               "top1_next": torch.tensor([[0.0, 0.1, 0.6, 0.4]] * 3),
+               "cos_raw_input": torch.tensor([[0.9, 0.1, 0.0, 0.0]] * 3),
+               "cos_raw_next": torch.tensor([[0.5, 0.1, 0.2, 0.4]] * 3)}
+    res = lens.LensResult("m", 3, list(per_seq), per_seq, {}, {})
+    t = A.extremes_table({"m": res}, _P())
+    assert t.loc[("m", "top1"), "next most aligned at"] == "h_2"
+    assert not t.loc[("m", "top1"), "next peaks at h_L"]
+    assert t.loc[("m", "cos_raw"), "next most aligned at"] == "h_0"
+    assert t.loc[("m", "cos_raw"), "input peaks at h_0"]
+
+
+def test_repeat_share_counts_repeated_tokens():
+    res, _ = _regimes(n=2)
+    res.tokens["next"] = res.tokens["cur"].clone()
+    res.tokens["next"][0] = res.tokens["cur"][0] + 1
+    idx = np.zeros(16, dtype=int)
+    idx[8:] = 1
+    share = A.repeat_share(res, {"token type": (idx, ["a", "b", "c"])})
+    assert share.loc["a", "next == input"] == pytest.approx(7 / 8)
+    assert share.loc["b", "next == input"] == 1.0 and math.isnan(share.loc["c", "next == input"])
+
+
+# --------------------------------------------------------------------------------------------
+# The package edit: token counts of the raw or the detokenized text
+# --------------------------------------------------------------------------------------------
+
+
+def test_corpus_token_counts_follow_the_detokenization(tiny_llama):
+    lm, tok, info = tiny_llama
+    det = lens.corpus_token_counts(tok, info, "wikitext-2", "validation")
+    raw = lens.corpus_token_counts(tok, info, "wikitext-2", "validation", detokenize=False)
+    at = tok.convert_tokens_to_ids("@")
+    # WikiText writes "3 @-@ 4" and "1 @,@ 000"; the detokenized text has no such markers
+    assert raw[at] > det[at] >= 0 and raw.sum() > det.sum()
+    np.testing.assert_array_equal(det, lens.corpus_token_counts(tok, info, "wikitext-2", "validation",
+                                                                detokenize=True))
+
+
+# --------------------------------------------------------------------------------------------
+# Compute glue and figures on a tiny model
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    import os
+
+    old = os.environ.get("RESIDSHIFT_RESULTS")
+    os.environ["RESIDSHIFT_RESULTS"] = str(tmp_path_factory.mktemp("results"))
+    P = _P()
+    loaded = A.load_models(P)
+    results = A.lens_passes(loaded, P, verbose=False)
+    counts = A.token_counts(loaded, P)
+    yield P, loaded, results, counts, A.unigram_baselines(results, counts)
+    if old is None:
+        os.environ.pop("RESIDSHIFT_RESULTS", None)
+    else:
+        os.environ["RESIDSHIFT_RESULTS"] = old
+
+
+def _finite(x):
+    if isinstance(x, dict):
+        return all(_finite(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return all(_finite(v) for v in x)
+    if isinstance(x, float):
+        return math.isfinite(x)
+    return True
+
+
+def test_figures_and_tables_on_a_tiny_model(tiny_study):
+    import matplotlib.pyplot as plt
+
+    P, loaded, results, counts, baselines = tiny_study
+    name = P.models[0]
+    fig, numbers = A.metrics_panel(results, baselines, P)
+    assert set(numbers[name]) >= {"top1_input", "top1_next", "logprob_next", "kl_final"}
+    assert _finite({k: v["estimate"] for k, v in numbers[name].items()})
+    rows = A.c1_rows(results[name], baselines[name], P, model=name, decoder="logit lens")
+    fig2, c1n = A.c1_panel({"logit lens": results}, baselines, rows, P)
+    assert _finite(c1n[name]["logit lens"]["next"]["estimate"])
+    tr = {f"{name} · logit lens": A.transition_rows(results[name], P)}
+    fig3, sn = A.shift_depth_panel(tr, rows, P)
+    assert [r["metric"] for r in sn[f"{name} · logit lens"]] == ["top1", "prob", "logrank"]
+    assert len(A.verdict_table(rows)) == len(rows)
+    groups = A.token_groups(loaded, results, counts)
+    fig4, grows = A.token_group_panel(results, groups, P)
+    assert all(r["tokens"] >= A.MIN_GROUP_TOKENS for r in grows)
+    plt.close("all")
+
+
+def test_sensitivity_settings_on_a_tiny_model(tiny_study):
+    import matplotlib.pyplot as plt
+
+    P, loaded, results, counts, _ = tiny_study
+    sens = A.sensitivity_passes(loaded, P, results)
+    name = P.models[0]
+    assert list(sens[name]) == list(A.SETTINGS)
+    assert sens[name]["BOS flipped"].config["bos"] is not loaded[name].info.prepend_bos
+    assert sens[name]["raw WikiText"].config["detokenize"] is False
+    rows = A.sensitivity_rows(sens, counts, A.token_counts(loaded, P, detokenize=False), P)
+    assert [r["setting"] for r in rows] == list(A.SETTINGS)
+    assert all(r["C1"] in verdicts.OUTCOMES for r in rows)
+    fig, numbers = A.sensitivity_panel(sens, P)
+    assert set(numbers[name]) == set(A.SETTINGS)
+    plt.close("all")
+
+
+def test_causal_glue_on_a_tiny_model(tiny_study):
+    import matplotlib.pyplot as plt
+
+    P, loaded, results, _, _ = tiny_study
+    profs = A.causal_profiles(loaded, P, verbose=False)
+    fig, numbers = A.causal_panel(profs, P)
+    name = P.models[0]
+    assert {"net_input", "net_next", "control"} <= set(numbers[name])
+    frame, rows = A.causal_vs_lens(profs, {name: A.transition_rows(results[name], P)}, P)
+    assert {"causal input stops", "lens input fade", "causal next starts", "lens next emergence"} <= set(frame.columns)
+    assert rows[0]["causal"]["n_layers"] == results[name].n_layers
+    peak = A.control_peak(profs)
+    assert peak.loc[name, "layers"] == results[name].n_layers + 1
+    plt.close("all")
