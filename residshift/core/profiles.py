@@ -27,14 +27,18 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
         "paper": {"models": ["google/gemma-2-2b", "smollm2-135m", "gemma3-270m"], "device": "cuda",
                   "seed": 0, "show_solutions": False},
     },
-    # 00: models, corpora and a perplexity sanity check
+    # 00: models, corpora and a perplexity sanity check; 01: the model and sentence it follows
+    # (any name load_model accepts and any sentence of 3+ tokens: students change them)
     "tour": {
         "smoke": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 64,
-                  "ppl_windows": 4},
+                  "ppl_windows": 4, "example_model": "tiny-llama",
+                  "example_sentence": "The Eiffel Tower is in Paris, the capital of France."},
         "default": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 512,
-                    "ppl_windows": 64},
+                    "ppl_windows": 64, "example_model": "smollm2-135m",
+                    "example_sentence": "The Eiffel Tower is in Paris, the capital of France."},
         "paper": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 1024,
-                  "ppl_windows": 256},
+                  "ppl_windows": 256, "example_model": "google/gemma-2-2b",
+                  "example_sentence": "The Eiffel Tower is in Paris, the capital of France."},
     },
     # 01-03: localizing the shift (lens, metrics, causal profile, tuned lens)
     "localize": {

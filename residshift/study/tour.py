@@ -1,0 +1,562 @@
+"""The reader's tour, notebooks 00-02: the glue they call and the figures they draw.
+
+- 00 models-and-data: :func:`load_models` (architecture facts and the two tie checks, measured),
+  :func:`perplexity_table` (the dequantization sanity check, cached), :func:`corpus_table`,
+  :func:`perplexity_panel`, :func:`tokens_panel`, :func:`tour_numbers`.
+- 01 the-causal-shift: :func:`position_table` (what the lens decodes at a few depths),
+  :func:`regime_shares`, :func:`layer0_misdecodes` (why layer 0 does not always decode its input),
+  :func:`shift_curves` (rank, log-probability and raw cosine of the input and next token per
+  layer, and the :func:`crossings` of their medians), :func:`tug_of_war` (its figure),
+  :func:`depth_summary`, :func:`crossing_table`.
+- 02 decoding-trajectories: :func:`decode_sentences`, :func:`trajectory_map` (layer x position map
+  of the top-1 lens token), :func:`shares_panel`, :func:`regime_table`, :func:`slug`.
+
+Every figure function returns ``(fig, numbers)``: the notebook publishes both under one name
+(:func:`residshift.study.plotting.publish`). Numbers are JSON-ready (:func:`json_ready`): no NaN,
+missing is ``None``. Decoded tokens are shown by :func:`token_text`, which escapes what a font
+cannot draw.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import time
+import unicodedata
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..analysis.stats import crossing_point
+from ..core import cache, data
+from ..core.models import EMBEDDED, LoadedModel, load_model
+from ..measure import lens
+from ..measure.evaluate import perplexity, window_losses
+from .plotting import PALETTE
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with NaN / inf floats replaced by ``None``, numpy and torch scalars made plain,
+    and DataFrames turned into lists of records (what ``save_numbers`` should receive)."""
+    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a DataFrame
+        return json_ready(value.reset_index().to_dict(orient="records"))
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return json_ready(value.tolist())
+    if isinstance(value, np.ndarray):
+        return json_ready(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if type(value).__name__ == "NAType":  # pandas' missing value in nullable integer columns
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@functools.lru_cache(maxsize=1)
+def _drawable_codepoints() -> frozenset[int]:
+    """Code points that some font of the current matplotlib font list can draw."""
+    import matplotlib
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
+    families = matplotlib.rcParams["font.family"]
+    families = [families] if isinstance(families, str) else list(families)
+    covered: set[int] = set()
+    for family in families:
+        try:
+            path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
+            covered.update(FT2Font(path).get_charmap())
+        except (ValueError, RuntimeError, OSError):  # not installed: skip
+            continue
+    return frozenset(covered)
+
+
+def _escape(ch: str) -> str:
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
+
+
+def token_text(tokenizer, token_id: int, width: int | None = None, *, drawable: bool = False) -> str:
+    """A decoded token as a reader should see it in a table or a map cell: line breaks and tabs
+    as arrows, a whitespace-only token as ``␣``, an empty decode as ``∅``, control and format
+    characters escaped (``\\x06``); cut to ``width``. With ``drawable``, characters that no font
+    of the current matplotlib theme can draw are escaped too (a figure never shows empty boxes)."""
+    s = tokenizer.decode([int(token_id)])
+    s = s.replace("\n", "\u21b5").replace("\t", "\u21e5").replace("\r", "")
+    if s and not s.strip():
+        s = "\u2423" * min(len(s), 3)
+    fonts = _drawable_codepoints() if drawable else None
+    s = "".join(_escape(c) if unicodedata.category(c)[0] == "C" or (fonts is not None and ord(c) not in fonts)
+                else c for c in s) or "\u2205"
+    if width is not None and len(s) > width:
+        s = s[: width - 1] + "\u2026"
+    return s
+
+
+def slug(name: str) -> str:
+    """A model name as it appears in figure names: ``google/gemma-2-2b`` -> ``google-gemma-2-2b``."""
+    return name.replace("/", "-").replace("_", "-").replace(".", "").lower()
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# --------------------------------------------------------------------------------------------
+# 00: models and data
+# --------------------------------------------------------------------------------------------
+
+
+def timed_load(name: str, **kwargs) -> tuple[LoadedModel, float]:
+    """``load_model`` and the seconds it took."""
+    t0 = time.perf_counter()
+    loaded = load_model(name, **kwargs)
+    return loaded, time.perf_counter() - t0
+
+
+def tie_probe(module: torch.nn.Module) -> float:
+    """Max |E_in - E_out| after adding 1 to one entry of the input embedding of a transformers
+    model (undone afterwards): 0.0 only if the input embedding and the output head are one tensor."""
+    w = module.get_input_embeddings().weight
+    with torch.no_grad():
+        old = w[0, 0].item()
+        w[0, 0] += 1.0
+        diff = (module.get_output_embeddings().weight[0, 0] - w[0, 0]).abs().item()
+        w[0, 0] = old
+    return diff
+
+
+def model_row(loaded: LoadedModel, load_seconds: float | None = None) -> dict[str, Any]:
+    """Architecture facts plus both tie checks, read off the loaded model.
+
+    ``tied_same_tensor``: input embedding and output head share storage; ``write_probe_diff``:
+    :func:`tie_probe`. ``weights`` says where the weights came from (for the embedded models: which
+    checkpoint and which GGUF quantization was dequantized).
+    """
+    lm, _, info = loaded
+    module = lm._module
+    inp, out = module.get_input_embeddings().weight, module.get_output_embeddings().weight
+    row = info.describe()
+    spec = EMBEDDED.get(info.name)
+    row["weights"] = spec.description if spec else info.source
+    row["tied_same_tensor"] = bool(inp is out or inp.data_ptr() == out.data_ptr())
+    row["write_probe_diff"] = tie_probe(module)
+    row["dtype"] = str(info.embedding.dtype).removeprefix("torch.")
+    if load_seconds is not None:
+        row["load_s"] = round(load_seconds, 2)
+    return row
+
+
+def load_models(names: Sequence[str], *, device: str = "cpu"):
+    """Load every model; return ``({name: LoadedModel}, table)`` with one :func:`model_row` each."""
+    import pandas as pd
+
+    loaded, rows = {}, []
+    for name in names:
+        loaded[name], seconds = timed_load(name, device=device)
+        rows.append(model_row(loaded[name], seconds))
+    return loaded, pd.DataFrame(rows).set_index("name")
+
+
+def sample_perplexity(loaded: LoadedModel, *, corpus: str, split: str, window: int, n: int,
+                      seed: int = 0, batch_size: int = 4) -> dict[str, Any]:
+    """Perplexity on ``n`` seeded windows of ``window`` tokens (cached by configuration and code).
+
+    Each window starts fresh (BOS where the model uses one), so early positions have little
+    context: this is a sanity check of the weights, not the harness's sliding-window number.
+    """
+    lm, tok, info = loaded
+    config = {"model": info.name, "source": info.source, "corpus": corpus, "split": split,
+              "window": window, "n": n, "seed": seed, "bos": info.prepend_bos,
+              "dtype": str(info.embedding.dtype)}
+
+    def compute():
+        windows = data.token_windows(corpus, split, tok, length=window, n=n, seed=seed,
+                                     prepend_bos=info.prepend_bos)
+        losses = window_losses(lm, info, windows, batch_size=batch_size)
+        if info.prepend_bos:  # predicting the first real token from BOS alone is not language modelling
+            losses = losses[:, 1:]
+        return perplexity(losses)
+
+    result = dict(cache.cached("sample-perplexity", config, compute, code=sample_perplexity))
+    result["model"] = info.name
+    result["uniform_ppl"] = info.vocab_size
+    return result
+
+
+def perplexity_table(loaded: Mapping[str, LoadedModel], *, corpus: str, split: str, window: int,
+                     n: int, seed: int = 0):
+    """:func:`sample_perplexity` of every model, with its ratio to the uniform baseline."""
+    import pandas as pd
+
+    ppl = pd.DataFrame([sample_perplexity(m, corpus=corpus, split=split, window=window, n=n, seed=seed)
+                        for m in loaded.values()]).set_index("model")
+    ppl["ppl / uniform"] = ppl["ppl"] / ppl["uniform_ppl"]
+    return ppl
+
+
+def perplexity_panel(ppl, *, corpus: str, split: str, window: int, n: int):
+    """Each model's perplexity (95% CI) against its uniform baseline, on a log axis."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.6 * len(ppl)))
+    ax.errorbar(ppl["ppl"], ppl.index, xerr=1.96 * ppl["ppl_se"].fillna(0), fmt="o", capsize=4,
+                label="model (95% CI over windows)")
+    ax.scatter(ppl["uniform_ppl"], ppl.index, marker="|", s=300, color="black",
+               label="uniform guess (= vocabulary size)")
+    ax.set_xscale("log")
+    ax.set_xlim(1, 10 * ppl["uniform_ppl"].max())
+    ax.set_ylim(-0.6, len(ppl) - 0.4)
+    ax.set_xlabel(f"perplexity on {corpus} {split} (log scale)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, fontsize=9, frameon=False)
+    ax.set_title(f"{n} windows × {window} tokens per model")
+    numbers = {"corpus": corpus, "split": split, "window": window, "windows": n,
+               "models": json_ready(ppl[["ppl", "ppl_se", "loss", "loss_se", "uniform_ppl", "tokens"]])}
+    return fig, numbers
+
+
+def corpus_rows(tokenizers: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every named corpus split with its size; tokens per model for running-text corpora."""
+    rows = []
+    for name, corpus in data.CORPORA.items():
+        for split in corpus.splits:
+            row = data.corpus_stats(name, split)
+            row.pop("source", None)  # a local path: not something to print or commit
+            row["description"] = corpus.description
+            if tokenizers and "words" in row:
+                text = data.corpus_text(name, split)
+                for model, tok in tokenizers.items():
+                    row[f"tokens[{model}]"] = int(len(data.tokenize_text(text, tok)))
+            rows.append(row)
+    return rows
+
+
+def corpus_table(loaded: Mapping[str, LoadedModel]):
+    """:func:`corpus_rows` as a table, token counts under each loaded model's tokenizer."""
+    import pandas as pd
+
+    table = pd.DataFrame(corpus_rows({name: m.tokenizer for name, m in loaded.items()}))
+    counts = [c for c in table.columns if c in ("rows", "characters", "words") or c.startswith("tokens[")]
+    return table.astype({c: "Int64" for c in counts})  # counts stay integers; missing stays missing
+
+
+def tokens_panel(corpora, models: Sequence[str]):
+    """Tokens per whitespace word of each running-text corpus, one bar per tokenizer."""
+    import seaborn as sns
+
+    plt = _plt()
+    text = corpora.dropna(subset=["words"]).copy()
+    text["label"] = text["corpus"] + " " + text["split"]
+    long = text.melt(id_vars=["label", "words"], value_vars=[f"tokens[{m}]" for m in models],
+                     var_name="tokenizer", value_name="tokens")
+    long["tokenizer"] = long["tokenizer"].str.slice(7, -1)
+    long["tokens per word"] = long["tokens"] / long["words"]
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * len(text)))
+    sns.barplot(long, y="label", x="tokens per word", hue="tokenizer", ax=ax)
+    ax.set_ylabel("")
+    ax.legend(title="tokenizer", loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    ax.set_title("How finely each tokenizer cuts each running-text corpus")
+    numbers = json_ready(long[["label", "tokenizer", "tokens", "words", "tokens per word"]]
+                         .to_dict(orient="records"))
+    return fig, {"tokens_per_word": numbers}
+
+
+def tour_numbers(models_table, ppl, corpora) -> dict[str, Any]:
+    """The numbers notebook 00 saves beside its figures (the README's sanity table reads them)."""
+    return {"models": json_ready(models_table), "perplexity": json_ready(ppl),
+            "corpora": json_ready(corpora.to_dict(orient="records"))}
+
+
+# --------------------------------------------------------------------------------------------
+# 01: the causal shift on one sentence
+# --------------------------------------------------------------------------------------------
+
+
+def position_table(tokenizer, ids: torch.Tensor, top1: torch.Tensor, layers: Iterable[int]):
+    """One row per position ``t``: ``x_t``, ``x_{t+1}`` and the top-1 lens token at each layer.
+
+    ``ids [T]`` (one sequence), ``top1 [L+1, T]``. The last position has no next token and is left
+    out.
+    """
+    import pandas as pd
+
+    show = lambda i: repr(token_text(tokenizer, int(i)))  # noqa: E731 - quotes make spaces visible
+    rows = []
+    for t in range(len(ids) - 1):
+        row = {"t": t, "input x_t": show(ids[t]), "next x_t+1": show(ids[t + 1])}
+        row.update({f"layer {l}": show(top1[l, t]) for l in layers})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("t")
+
+
+def regime_shares(labels: torch.Tensor, layers: Iterable[int] | None = None):
+    """Share of analysed positions (``t = 1..T-2``) decoded as input / next / other, per layer.
+
+    ``labels [L+1, T]`` from :func:`residshift.measure.lens.classify_decoded`; positions may be
+    pooled over sentences by concatenating their analysed columns first.
+    """
+    import pandas as pd
+
+    lab = torch.as_tensor(labels)[:, 1:-1]
+    layers = range(lab.shape[0]) if layers is None else list(layers)
+    return pd.DataFrame({f"layer {l}": {r: round(float((lab[l] == k).float().mean()), 2)
+                                        for k, r in enumerate(lens.REGIMES)} for l in layers}).T
+
+
+def layer0_misdecodes(tokenizer, info, ids: torch.Tensor, top1: torch.Tensor):
+    """Positions where the lens at ``h_0`` (the token's own scaled embedding) decodes another token.
+
+    For each: the input and decoded tokens, the norms of both rows of ``E`` and the median row norm,
+    so a reader can see whether the winning row simply is longer (``|e_v| cos(e_v, e_x) > |e_x|``
+    suffices for ``e_v . e_x > e_x . e_x``) or whether the norm's gain must have done it.
+    """
+    import pandas as pd
+
+    E = info.embedding.detach().float()
+    norms = E.norm(dim=-1)
+    rows = []
+    for t in range(len(ids)):
+        x, v = int(ids[t]), int(top1[0, t])
+        if x == v:
+            continue
+        cos = float(torch.nn.functional.cosine_similarity(E[x], E[v], dim=0))
+        rows.append({"t": t, "input x_t": repr(token_text(tokenizer, x)),
+                     "decoded at layer 0": repr(token_text(tokenizer, v)),
+                     "|e_input|": round(float(norms[x]), 2), "|e_decoded|": round(float(norms[v]), 2),
+                     "cos(e_decoded, e_input)": round(cos, 2),
+                     "longer row wins without gain": bool(float(E[v] @ E[x]) > float(E[x] @ E[x]))})
+    table = pd.DataFrame(rows, columns=["t", "input x_t", "decoded at layer 0", "|e_input|",
+                                        "|e_decoded|", "cos(e_decoded, e_input)",
+                                        "longer row wins without gain"])
+    return table.set_index("t"), round(float(norms.median()), 2)
+
+
+def shift_curves(info, hs: torch.Tensor, ids: torch.Tensor, *, model: str, sentence: str) -> dict[str, Any]:
+    """Per layer, the median and quartiles over the analysed positions (``t = 1..T-2``) of the
+    rank and log-probability of ``x_t`` and ``x_{t+1}`` under the lens, the median raw cosine
+    ``cos(h_l, e_x)``, and the :func:`crossings` of the median curves. JSON-ready."""
+    m = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["rank", "logprob", "cos_raw"]))
+    numbers: dict[str, Any] = {"model": model, "sentence": sentence, "n_layers": info.n_layers,
+                               "positions": int(m["rank_input"].shape[-1])}
+    for metric in ("rank", "logprob", "cos_raw"):
+        for which in lens.WHICH:
+            v = m[f"{metric}_{which}"][:, 0, :].double().numpy()  # [L+1, positions]
+            q1, med, q3 = np.percentile(v, [25, 50, 75], axis=1)
+            numbers[f"{metric}_{which}_median"] = med.tolist()
+            if metric != "cos_raw":
+                numbers[f"{metric}_{which}_q1"], numbers[f"{metric}_{which}_q3"] = q1.tolist(), q3.tolist()
+    numbers["events"] = crossings(numbers, info.n_layers)
+    return json_ready(numbers)
+
+
+def tug_of_war(numbers: Mapping[str, Any]):
+    """Rank (all layers, log scale) and log-probability (layers 1..L) of ``x_t`` and ``x_{t+1}``,
+    from :func:`shift_curves`: medians over positions, bands the inter-quartile range.
+
+    The log-probability panel starts at layer 1: at ``h_0`` the input token's log-prob is about 0
+    and the next token's can be hundreds of nats below, which would flatten every later layer (the
+    numbers keep layer 0). Up means "more aligned" in both panels.
+    """
+    plt = _plt()
+    L = numbers["n_layers"]
+    layers = np.arange(L + 1)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    panels = ((axes[0], "rank", "rank of the token (log scale; 1 = top)", 0),
+              (axes[1], "logprob", "log-probability of the token (nats)", 1))
+    for ax, metric, ylabel, first in panels:
+        for which in lens.WHICH:
+            med, q1, q3 = (np.asarray(numbers[f"{metric}_{which}_{s}"], dtype=float) for s in ("median", "q1", "q3"))
+            label = "input token $x_t$" if which == "input" else "next token $x_{t+1}$"
+            ax.plot(layers[first:], med[first:], color=PALETTE[which], label=label, marker="o", ms=3)
+            ax.fill_between(layers[first:], q1[first:], q3[first:], color=PALETTE[which], alpha=0.2)
+        ax.set_xlabel("layer $l$ (0 = the embedding, input of block 0)")
+        ax.set_ylabel(ylabel)
+    axes[0].set_yscale("log")
+    axes[0].invert_yaxis()
+    axes[0].set_title("rank, layers 0..L", fontsize=10)
+    axes[1].set_title("log-probability, layers 1..L (layer 0: see the table)", fontsize=10)
+    axes[0].legend(loc="lower right")
+    fig.suptitle(f"{numbers['model']}: what the residual stream points at, layer by layer "
+                 f"(one sentence, {numbers['positions']} positions: median and quartiles)")
+    fig.tight_layout()
+    return fig, dict(numbers)
+
+
+def depth_summary(numbers: Mapping[str, Any], layers: Iterable[int]):
+    """Median rank, log-probability and raw cosine of ``x_t`` / ``x_{t+1}`` at a few layers."""
+    import pandas as pd
+
+    cols = {"rank": "rank", "logprob": "log-prob", "cos_raw": "cos(h, e)"}
+    rows = {f"layer {l}": {f"{label} {which}": round(float(numbers[f"{metric}_{which}_median"][l]), 3)
+                           for metric, label in cols.items() for which in lens.WHICH} for l in layers}
+    return pd.DataFrame(rows).T
+
+
+def crossing_table(numbers: Mapping[str, Any]):
+    """The :func:`crossings` stored in :func:`shift_curves`'s numbers, as a table ("never" where an
+    event does not happen)."""
+    import pandas as pd
+
+    rows = {k: v if v is not None else {"layer": "never", "relative depth": "never"}
+            for k, v in numbers["events"].items()}
+    return pd.DataFrame(rows).T
+
+
+def _first(flags) -> int | None:
+    return next((l for l, f in enumerate(flags) if f), None)
+
+
+def crossings(numbers: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
+    """Where, on the median curves of :func:`tug_of_war`, the stream changes what it is about.
+
+    - ``rank crossing``: first (interpolated) layer where the next token's median rank beats the
+      input token's; ``log-prob crossing`` the same for log-probability;
+    - ``input leaves top-1``: first layer where the input token's median rank exceeds 1;
+    - ``next becomes top-1``: first layer where the next token's median rank is 1.
+
+    Crossing and "next becomes top-1" are different events: the first can come at layer 1 long
+    before the second. Each depth is also given relative to ``L``.
+    """
+    rin, rnext = numbers["rank_input_median"], numbers["rank_next_median"]
+    events = {
+        "rank crossing": crossing_point(rin, rnext, orientation=-1),
+        "log-prob crossing": crossing_point(numbers["logprob_input_median"], numbers["logprob_next_median"]),
+        "input leaves top-1": _first(r > 1 for r in rin),
+        "next becomes top-1": _first(r <= 1 for r in rnext),
+    }
+    return {k: None if v is None else {"layer": round(float(v), 2), "relative depth": round(float(v) / n_layers, 2)}
+            for k, v in events.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# 02: decoding trajectories
+# --------------------------------------------------------------------------------------------
+
+
+def decode_sentences(loaded: LoadedModel, sentences: Sequence[str]) -> dict[str, Any]:
+    """Top-1 lens token at every layer and position of each sentence, with its regime label.
+
+    Returns ``{"tok", "info", "sentences": [{"sentence", "ids" [T], "top1" [L+1, T],
+    "labels" [L+1, T]}]}`` (labels: :data:`residshift.measure.lens.REGIMES`).
+    """
+    lm, tok, info = loaded
+    out = []
+    for sentence in sentences:
+        ids = lens.encode(tok, info, sentence)
+        top1 = lens.decode_top(lm, info, ids, k=1)["ids"][:, 0, :, 0]
+        out.append({"sentence": sentence, "ids": ids[0], "top1": top1,
+                    "labels": lens.classify_decoded(top1, ids[0])})
+    return {"tok": tok, "info": info, "sentences": out}
+
+
+MAP_FONT = 8.0  # points: the smallest text in a trajectory map
+_CELL_W, _CELL_H = 0.66, 0.25  # inches per position / per layer
+
+
+def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
+    """One panel per sentence: the top-1 lens token in every (layer, position) cell, coloured by
+    regime (input = ``x_t``, next = ``x_{t+1}``, other). Layer 0 at the bottom.
+
+    Text is at least :data:`MAP_FONT` points at the figure's own size (cells grow with the
+    sentence, they do not shrink the text). Returns ``(fig, numbers)``, numbers holding every
+    decoded token and label.
+    """
+    from matplotlib.colors import ListedColormap
+
+    plt = _plt()
+    tok, info, sents = entry["tok"], entry["info"], entry["sentences"]
+    L = info.n_layers
+    T_max = max(len(s["ids"]) for s in sents)
+    panel_h = _CELL_H * (L + 1) + 1.3
+    fig, axes = plt.subplots(len(sents), 1, figsize=(max(_CELL_W * T_max + 1.0, 6.5), panel_h * len(sents)),
+                             squeeze=False)
+    cmap = ListedColormap([PALETTE[r] for r in lens.REGIMES])
+    numbers: dict[str, Any] = {"model": name, "n_layers": L, "regimes": list(lens.REGIMES), "sentences": []}
+    for ax, s in zip(axes[:, 0], sents):
+        lab, ids, top1 = s["labels"].numpy(), s["ids"], s["top1"]
+        T = lab.shape[1]
+        ax.imshow(lab, cmap=cmap, vmin=0, vmax=len(lens.REGIMES) - 1, origin="lower", aspect="auto",
+                  interpolation="nearest")
+        for l in range(L + 1):
+            for t in range(T):
+                ax.text(t, l, token_text(tok, top1[l, t], width, drawable=True), ha="center", va="center", fontsize=MAP_FONT)
+        ticks = [token_text(tok, ids[t], width, drawable=True) + "\n→ "
+                 + (token_text(tok, ids[t + 1], width, drawable=True) if t + 1 < T else "") for t in range(T)]
+        ax.set_xticks(range(T), ticks, fontsize=MAP_FONT)
+        ax.set_yticks(range(0, L + 1, 2 if L > 20 else 1))
+        ax.tick_params(axis="y", labelsize=MAP_FONT + 1)
+        ax.set_ylabel("layer $l$")
+        ax.grid(False)
+        ax.set_title(repr(s["sentence"]), fontsize=10)
+        numbers["sentences"].append({
+            "sentence": s["sentence"], "tokens": [tok.decode([int(i)]) for i in ids],
+            "top1": [[tok.decode([int(i)]) for i in row] for row in top1],
+            "labels": lab.tolist()})
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[k]) for k in ("input", "next", "other")]
+    fig.legend(handles, ["decodes the input token $x_t$", "decodes the next token $x_{t+1}$", "other"],
+               loc="lower center", ncol=3, fontsize=10, frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.suptitle(f"{name}: top-1 logit-lens token per layer and position "
+                 "(x-axis: input token → next token)", fontsize=12)
+    fig.tight_layout(rect=(0, 0.03, 1, 0.98))
+    return fig, numbers
+
+
+def _pooled_labels(entry: Mapping[str, Any]) -> torch.Tensor:
+    """Labels of the analysed positions (1..T-2) of every sentence, side by side ``[L+1, n]``."""
+    return torch.cat([s["labels"][:, 1:-1] for s in entry["sentences"]], dim=1)
+
+
+def shares_panel(trajectories: Mapping[str, Mapping[str, Any]]):
+    """Per model: the share of analysed positions decoded as input / next / other at each relative
+    depth ``l / L``, as lines (a share of 0 stays visible as a line on the axis)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(trajectories), figsize=(5.2 * len(trajectories), 3.6), squeeze=False,
+                             sharey=True)
+    numbers = {}
+    for ax, (name, entry) in zip(axes[0], trajectories.items()):
+        L = entry["info"].n_layers
+        lab = _pooled_labels(entry)
+        depth = np.arange(L + 1) / L
+        share = {r: (lab == k).double().mean(1).numpy() for k, r in enumerate(lens.REGIMES)}
+        for r, style in (("input", "-o"), ("next", "-o"), ("other", "--")):
+            ax.plot(depth, share[r], style, color=PALETTE[r] if r != "other" else "0.45", ms=3, label=r)
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_xlabel("relative depth $l / L$")
+        ax.set_title(f"{name} (L = {L}; {lab.shape[1]} positions)", fontsize=10)
+        numbers[name] = {"n_layers": L, "positions": int(lab.shape[1]),
+                         **{r: [round(float(x), 4) for x in v] for r, v in share.items()}}
+    axes[0, 0].set_ylabel("share of positions")
+    axes[0, 0].legend(loc="center left", fontsize=9)
+    fig.tight_layout()
+    return fig, numbers
+
+
+def regime_table(shares: Mapping[str, Mapping[str, Any]]):
+    """Per model, read off :func:`shares_panel`'s numbers: the input share at layers 0 and 1, the
+    last layer where at least half the positions decode the input, the first layer where "next"
+    outnumbers "input", the layers where fewer than half decode either, and the final next share."""
+    import pandas as pd
+
+    rows = []
+    for name, s in shares.items():
+        L = s["n_layers"]
+        quiet = [l for l in range(1, L) if s["input"][l] + s["next"][l] < 0.5]
+        rows.append({
+            "model": name, "L": L, "positions": s["positions"],
+            "input @ l=0": s["input"][0], "input @ l=1": s["input"][1],
+            "last l with input ≥ 0.5": max((l for l in range(L + 1) if s["input"][l] >= 0.5), default=None),
+            "first l with next > input": _first(s["next"][l] > s["input"][l] for l in range(L + 1)),
+            "l with input+next < 0.5": f"{quiet[0]}..{quiet[-1]} ({len(quiet)} layers)" if quiet else "none",
+            "next @ l=L": s["next"][L],
+        })
+    return pd.DataFrame(rows).set_index("model")

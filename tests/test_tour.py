@@ -1,0 +1,203 @@
+"""residshift.study.tour: the glue and figures of notebooks 00-02, checked against independent
+computations on tiny random models and on hand-made inputs."""
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from residshift.core import data
+from residshift.measure import lens
+from residshift.study import tour
+
+
+class _Tok:
+    """A tokenizer stand-in: id -> text."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def decode(self, ids):
+        return "".join(self.table[i] for i in ids)
+
+
+def test_json_ready_replaces_non_finite_and_plain_types():
+    frame = pd.DataFrame({"m": ["a", "b"], "x": [1.0, float("nan")],
+                          "n": pd.array([3, None], dtype="Int64")}).set_index("m")
+    out = tour.json_ready({"f": frame, "t": torch.tensor([1.5, float("inf")]), "g": np.float32(2.5),
+                           "nested": [np.int64(3), (float("-inf"),)]})
+    assert out["f"] == [{"m": "a", "x": 1.0, "n": 3}, {"m": "b", "x": None, "n": None}]
+    assert out["t"] == [1.5, None] and out["g"] == 2.5 and type(out["g"]) is float
+    assert out["nested"] == [3, [None]]
+
+
+def test_token_text_makes_every_token_visible(monkeypatch):
+    tok = _Tok({0: "\n", 1: "   ", 2: "", 3: "\x06a", 4: "abcdefghij", 5: "é", 6: "\u200d"})
+    assert tour.token_text(tok, 0) == "\u21b5"
+    assert tour.token_text(tok, 1) == "\u2423" * 3
+    assert tour.token_text(tok, 2) == "\u2205"
+    assert tour.token_text(tok, 3) == "\\x06a"          # control characters are escaped
+    assert tour.token_text(tok, 6) == "\\u200d"         # so are format characters
+    assert tour.token_text(tok, 4, width=5) == "abcd\u2026"
+    monkeypatch.setattr(tour, "_drawable_codepoints", lambda: frozenset(range(128)))
+    assert tour.token_text(tok, 5) == "é"
+    assert tour.token_text(tok, 5, drawable=True) == "\\xe9"  # no font can draw it: escaped
+
+
+def test_slug():
+    assert tour.slug("google/gemma-2_2b.it") == "google-gemma-2-2bit"
+    assert tour.slug("smollm2-135m") == "smollm2-135m"
+
+
+def test_model_row_checks_the_tie_two_ways(tiny_llama):
+    row = tour.model_row(tiny_llama, 0.5)
+    assert row["tied_same_tensor"] is True and row["write_probe_diff"] == 0.0
+    assert row["layers"] == tiny_llama.info.n_layers and row["load_s"] == 0.5
+    module = tiny_llama.model._module
+    before = module.get_input_embeddings().weight[0, 0].item()
+    tour.tie_probe(module)
+    assert module.get_input_embeddings().weight[0, 0].item() == before  # the probe undoes its write
+
+
+def test_tie_probe_sees_an_equal_copy():
+    from residshift.core import models
+
+    model, _ = models.build_tiny("tiny-llama")
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    head.weight = torch.nn.Parameter(emb.weight.detach().clone())
+    assert torch.equal(emb.weight, head.weight)
+    assert tour.tie_probe(model) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_sample_perplexity_matches_a_direct_computation(tiny_llama):
+    lm, tok, info = tiny_llama
+    got = tour.sample_perplexity(tiny_llama, corpus="wikitext-2", split="validation", window=16, n=3, seed=1)
+    windows = data.token_windows("wikitext-2", "validation", tok, length=16, n=3, seed=1)
+    with torch.no_grad():
+        logits = lm._module(windows).logits
+    ce = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1))
+    assert got["ppl"] == pytest.approx(math.exp(ce.item()), rel=1e-5)
+    assert got["tokens"] == 3 * 15 and got["uniform_ppl"] == info.vocab_size and got["model"] == info.name
+    table = tour.perplexity_table({info.name: tiny_llama}, corpus="wikitext-2", split="validation",
+                                  window=16, n=3, seed=1)
+    assert table.loc[info.name, "ppl / uniform"] == pytest.approx(got["ppl"] / info.vocab_size)
+
+
+def test_tables_and_panels_of_notebook_00_are_json_ready():
+    import matplotlib.pyplot as plt
+
+    corpora = pd.DataFrame([
+        {"corpus": "a", "split": "x", "rows": 2, "characters": 30, "words": 10, "description": "A",
+         "tokens[m1]": 20, "tokens[m2]": 15},
+        {"corpus": "b", "split": "y", "rows": 4, "characters": None, "words": None, "description": "B",
+         "tokens[m1]": None, "tokens[m2]": None}])
+    fig, numbers = tour.tokens_panel(corpora, ["m1", "m2"])
+    plt.close(fig)
+    per_word = {r["tokenizer"]: r["tokens per word"] for r in numbers["tokens_per_word"]}
+    assert per_word == {"m1": 2.0, "m2": 1.5}
+    ppl = pd.DataFrame([{"model": "m1", "ppl": 20.0, "ppl_se": float("nan"), "loss": 3.0, "loss_se": 0.1,
+                         "uniform_ppl": 100, "tokens": 60}]).set_index("model")
+    fig, numbers = tour.perplexity_panel(ppl, corpus="c", split="s", window=16, n=1)
+    plt.close(fig)
+    assert numbers["models"][0]["ppl_se"] is None
+    models_table = pd.DataFrame([{"name": "m1", "logit_softcap": None}]).set_index("name")
+    saved = tour.tour_numbers(models_table, ppl, corpora)
+    assert saved["corpora"][1]["words"] is None and saved["perplexity"][0]["model"] == "m1"
+
+
+def test_position_table_and_regime_shares_count_by_hand():
+    tok = _Tok({i: f"w{i}" for i in range(10)})
+    ids = torch.tensor([0, 1, 2, 3, 4])
+    top1 = torch.tensor([[0, 1, 2, 3, 4],      # layer 0: every position decodes its input
+                         [9, 2, 3, 9, 9],      # layer 1: t=1,2 decode the next token
+                         [9, 9, 9, 4, 9]])     # layer 2: t=3 decodes the next token
+    table = tour.position_table(tok, ids, top1, layers=(0, 2))
+    assert list(table.index) == [0, 1, 2, 3]
+    assert table.loc[3, "next x_t+1"] == "'w4'" and table.loc[3, "layer 2"] == "'w4'"
+    shares = tour.regime_shares(lens.classify_decoded(top1, ids))   # positions t = 1..3
+    assert shares.loc["layer 0", "input"] == 1.0
+    assert shares.loc["layer 1", "next"] == round(2 / 3, 2) and shares.loc["layer 1", "other"] == round(1 / 3, 2)
+    assert shares.loc["layer 2", "next"] == round(1 / 3, 2)
+
+
+def test_layer0_misdecodes_explains_a_longer_row():
+    E = torch.tensor([[1.0, 0.0], [3.0, 1.0], [0.0, 1.0]])   # row 1 is longer and close to row 0
+    info = SimpleNamespace(embedding=E)
+    tok = _Tok({0: "a", 1: "b", 2: "c"})
+    ids = torch.tensor([0, 2, 0])
+    top1 = torch.tensor([[1, 2, 0]])                     # position 0 decodes row 1 at layer 0
+    table, median = tour.layer0_misdecodes(tok, info, ids, top1)
+    assert list(table.index) == [0]
+    row = table.loc[0]
+    assert row["decoded at layer 0"] == "'b'" and row["|e_decoded|"] == round(math.sqrt(10), 2)
+    assert bool(row["longer row wins without gain"]) is True      # 3 > 1 = e_0 . e_0
+    assert median == 1.0
+
+
+def test_shift_curves_match_an_argsort_reference(tiny):
+    lm, tok, info = tiny["tiny-gemma3"]                  # has a soft-cap and an embedding scale
+    ids = lens.encode(tok, info, "The cat sat on the mat, and the dog sat on the log.")
+    hs = lens.collect_residuals(lm, info, ids)
+    curves = tour.shift_curves(info, hs, ids, model=info.name, sentence="s")
+    x_in, x_next = ids[0, 1:-1], ids[0, 2:]
+    for l in (0, info.n_layers // 2, info.n_layers):
+        logits = lens.lens_logits(info, hs[l], l)[0, 1:-1]                 # [positions, V]
+        order = logits.argsort(dim=-1, descending=True)
+        rank_in = (order == x_in[:, None]).float().argmax(-1) + 1
+        logp = logits.log_softmax(-1)
+        assert curves["rank_input_median"][l] == pytest.approx(float(np.median(rank_in.numpy())))
+        assert curves["logprob_next_median"][l] == pytest.approx(
+            float(np.median(logp.gather(-1, x_next[:, None])[:, 0].numpy())), abs=1e-4)
+    assert curves["positions"] == ids.shape[1] - 2 and set(curves["events"]) == {
+        "rank crossing", "log-prob crossing", "input leaves top-1", "next becomes top-1"}
+
+
+def test_crossings_on_hand_made_curves():
+    numbers = {"rank_input_median": [1, 4, 50, 80], "rank_next_median": [90, 10, 2, 1],
+               "logprob_input_median": [0, -2, -6, -8], "logprob_next_median": [-9, -5, -1, -0.5]}
+    ev = tour.crossings(numbers, 3)
+    assert ev["input leaves top-1"] == {"layer": 1, "relative depth": 0.33}
+    assert ev["next becomes top-1"] == {"layer": 3, "relative depth": 1.0}
+    assert 1 < ev["rank crossing"]["layer"] <= 2 and 1 < ev["log-prob crossing"]["layer"] <= 2
+    never = tour.crossings({**numbers, "rank_next_median": [90, 90, 90, 90]}, 3)
+    assert never["rank crossing"] is None and never["next becomes top-1"] is None
+    table = tour.crossing_table({"events": never})
+    assert table.loc["next becomes top-1", "layer"] == "never"
+
+
+def test_trajectory_map_is_readable_and_its_numbers_are_the_labels(tiny_llama):
+    import matplotlib.pyplot as plt
+
+    entry = tour.decode_sentences(tiny_llama, ["Hello there, world.", "One, two, three."])
+    fig, numbers = tour.trajectory_map("tiny-llama", entry)
+    try:
+        sizes = [t.get_fontsize() for t in fig.findobj(plt.Text) if t.get_text()]
+        assert min(sizes) >= tour.MAP_FONT
+    finally:
+        plt.close(fig)
+    tok = tiny_llama.tokenizer
+    for s, got in zip(entry["sentences"], numbers["sentences"]):
+        assert got["labels"] == lens.classify_decoded(s["top1"], s["ids"]).tolist()
+        assert got["top1"][0] == [tok.decode([int(i)]) for i in s["top1"][0]]
+
+
+def test_shares_panel_and_regime_table_on_known_labels():
+    import matplotlib.pyplot as plt
+
+    # L = 2, one sentence of T = 6 (analysed positions t = 1..4)
+    labels = torch.tensor([[0, 1, 1, 1, 1, 0],
+                           [0, 0, 0, 2, 1, 0],
+                           [0, 2, 2, 2, 0, 0]])
+    entry = {"info": SimpleNamespace(n_layers=2), "sentences": [{"labels": labels}]}
+    fig, shares = tour.shares_panel({"m": entry})
+    plt.close(fig)
+    s = shares["m"]
+    assert s["positions"] == 4
+    assert s["input"] == [1.0, 0.25, 0.0] and s["next"] == [0.0, 0.25, 0.75] and s["other"] == [0.0, 0.5, 0.25]
+    row = tour.regime_table(shares).loc["m"]
+    assert row["input @ l=1"] == 0.25 and row["last l with input ≥ 0.5"] == 0
+    assert row["first l with next > input"] == 2 and row["l with input+next < 0.5"] == "none"
+    assert row["next @ l=L"] == 0.75
