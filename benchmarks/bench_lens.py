@@ -2,31 +2,50 @@
 
 On the same windows, in one invocation:
 
-- streamed  : residshift.measure.lens (one nnsight trace per batch saves h_0..h_L; then, per layer and
-              chunk of positions, one unembedding matmul and a constant number of vocab-wide passes;
-              ranks by counting logits strictly greater);
+- streamed  : residshift.measure.lens (one nnsight trace per batch saves h_0..h_L; then, per chunk of
+              positions and layer, one unembedding matmul and one fused metric function, compiled
+              with torch.compile: two loops over the vocabulary that write nothing vocabulary-sized);
+- eager     : the same pass with the metric function run op by op (``lens.COMPILE = "never"``: what
+              runs where compiling is unavailable, or for passes too small to pay for it);
 - reference : hidden states from ``output_hidden_states=True``, the full logits of every position
               per layer, ``log_softmax``, ranks by ``argsort`` of the vocabulary;
 - bare      : the unembedding matmuls alone (final norm + ``@ E.T`` for every layer and position,
               same chunks), i.e. the floor any lens has to pay.
 
-All three are given the same residuals' forward pass separately timed (``forward_s``); ratios
-compare the lens work after the forward. Checks that streamed and reference agree (ranks exactly up
-to float ties, log-probs / entropy / KL to 1e-3), prints the ratios and the peak resident memory of
-each phase above its starting point (sampled every 5 ms from /proc/self/statm), and runs the
-streamed pass at two corpus sizes to show its peak memory does not grow with the corpus.
+The residuals' forward pass is timed separately (``forward_s``); the ratios compare the lens work
+after it. The CPU is shared, so the passes run in ``--rounds`` interleaved rounds (bare, streamed,
+eager, [bf16 ...]), the reference once between the first two rounds, and the ratios are taken
+within a round (``ratio_vs_bare_matmul`` = the median over rounds of streamed / bare of the same
+round; ``speedup_vs_reference`` = reference / the mean streamed time of the rounds around it). The
+1-minute load average is recorded before and after every pass. ``compile_s`` is the first call
+of the compiled functions in this process, with an empty inductor cache unless ``--warm-compile``
+(the cost a fresh clone pays once per process), and ``compile_pays_at_default`` weighs it against
+the eager time it saves over the default profile's lens pass on this model.
 
-    flock /tmp/residshift-heavy.lock env HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_lens.py
-    ... --model gemma3-270m --tokens 1024 --bf16
+Checks that streamed and reference agree (ranks exactly up to float ties, log-probs / entropy / KL
+to 1e-3 relative), measures which of the two is closer to a float64 computation on a few hundred
+positions, prints the peak resident memory of each pass above its starting point (sampled every
+5 ms from /proc/self/statm), and runs the streamed pass at two corpus sizes to show its peak memory
+does not grow with the corpus.
+
+    flock /tmp/residshift-heavy.lock env HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_lens.py \\
+        --bf16 --json benchmarks/bench-lens.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
+import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
+
+if __name__ == "__main__" and "--warm-compile" not in sys.argv and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    # a cold compile, as on a fresh clone: an empty inductor cache for this process (before torch loads)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-lens-inductor-")
 
 import torch
 
@@ -44,12 +63,17 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * PAGE
 
 
+def load1() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
 @contextmanager
 def peak_rss(box: dict, key: str, interval: float = 0.005):
-    """Record the peak RSS above the starting RSS (MiB) while the block runs."""
+    """Record seconds, the peak RSS above the starting RSS (MiB) and the load average around the block."""
     start = rss_bytes()
     peak = [start]
     stop = threading.Event()
+    load_before = load1()
 
     def sample():
         while not stop.is_set():
@@ -68,16 +92,22 @@ def peak_rss(box: dict, key: str, interval: float = 0.005):
         peak[0] = max(peak[0], rss_bytes())
         box[key + "_peak_mib"] = round((peak[0] - start) / 2**20, 1)
         box[key + "_peak_rss_mib"] = round(peak[0] / 2**20, 1)
-        print(f"[bench_lens] {key}: {box[key + '_s']} s, peak +{box[key + '_peak_mib']} MiB", flush=True)
+        box[key + "_load"] = [load_before, load1()]
+        print(f"[bench_lens] {key}: {box[key + '_s']} s, peak +{box[key + '_peak_mib']} MiB, "
+              f"load {box[key + '_load']}", flush=True)
 
 
 def residuals(lm, info, windows, batch):
     return [(w, lens.collect_residuals(lm, info, w)) for w in windows.split(batch)]
 
 
-def streamed(info, batches, metrics, dtype):
-    opt = lens.LensOptions(metrics=metrics, matmul_dtype=dtype, token_table=())
-    out = [lens.residual_metrics(info, hs, ids, options=opt) for ids, hs in batches]
+def streamed(info, batches, metrics, dtype, mode="always"):
+    old, lens.COMPILE = lens.COMPILE, mode
+    try:
+        opt = lens.LensOptions(metrics=metrics, matmul_dtype=dtype, token_table=())
+        out = [lens.residual_metrics(info, hs, ids, options=opt) for ids, hs in batches]
+    finally:
+        lens.COMPILE = old
     return {k: torch.cat([o[k] for o in out], 1) for k in out[0]}
 
 
@@ -94,9 +124,9 @@ def bare(info, batches, dtype):
     return checksum
 
 
-def reference(lm, info, windows, batch):
+def reference(lm, info, windows, batch, dtype=torch.float32):
     """The straightforward way: output_hidden_states, full logits per layer, argsort ranks."""
-    E = info.embedding.detach().float()
+    E = info.embedding.detach().to(dtype)
     cols: dict[str, list] = {}
     with torch.no_grad():
         for ids in windows.split(batch):
@@ -107,7 +137,7 @@ def reference(lm, info, windows, batch):
             for l in reversed(range(len(hidden))):
                 # transformers returns the last hidden state after the final norm already
                 z = hidden[l] if l == len(hidden) - 1 else info.final_norm(hidden[l])
-                logits = z[:, 1:-1].float() @ E.T
+                logits = z[:, 1:-1].to(dtype) @ E.T
                 if info.logit_softcap:
                     logits = info.logit_softcap * torch.tanh(logits / info.logit_softcap)
                 lp = torch.log_softmax(logits, -1)
@@ -140,6 +170,18 @@ def compare(a: dict, b: dict) -> dict:
     return out
 
 
+def float64_check(lm, info, windows, fast: dict, ref: dict, n_windows: int = 2) -> dict:
+    """Largest |difference| to a float64 computation of log-prob / entropy / KL on the first
+    ``n_windows`` windows, for the streamed pass and for the fp32 reference."""
+    truth = reference(lm, info, windows[:n_windows], n_windows, dtype=torch.float64)
+    out = {}
+    for k in ("logprob_next", "entropy", "kl_final"):
+        t = truth[k].double()
+        out[k] = {"streamed": float((fast[k][:, :n_windows].double() - t).abs().max()),
+                  "reference": float((ref[k][:, :n_windows].double() - t).abs().max())}
+    return out
+
+
 def curve_differences(a: dict, b: dict) -> dict:
     """Largest difference over layers of the per-layer mean of each metric (what the curves show)."""
     return {k: float((a[k].mean((1, 2)) - b[k].mean((1, 2))).abs().max()) for k in b}
@@ -151,8 +193,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--tokens", type=int, default=2048, help="total tokens (windows x window)")
     ap.add_argument("--window", type=int, default=128)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the timed passes")
     ap.add_argument("--bf16", action="store_true", help="also time the streamed pass with a bf16 matmul")
     ap.add_argument("--no-reference", action="store_true", help="skip the (slow) argsort reference")
+    ap.add_argument("--warm-compile", action="store_true",
+                    help="keep inductor's on-disk cache (default: time a cold compile)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
     args = ap.parse_args(argv)
@@ -166,23 +211,71 @@ def main(argv=None) -> dict:
                             prepend_bos=info.prepend_bos)
     small = windows[: max(1, n // 4)]
     out: dict = {"model": args.model, "layers": info.n_layers + 1, "vocab": info.vocab_size,
-                 "tokens": int(windows.numel()), "threads": torch.get_num_threads()}
+                 "tokens": int(windows.numel()), "threads": torch.get_num_threads(),
+                 "rounds": args.rounds, "cpu_count": os.cpu_count(), "load_at_start": load1(),
+                 "cold_compile": not args.warm_compile}
 
     m: dict = {}
     with peak_rss(m, "forward"):
         batches = residuals(lm, info, windows, args.batch)
-    small_batches = batches[: max(1, len(small) // args.batch)]
+    small_batches, left = [], len(small)  # the first quarter of the windows, same batches
+    for ids, hs in batches:
+        if left > 0:
+            small_batches.append((ids[:left], hs[:, :left]))
+            left -= ids.shape[0]
+    # the compile (first call): one window, each dtype timed
+    warm = [(ids[:1], hs[:, :1]) for ids, hs in batches[:1]]
+    with peak_rss(m, "compile"):
+        streamed(info, warm, LOGIT_METRICS, "float32")
+    if args.bf16:
+        with peak_rss(m, "compile_bf16"):
+            streamed(info, warm, LOGIT_METRICS, "bfloat16")
+    with peak_rss(m, "eager_one_window"):
+        streamed(info, warm, LOGIT_METRICS, "float32", mode="never")
+    out["compile_s"] = round(m["compile_s"] - m["eager_one_window_s"], 3)
+
+    rounds: list[dict] = []
+    ref = None
+    for r in range(args.rounds):
+        rm: dict = {}
+        with peak_rss(rm, "bare"):
+            bare(info, batches, "float32")
+        with peak_rss(rm, "streamed"):
+            fast = streamed(info, batches, LOGIT_METRICS, "float32")
+        with peak_rss(rm, "eager"):
+            slow = streamed(info, batches, LOGIT_METRICS, "float32", mode="never")
+        if args.bf16:
+            with peak_rss(rm, "bare_bf16"):
+                bare(info, batches, "bfloat16")
+            with peak_rss(rm, "streamed_bf16"):
+                fast16 = streamed(info, batches, LOGIT_METRICS, "bfloat16")
+        rounds.append(rm)
+        if r == 0 and not args.no_reference:
+            with peak_rss(m, "reference"):
+                ref = reference(lm, info, windows, args.batch)
     with peak_rss(m, "streamed_quarter"):
         streamed(info, small_batches, LOGIT_METRICS, "float32")
-    with peak_rss(m, "streamed"):
-        fast = streamed(info, batches, LOGIT_METRICS, "float32")
-    with peak_rss(m, "bare"):
-        bare(info, batches, "float32")
+    with peak_rss(m, "streamed_full"):
+        streamed(info, batches, LOGIT_METRICS, "float32")
+    out["rounds_detail"] = rounds
+
+    def series(key):
+        return [rd[key + "_s"] for rd in rounds]
+
+    def ratio(num, den):
+        return round(statistics.median(a / b for a, b in zip(series(num), series(den))), 3)
+
+    for key in ("bare", "streamed", "eager") + (("bare_bf16", "streamed_bf16") if args.bf16 else ()):
+        out[key + "_s"] = round(statistics.mean(series(key)), 3)
+        out[key + "_s_min"] = min(series(key))
+        out[key + "_peak_mib"] = max(rd[key + "_peak_mib"] for rd in rounds)
+    out["ratio_vs_bare_matmul"] = ratio("streamed", "bare")
+    out["ratio_eager_vs_bare_matmul"] = ratio("eager", "bare")
+    out["speedup_compiled_vs_eager"] = ratio("eager", "streamed")
+    out["agreement_compiled_vs_eager"] = compare(fast, slow)
     if args.bf16:
-        with peak_rss(m, "streamed_bf16"):
-            fast16 = streamed(info, batches, LOGIT_METRICS, "bfloat16")
-        with peak_rss(m, "bare_bf16"):
-            bare(info, batches, "bfloat16")
+        out["ratio_bf16_vs_bare_bf16"] = ratio("streamed_bf16", "bare_bf16")
+        out["bf16_matmul_vs_fp32_matmul"] = ratio("bare_bf16", "bare")
         out["bf16_vs_fp32"] = compare(fast16, fast)
         out["bf16_vs_fp32_curve_maxdiff"] = curve_differences(fast16, fast)
         # does bf16 change a conclusion? the per-layer top-1 curves and the shift layer
@@ -193,28 +286,47 @@ def main(argv=None) -> dict:
         out["bf16_top1_curve_maxdiff"] = float(max((a - b).abs().max() for a, b in zip(c32, c16)))
         out["shift_layer_top1_fp32"] = shift_layer(*c32)
         out["shift_layer_top1_bf16"] = shift_layer(*c16)
-    out.update(m)
-    if not args.no_reference:
-        with peak_rss(m, "reference"):
-            ref = reference(lm, info, windows, args.batch)
-        out.update(m)
+    for key in ("forward", "compile", "eager_one_window", "streamed_quarter", "streamed_full") + (
+            ("compile_bf16",) if args.bf16 else ()) + (() if args.no_reference else ("reference",)):
+        for suffix in ("_s", "_peak_mib", "_load"):
+            out[key + suffix] = m[key + suffix]
+    if ref is not None:
         out["check"] = compare(fast, ref)
-        out["speedup_vs_reference"] = round(m["reference_s"] / max(m["streamed_s"], 1e-9), 2)
-    out["ratio_vs_bare_matmul"] = round(m["streamed_s"] / max(m["bare_s"], 1e-9), 2)
-    if args.bf16:
-        out["ratio_bf16_vs_bare_bf16"] = round(m["streamed_bf16_s"] / max(m["bare_bf16_s"], 1e-9), 2)
+        out["float64_check"] = float64_check(lm, info, windows, fast, ref)
+        around = series("streamed")[:2]
+        out["speedup_vs_reference"] = round(m["reference_s"] / statistics.mean(around), 2)
+        out["speedup_eager_vs_reference"] = round(m["reference_s"] / statistics.mean(series("eager")[:2]), 2)
+        if args.bf16:
+            out["speedup_bf16_vs_reference"] = round(
+                m["reference_s"] / statistics.mean(series("streamed_bf16")[:2]), 2)
+        out["reference_vs_bare_matmul"] = round(m["reference_s"] / statistics.mean(series("bare")[:2]), 2)
     out["memory_flat"] = {"quarter_corpus_mib": m["streamed_quarter_peak_mib"],
-                          "full_corpus_mib": m["streamed_peak_mib"]}
-    print(json.dumps(out, indent=2))
+                          "full_corpus_mib": m["streamed_full_peak_mib"]}
+    # does compiling pay at the default profile's lens pass on this model? (eager time saved per
+    # unembedded logit, times the logits of that pass, against the one-off compile)
+    from residshift.core import profiles
+
+    P = profiles.resolve("default")
+    pos = P.lens_positions or (P.lens_window - 2)
+    logits_default = P.lens_windows * pos * (info.n_layers + 1) * info.vocab_size
+    logits_here = (windows.shape[1] - 2) * windows.shape[0] * (info.n_layers + 1) * info.vocab_size
+    saved = (out["eager_s"] - out["streamed_s"]) / logits_here * logits_default
+    out["compile_pays_at_default"] = {"default_logits": logits_default, "eager_time_saved_s": round(saved, 1),
+                                      "compile_s": out["compile_s"], "pays": saved > out["compile_s"]}
+    out["load_at_end"] = load1()
+    loads = [x for rd in rounds for k, pair in rd.items() if k.endswith("_load") for x in pair]
+    out["load_during"] = [min(loads), max(loads)]
+    print(json.dumps({k: v for k, v in out.items() if k != "rounds_detail"}, indent=2))
     if args.json:
         from residshift.core.cache import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(out, indent=2) + "\n")
-    if not args.no_reference:
+    if ref is not None:
         bad = [k for k, v in out["check"].items()
-               if (k.endswith("_agree") and v < 0.999) or (k.endswith("_maxreldiff") and v > 1e-3)]
-        if bad:
-            raise SystemExit(f"streamed and reference disagree on {bad}")
+               if (k.endswith("_agree") and v < 0.999) or (k.startswith("logprob") and v > 1e-3)]
+        worse = [k for k, v in out["float64_check"].items() if v["streamed"] > max(1e-3, 2 * v["reference"])]
+        if bad or worse:
+            raise SystemExit(f"streamed and reference disagree on {bad + worse}")
     return out
 
 

@@ -332,3 +332,73 @@ def test_input_persistence_averages_the_late_input_columns():
         lens.input_persistence(res, 4)
     with pytest.raises(lens.LensError, match="metrics including 'prob'"):
         lens.input_persistence(res, 1, metrics=["prob"])
+
+
+# ------------------------------------------------------------------------------------------
+# The compiled metric functions (torch.compile) and when they are used
+# ------------------------------------------------------------------------------------------
+
+
+def test_compiled_metrics_match_eager_and_reference(monkeypatch):
+    """The fused, compiled chunk functions give the eager numbers (ranks exactly, the rest to
+    float rounding), with a soft-cap, in multi-row chunks and in a one-row chunk (padded)."""
+    lm, tok, info = load_model("tiny-gemma3")
+    ids = _ids(info, b=3, t=9)  # 21 analysed positions
+    hs = lens.collect_residuals(lm, info, ids)
+    monkeypatch.setattr(lens, "COMPILE", "never")
+    eager = lens.residual_metrics(info, hs, ids)
+    monkeypatch.setattr(lens, "COMPILE", "always")
+    ref = _reference(info, hs, ids)
+    for chunk_elems in (10 * info.vocab_size, 1 << 24):  # chunks of 10, 10 and 1 rows; one chunk
+        got = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(chunk_elems=chunk_elems))
+        for k in ref:
+            torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=2e-5, msg=k)
+            if k.startswith(("rank", "logrank", "top1")):
+                assert torch.equal(got[k], eager[k]), k
+            else:
+                torch.testing.assert_close(got[k], eager[k], rtol=1e-5, atol=1e-5, msg=k)
+    assert not lens._compile_failed
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch):
+    lm, tok, info = load_model("tiny-llama")
+    ids = _ids(info)
+    hs = lens.collect_residuals(lm, info, ids)
+    monkeypatch.setattr(lens, "COMPILE", "never")
+    eager = lens.residual_metrics(info, hs, ids)
+
+    def broken(fn, **kw):
+        def run(*a, **k):
+            raise RuntimeError("no C++ compiler here")
+        return run
+
+    monkeypatch.setattr(lens, "_compiled", {})
+    monkeypatch.setattr(lens, "_compile_failed", [])
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(lens, "COMPILE", "always")
+    with pytest.warns(RuntimeWarning, match="eager path"):
+        got = lens.residual_metrics(info, hs, ids)
+    assert lens._compile_failed and "no C++ compiler" in lens._compile_failed[0]
+    for k in eager:
+        torch.testing.assert_close(got[k], eager[k], msg=k)
+
+
+def test_compile_decision_counts_the_whole_corpus_pass(monkeypatch):
+    lm, tok, info = load_model("tiny-llama")
+    monkeypatch.setattr(lens, "COMPILE", "auto")
+    assert lens._kernels(lens.COMPILE_MIN_WORK - 1)[0] is lens._chunk_stats_eager
+    assert lens._kernels(lens.COMPILE_MIN_WORK)[0] is not lens._chunk_stats_eager  # lazy: no compile yet
+    monkeypatch.setattr(lens, "COMPILE", "never")
+    assert lens._kernels(10**15)[0] is lens._chunk_stats_eager
+    monkeypatch.setattr(lens, "COMPILE", "sometimes")
+    with pytest.raises(lens.LensError, match="auto"):
+        lens._kernels(1)
+    monkeypatch.setattr(lens, "COMPILE", "never")
+    seen = []
+    real = lens._kernels
+    monkeypatch.setattr(lens, "_kernels", lambda work: seen.append(work) or real(work))
+    windows = _ids(info, b=5, t=12, seed=3)
+    lens.corpus_metrics(lm, info, windows, batch=2, options=lens.LensOptions(metrics=["rank"]))
+    # every batch decides on the whole pass: 5 windows x 10 positions x layers x vocabulary
+    assert seen == [5 * 10 * (info.n_layers + 1) * info.vocab_size] * 3
+    assert lens._WORK_HINT.rows is None  # reset after the pass

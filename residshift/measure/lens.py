@@ -43,6 +43,7 @@ a compact per-token table for breakdowns by token type.
 """
 from __future__ import annotations
 
+import os
 import time
 import unicodedata
 from dataclasses import dataclass, field
@@ -53,7 +54,7 @@ import torch
 
 from ..core.interventions import attenuate_block, attenuation_plan
 from ..core.models import ModelInfo
-from ..core.unembed import Unembed, UnembedError, matmul_dtype
+from ..core.unembed import Unembed, UnembedError, matmul_dtype, softcap
 
 Decoder = Callable[[int, torch.Tensor], torch.Tensor]
 
@@ -287,8 +288,10 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
     """Per-token metrics ``{column: [L+1, B, P]}`` from saved residuals ``hs = [L+1, B, T, d]``.
 
     Analysed positions: ``t = 1..T-2`` (``P = T-2``; see the module docstring), or the seeded subset
-    of ``options.positions`` of them. Streams over layers and chunks
-    of positions; the largest temporary is ``chunk × vocab``.
+    of ``options.positions`` of them. Streams over chunks of positions and layers; the largest
+    temporary is ``chunk × vocab``. Per chunk and layer: one unembedding matmul, then every
+    distribution metric from one fused function (:func:`_chunk_stats`; compiled with
+    ``torch.compile`` for large passes, see :data:`COMPILE`).
     """
     opt = options or LensOptions()
     metrics = set(opt.metrics)
@@ -309,6 +312,7 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
     E = info.embedding.detach().float()
     need_logits = bool(metrics & _LOGIT_METRICS)
     need_norm = need_logits or bool(metrics & {"cos_norm", "proj"})
+    need_dist = bool(metrics & {"logprob", "prob", "entropy", "kl_final"})
     if metrics & {"cos_raw", "cos_norm", "proj", "cos_centred"}:
         e_cur, e_nxt = E[cur], E[nxt]
         e_norm_cur, e_norm_nxt = e_cur.norm(dim=-1), e_nxt.norm(dim=-1)
@@ -316,23 +320,21 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
         e_mean = E.mean(0)
         ec_cur, ec_nxt = e_cur - e_mean, e_nxt - e_mean
         mu = hs[:, :, 1:, :].reshape(L1, -1, d).mean(1)  # [L+1, d], position 0 excluded
-    unembed = Unembed(info, dtype=opt.matmul_dtype).logits if need_logits else None
+    head = Unembed(info, dtype=opt.matmul_dtype) if need_logits else None
     V = info.vocab_size
     rows = max(1, min(n, opt.chunk_elems // V))
+    stats_fn = final_fn = None
+    if need_logits:
+        stats_fn, final_fn = _kernels(_WORK_HINT.get(n) * L1 * V)
+    targets = torch.stack([cur, nxt], 1)  # [n, 2]
 
     with torch.no_grad():
         for s in range(0, n, rows):
             sl = slice(s, min(n, s + rows))
-            c_ids, n_ids = cur[sl, None], nxt[sl, None]
+            idx = targets[sl].clone()  # a fresh tensor: compiled guards need no view bookkeeping
             final = None
             if "kl_final" in metrics:  # the model's own distribution: h_L without decoder
-                lf = unembed(info.final_norm(h_pos[-1, sl]).float())  # h_L, never decoded
-                lpf = lf - torch.logsumexp(lf, -1, keepdim=True)
-                pf = lpf.exp()
-                neg_hf = _rowdot(pf, lpf)  # sum pf log pf
-                final = (pf, neg_hf)
-                del lpf
-                del lf
+                final = final_fn(_raw_logits(head, info.final_norm(h_pos[-1, sl]).float()), head.cap)
             for l in range(L1):
                 h = h_pos[l, sl]
                 z = normed(info, h, l, decoder) if need_norm else None
@@ -351,9 +353,10 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
                     out["proj_next"][l, sl] = (z * e_nxt[sl]).sum(-1) / e_norm_nxt[sl]
                 if not need_logits:
                     continue
-                logits = unembed(z)
-                _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final, z)
-                del logits
+                raw = _raw_logits(head, z)
+                stats = stats_fn(raw, idx, final, head.cap, need_dist)
+                del raw
+                _store(stats, metrics, out, l, sl)
     return {k: v.reshape(L1, B, P_) for k, v in out.items()}
 
 
@@ -361,51 +364,185 @@ def _cos(a: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor) -> torch.Tensor
     return (a * b).sum(-1) / (a.norm(dim=-1) * b_norm).clamp_min(1e-12)
 
 
+def _raw_logits(head: Unembed, z: torch.Tensor) -> torch.Tensor:
+    """``E · z`` in the head's matmul dtype, before the soft-cap (applied inside the fused function)."""
+    return torch.nn.functional.linear(z.to(head.dtype), head.weight)
+
+
+def _final_dist(raw: torch.Tensor, cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's own distribution of a chunk: ``p_L`` ``[rows, V]`` and ``sum p_L log p_L`` ``[rows]``."""
+    logits = softcap(raw.float(), cap)
+    lp = logits - torch.logsumexp(logits, -1, keepdim=True)
+    p = lp.exp()
+    return p, (p * lp).sum(-1)
+
+
+def _chunk_stats(raw: torch.Tensor, idx: torch.Tensor, final, cap: float | None, need_dist: bool):
+    """Every distribution metric of one ``[rows, V]`` chunk of raw logits, written for fusion.
+
+    ``logits = softcap(raw)``; for the two targets ``idx`` ``[rows, 2]`` (input, next):
+    ``tgt`` = their logits and ``greater`` = how many logits are strictly greater (rank - 1).
+    With ``need_dist``: ``lse``, the entropy and (``final = (p_L, sum p_L log p_L)``) the KL from
+    ``p_L``, all from the max-shifted logits ``s = logits - m`` (no fp32 cancellation of large
+    terms): ``S = sum exp(s)``, ``H = log S - sum exp(s) s / S``, ``KL = sum p_L log p_L -
+    sum p_L s + log S``. Compiled, this is two loops over the vocabulary (the max, then everything
+    else) that never write a vocabulary-sized tensor; :func:`_chunk_stats_eager` is the same
+    arithmetic op by op.
+    """
+    logits = softcap(raw.float(), cap)
+    tgt = logits.gather(1, idx)  # [rows, 2]
+    greater = torch.stack([(logits > tgt[:, :1]).sum(-1), (logits > tgt[:, 1:]).sum(-1)], 1)
+    if not need_dist:
+        return tgt, greater, None, None, None
+    m = logits.amax(-1, keepdim=True)
+    s = logits - m
+    e = s.exp()
+    S = e.sum(-1)
+    logS = S.log()
+    ent = logS - (e * s).sum(-1) / S
+    kl = None
+    if final is not None:
+        p, neg_h = final
+        kl = neg_h - (p * s).sum(-1) + logS
+    return tgt, greater, m[:, 0] + logS, ent, kl
+
+
+def _chunk_stats_eager(raw: torch.Tensor, idx: torch.Tensor, final, cap: float | None,
+                       need_dist: bool):
+    """:func:`_chunk_stats` for the eager path: the same numbers with fewer vocabulary-sized
+    temporaries op by op (shifted in place, row-wise dot products by ``bmm``, one exponential
+    pass). Overwrites ``raw``."""
+    logits = softcap(raw.float(), cap)
+    tgt = logits.gather(1, idx)
+    greater = torch.stack([torch.count_nonzero(logits > tgt[:, j:j + 1], dim=-1) for j in range(2)], 1)
+    if not need_dist:
+        return tgt, greater, None, None, None
+    m = logits.amax(-1, keepdim=True)
+    s = logits.sub_(m)
+    e = s.exp()
+    S = e.sum(-1)
+    logS = S.log()
+    ent = logS - _rowdot(e, s) / S
+    del e
+    kl = None
+    if final is not None:
+        p, neg_h = final
+        kl = neg_h - _rowdot(p, s) + logS
+    return tgt, greater, m[:, 0] + logS, ent, kl
+
+
 def _rowdot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Row-wise dot product ``[rows, V] x [rows, V] -> [rows]`` (bmm: one pass, no temporary)."""
     return torch.bmm(a.unsqueeze(1), b.unsqueeze(2))[:, 0, 0]
 
 
-def _logit_metrics(logits, c_ids, n_ids, metrics, out, l, sl, final, z=None) -> None:
-    """All distribution metrics of one ``[rows, V]`` logit chunk, with few vocab-wide passes.
-
-    ``lse`` and the entropy share one exponential pass on the shifted logits ``s = logits - m``
-    (``m`` = row max): ``S = sum exp(s)``, ``lse = m + log S``, ``H = log S - sum exp(s) s / S``, and
-    ``KL(p_L || p_l) = sum p_L log p_L - sum p_L s + log S``. Working with ``s`` (not the raw logits)
-    avoids cancelling two large numbers in fp32.
-    """
-    need_lse = bool(metrics & {"logprob", "prob", "entropy"}) or final is not None
-    lse = None
-    if need_lse:
-        m = logits.max(-1, keepdim=True).values
-        shifted = logits - m
-        e = shifted.exp()
-        S = e.sum(-1)
-        logS = S.log()
-        lse = m[:, 0] + logS
-        if "entropy" in metrics:
-            out["entropy"][l, sl] = logS - _rowdot(e, shifted) / S
-        del e
-    for which, idx in (("input", c_ids), ("next", n_ids)):
-        tgt = logits.gather(1, idx)  # [rows, 1]
-        if metrics & {"rank", "logrank", "top1"}:
-            rank = torch.count_nonzero(logits > tgt, dim=-1) + 1
-            if "rank" in metrics:
-                out[f"rank_{which}"][l, sl] = rank.float()
-            if "logrank" in metrics:
-                out[f"logrank_{which}"][l, sl] = torch.log10(rank.float())
-            if "top1" in metrics:
-                out[f"top1_{which}"][l, sl] = (rank == 1).float()
+def _store(stats, metrics: set[str], out: dict[str, torch.Tensor], l: int, sl: slice) -> None:
+    tgt, greater, lse, ent, kl = stats
+    for j, which in enumerate(WHICH):
+        rank = greater[:, j] + 1
+        if "rank" in metrics:
+            out[f"rank_{which}"][l, sl] = rank.float()
+        if "logrank" in metrics:
+            out[f"logrank_{which}"][l, sl] = torch.log10(rank.float())
+        if "top1" in metrics:
+            out[f"top1_{which}"][l, sl] = (rank == 1).float()
         if lse is None:
             continue
-        lp = tgt[:, 0] - lse
+        lp = tgt[:, j] - lse
         if "logprob" in metrics:
             out[f"logprob_{which}"][l, sl] = lp
         if "prob" in metrics:
             out[f"prob_{which}"][l, sl] = lp.exp()
-    if final is not None:
-        pf, neg_hf = final
-        out["kl_final"][l, sl] = neg_hf - _rowdot(pf, shifted) + logS
+    if "entropy" in metrics:
+        out["entropy"][l, sl] = ent
+    if "kl_final" in metrics:
+        out["kl_final"][l, sl] = kl
+
+
+# --------------------------------------------------------------------------------------------
+# Compiling the fused functions (torch.compile: inductor writes vectorised C++ on a CPU)
+# --------------------------------------------------------------------------------------------
+
+COMPILE = os.environ.get("RESIDSHIFT_LENS_COMPILE", "auto")
+"""When the streamed pass compiles :func:`_chunk_stats` and :func:`_final_dist`: ``"auto"`` when a
+pass unembeds at least :data:`COMPILE_MIN_WORK` logits (positions × layers × vocabulary; a
+corpus pass counts all its windows), ``"always"``, or ``"never"`` (environment variable
+``RESIDSHIFT_LENS_COMPILE``). Compiling costs seconds to tens of seconds once per process (less
+with inductor's on-disk cache) and makes the elementwise work over the vocabulary several times
+cheaper; the numbers differ from the eager ones only by float rounding (tested). Where compiling
+fails (no C++ compiler) the pass warns once and stays eager."""
+COMPILE_MIN_WORK = 10**9
+_compiled: dict[str, Any] = {}
+_compile_failed: list[str] = []
+
+
+class _WorkHint:
+    """The number of positions a whole corpus pass analyses (set by :func:`corpus_metrics`), so the
+    compile decision sees the pass, not one batch of it."""
+
+    def __init__(self):
+        self.rows: int | None = None
+
+    def get(self, n: int) -> int:
+        return max(n, self.rows or 0)
+
+
+_WORK_HINT = _WorkHint()
+
+
+def _kernels(work: int):
+    """``(_chunk_stats, _final_dist)``, compiled where :data:`COMPILE` asks for it and it works."""
+    mode = COMPILE
+    if mode not in ("auto", "always", "never"):
+        raise LensError(f"RESIDSHIFT_LENS_COMPILE / lens.COMPILE must be 'auto', 'always' or 'never', "
+                        f"got {mode!r}")
+    use = mode == "always" or (mode == "auto" and work >= COMPILE_MIN_WORK)
+    if not use or _compile_failed:
+        return _chunk_stats_eager, _final_dist
+    if not _compiled:
+        _compiled["stats"] = _guarded(torch.compile(_chunk_stats, dynamic=True), _chunk_stats_eager)
+        _compiled["final"] = _guarded(torch.compile(_final_dist, dynamic=True), _final_dist)
+    return _compiled["stats"], _compiled["final"]
+
+
+def _guarded(compiled, eager):
+    """Call ``compiled``; if compiling fails, warn once and use ``eager`` from then on. A chunk of
+    one row is padded to two (dynamic shapes specialise size 1, which would compile again)."""
+    def call(raw, *args):
+        if _compile_failed:
+            return eager(raw, *args)
+        one = raw.shape[0] == 1
+        if one:
+            raw = torch.cat([raw, raw])
+            args = tuple(_pad_row(a) for a in args)
+        try:
+            res = compiled(raw, *args)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: stay correct, eager
+            import warnings
+
+            _compile_failed.append(f"{type(err).__name__}: {err}")
+            warnings.warn(f"torch.compile of the lens metrics failed ({type(err).__name__}); using "
+                          "the eager path (same numbers, slower). Set RESIDSHIFT_LENS_COMPILE=never "
+                          "to skip the attempt.", RuntimeWarning, stacklevel=3)
+            return eager(raw[:1] if one else raw, *(_first_row(a) if one else a for a in args))
+        return _first_row(res) if one else res
+    return call
+
+
+def _pad_row(a):
+    if isinstance(a, torch.Tensor):
+        return torch.cat([a, a])
+    if isinstance(a, tuple):
+        return tuple(_pad_row(x) for x in a)
+    return a
+
+
+def _first_row(a):
+    if isinstance(a, torch.Tensor):
+        return a[:1]
+    if isinstance(a, tuple):
+        return tuple(_first_row(x) for x in a)
+    return a
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,8 +587,30 @@ def corpus_metrics(lm, info: ModelInfo, windows: torch.Tensor, *, batch: int = 8
     per_seq: dict[str, list] = {c: [] for c in cols}
     per_med: dict[str, list] = {c: [] for c in cols if c.startswith("rank_")}
     table: dict[str, list] = {c: [] for c in opt.token_table}
-    cur, nxt, seq, pos = [], [], [], []
     t0 = time.perf_counter()
+    n = windows.shape[0]
+    previous, _WORK_HINT.rows = _WORK_HINT.rows, n * opt.position_index(windows.shape[1]).numel()
+    try:
+        parts = _corpus_batches(lm, info, windows, batch, decoder, attenuation, opt, remote, progress,
+                                per_seq, per_med, table)
+    finally:
+        _WORK_HINT.rows = previous
+    cur, nxt, seq, pos = parts
+    tokens = {"cur": torch.cat(cur), "next": torch.cat(nxt), "seq": torch.cat(seq),
+              "pos": torch.cat(pos), "layers": {c: torch.cat(v, 1) for c, v in table.items()}}
+    return LensResult(
+        model=info.name, n_layers=info.n_layers, columns=cols,
+        per_seq={c: torch.cat(v) for c, v in per_seq.items()},
+        per_seq_median={c: torch.cat(v) for c, v in per_med.items()},
+        tokens=tokens, seconds=time.perf_counter() - t0,
+    )
+
+
+def _corpus_batches(lm, info, windows, batch, decoder, attenuation, opt, remote, progress,
+                    per_seq, per_med, table):
+    """The batch loop of :func:`corpus_metrics` (fills ``per_seq``, ``per_med``, ``table``)."""
+    cols = list(per_seq)
+    cur, nxt, seq, pos = [], [], [], []
     n = windows.shape[0]
     for start in range(0, n, batch):
         ids = windows[start:start + batch]
@@ -472,14 +631,7 @@ def corpus_metrics(lm, info: ModelInfo, windows: torch.Tensor, *, batch: int = 8
         pos.append(where.to(torch.int16).repeat(b))
         if progress:
             progress(min(n, start + batch), n)
-    tokens = {"cur": torch.cat(cur), "next": torch.cat(nxt), "seq": torch.cat(seq),
-              "pos": torch.cat(pos), "layers": {c: torch.cat(v, 1) for c, v in table.items()}}
-    return LensResult(
-        model=info.name, n_layers=info.n_layers, columns=cols,
-        per_seq={c: torch.cat(v) for c, v in per_seq.items()},
-        per_seq_median={c: torch.cat(v) for c, v in per_med.items()},
-        tokens=tokens, seconds=time.perf_counter() - t0,
-    )
+    return cur, nxt, seq, pos
 
 
 def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window: int, n: int,
