@@ -111,6 +111,73 @@ def test_intervened_scores_go_through_nnsight(tiny):
     np.testing.assert_allclose(cut["logprob"], hooked["logprob"], atol=1e-4)
 
 
+def _shared_context_requests(seed=0, n_questions=5, max_ctx=40):
+    """Questions with 2-4 continuations each after one context (lengths 1..max_ctx-1, beyond
+    tiny-gemma3's sliding window of 16), continuations of 1-8 tokens, and one lone request."""
+    g = torch.Generator().manual_seed(seed)
+    reqs = []
+    for _ in range(n_questions):
+        n_ctx = int(torch.randint(1, max_ctx, (1,), generator=g))
+        ctx = torch.randint(0, 256, (n_ctx,), generator=g).tolist()
+        for _ in range(int(torch.randint(2, 5, (1,), generator=g))):
+            cont = torch.randint(0, 256, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+            reqs.append(ev.Request(tuple(ctx + cont), n_ctx))
+    reqs.append(ev.Request((5, 6, 7), 1))
+    return reqs
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-gemma3"])
+def test_prefix_reuse_equals_whole_sequences(name, monkeypatch):
+    """Shared contexts run once (KV cache expanded across the choices) give the scores of whole
+    sequences, bare and with an edit inside each trace, in any batching."""
+    lm, tok, info = load_model(name)
+    reqs = _shared_context_requests()
+    used = []
+    real = ev._score_shared
+    monkeypatch.setattr(ev, "_score_shared", lambda *a, **k: used.append(real(*a, **k)) or used[-1])
+    for intervene in (None, lambda m, i: attenuate(m, i, {1: 0.5})):
+        whole = ev.score_requests(lm, info, reqs, prefix_reuse=False, intervene=intervene)
+        assert not used
+        if intervene is None:  # whole sequences are what one plain forward of each request gives
+            for r, lp in zip(reqs, whole["logprob"]):
+                ref = direct_logprobs(lm._module, list(r.tokens))[r.n_ctx - 1:]
+                assert lp == pytest.approx(float(ref.sum()), abs=1e-4)
+        # one batch of everything, and batches of 2 contexts within 64 tokens
+        for batch_size, max_tokens in ((16, 8192), (2, 64))[: 2 if intervene is None else 1]:
+            got = ev.score_requests(lm, info, reqs, intervene=intervene, batch_size=batch_size,
+                                    max_batch_tokens=max_tokens)
+            assert used and all(used)
+            used.clear()
+            np.testing.assert_allclose(got["logprob"], whole["logprob"], rtol=0, atol=1e-4)
+            assert (got["tokens"] == whole["tokens"]).all() and (got["greedy"] == whole["greedy"]).all()
+
+
+def test_prefix_reuse_needs_a_cache(tiny, monkeypatch):
+    """A model whose forward takes no KV cache (our GPT) is scored plainly, with the same numbers."""
+    lm, tok, info = tiny
+    reqs = _shared_context_requests(seed=1, n_questions=3)
+    want = ev.score_requests(lm, info, reqs, prefix_reuse=False)
+    monkeypatch.setattr(ev, "_cache_arg", lambda module: None)
+    got = ev.score_requests(lm, info, reqs)
+    np.testing.assert_array_equal(got["logprob"], want["logprob"])
+    assert ev._shared_groups(reqs, set())[0]  # there were shared contexts to reuse
+
+
+def test_shared_groups_and_their_batches():
+    reqs = [ev.Request((1, 2, 3, 4), 2), ev.Request((1, 2, 5), 2), ev.Request((9, 2, 3), 2),
+            ev.Request((1, 2, 6, 7, 8), 2), ev.Request((9, 9, 9, 9, 1), 4), ev.Request((9, 9, 9, 9, 2), 4)]
+    groups, plain = ev._shared_groups(reqs, truncated={5})
+    assert groups == [[0, 1, 3]] and plain == [2, 4, 5]  # a truncated request is never grouped
+    groups, plain = ev._shared_groups(reqs, truncated=set())
+    assert groups == [[0, 1, 3], [4, 5]] and plain == [2]
+    batches = ev._group_batches(reqs, groups, batch_size=8, max_tokens=1000, max_scored=100)
+    assert batches == [[[4, 5], [0, 1, 3]]]  # longest context first
+    assert ev._group_batches(reqs, groups, batch_size=1, max_tokens=1000, max_scored=100) == [[[4, 5]], [[0, 1, 3]]]
+    # scored positions: (1 + 1) + (2 + 1 + 3) = 8 > 7 splits; a single group over a limit runs alone
+    assert len(ev._group_batches(reqs, groups, batch_size=8, max_tokens=1000, max_scored=7)) == 2
+    assert len(ev._group_batches(reqs, groups, batch_size=8, max_tokens=1, max_scored=1)) == 2
+
+
 def test_bf16_autocast_stays_close_and_keys_the_cache(tiny):
     lm, tok, info = tiny
     reqs = [ev.Request((5, 6, 7, 8, 9, 10, 11), 2), ev.Request((11, 12, 13), 1)]
@@ -363,6 +430,26 @@ def test_real_model_scores_are_sane_and_match_nnsight(name):
     r = ev.lambada_score(lm, info, tok, ev_lambada_texts()[:40], cache=False)
     assert 0.15 < r.metrics["acc"][0] < 0.8  # random would be ~0; published ~0.3-0.5
     assert r.metrics["ppl"][0] < 200
+
+
+@pytest.mark.slow
+def test_real_model_prefix_reuse_equals_whole_sequences():
+    """SmolLM2 on ARC and PIQA items: the shared-context path gives the whole-sequence
+    log-likelihoods, bare and with an attenuation inside each trace."""
+    lm, tok, info = load_model("smollm2-135m")
+    bos_id = info.bos_token_id if info.prepend_bos else None
+    reqs = []
+    for qs in (ev.arc_questions("arc-challenge")[:3], ev.arc_questions("arc-easy")[:3], ev.piqa_questions()[:4]):
+        for q in qs:
+            for choice in q.choices:
+                ctx, cont = ev.encode_pair(tok, q.context, " " + choice, bos_id=bos_id)
+                reqs.append(ev.Request(tuple(ctx + cont), len(ctx)))
+    for intervene in (None, lambda m, i: attenuate(m, i, {20: 0.5})):
+        whole = ev.score_requests(lm, info, reqs, prefix_reuse=False, intervene=intervene)
+        got = ev.score_requests(lm, info, reqs, intervene=intervene)
+        np.testing.assert_allclose(got["logprob"], whole["logprob"], rtol=0, atol=1e-3)
+        assert (got["greedy"] == whole["greedy"]).all()
+    assert np.abs(got["logprob"] - ev.score_requests(lm, info, reqs)["logprob"]).max() > 1e-2  # the edit acted
 
 
 def ev_lambada_texts():

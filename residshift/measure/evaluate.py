@@ -219,35 +219,68 @@ def make_batches(lengths: Sequence[int], *, batch_size: int, max_tokens: int,
     return batches
 
 
-def _kept_logits(model, info: ModelInfo, ids: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor,
-                 intervene: Intervene | None, bf16: bool = False) -> torch.Tensor:
-    """Logits ``[k, vocab]`` (float32) at the positions where ``keep`` ``[b, s]`` is True,
-    row-major. Uses ``logits_to_keep`` where the model supports it (the vocabulary projection is
-    most of the cost for Gemma-3's 262k vocabulary). ``bf16``: run under bfloat16 autocast."""
+def _cache_arg(module) -> str | None:
+    """The forward argument that takes (and the output field that returns) a KV cache — ``cache``
+    in transformers 5, ``past_key_values`` before — or None for a model without one (our GPT),
+    which is then scored without prefix reuse. Position ids and ``use_cache`` are required too."""
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    if not {"position_ids", "use_cache"} <= set(params):
+        return None
+    return next((name for name in ("cache", "past_key_values") if name in params), None)
+
+
+def _forward(model, info: ModelInfo, ids: torch.Tensor, kwargs: dict[str, Any],
+             intervene: Intervene | None, bf16: bool, want_cache: str | None = None):
+    """One forward of ``ids`` with ``kwargs``: the bare module, or an nnsight trace running
+    ``intervene`` first. ``want_cache``: the output field of the KV cache to return too
+    (:func:`_cache_arg`). Returns ``(logits, cache or None)``."""
     module = model._module
     device = info.embedding.device
-    ids, mask, keep = ids.to(device), mask.to(device), keep.to(device)
-    use_keep = _supports_keep(module)
-    kwargs: dict[str, Any] = {"attention_mask": mask}
-    if use_keep:
-        kwargs["logits_to_keep"] = keep
+    ids = ids.to(device)
+    kwargs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+    if want_cache:
+        kwargs["use_cache"] = True
+    pkv = None
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
         if intervene is None:
-            logits = module(input_ids=ids, **kwargs).logits
+            out = module(input_ids=ids, **kwargs)
+            logits = out.logits
+            if want_cache:
+                pkv = getattr(out, want_cache, None)
         else:
             with model.trace(ids, remote=info.remote, **kwargs):
                 intervene(model, info)
                 logits = model.output.logits.save()
+                if want_cache:
+                    pkv = getattr(model.output, want_cache).save()
+    return logits, pkv
+
+
+def _kept_logits(model, info: ModelInfo, ids: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor,
+                 intervene: Intervene | None, bf16: bool = False, **extra) -> torch.Tensor:
+    """Logits ``[k, vocab]`` (float32) at the positions where ``keep`` ``[b, s]`` is True,
+    row-major. Uses ``logits_to_keep`` where the model supports it (the vocabulary projection is
+    most of the cost for Gemma-3's 262k vocabulary). ``bf16``: run under bfloat16 autocast.
+    ``extra``: more forward arguments (the prefix path's cache and positions)."""
+    use_keep = _supports_keep(model._module)
+    kwargs: dict[str, Any] = {"attention_mask": mask, **extra}
+    if use_keep:
+        kwargs["logits_to_keep"] = keep.to(info.embedding.device)
+    logits, _ = _forward(model, info, ids, kwargs, intervene, bf16)
     logits = logits.float()
     if not use_keep or logits.ndim == 3:
-        logits = logits[keep]
+        logits = logits[keep.to(logits.device)]
     return logits
 
 
 def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch_size: int = 16,
                    max_batch_tokens: int = 8192, max_logits: int = 2**27, pad_id: int = 0,
                    intervene: Intervene | None = None, progress: bool = False,
-                   desc: str = "score", bf16: bool = False) -> dict[str, np.ndarray]:
+                   desc: str = "score", bf16: bool = False, prefix_reuse: bool = True
+                   ) -> dict[str, np.ndarray]:
     """Sum of log-probabilities, token count and greedy match of each request's scored tokens.
 
     Rows are right-padded (causal attention: padding after a row's tokens cannot change them;
@@ -255,14 +288,24 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
     ``max_logits`` logits (scored positions × vocabulary, float32) in memory. Requests longer than the model's
     maximum positions are left-truncated (lm-eval's rule). Returns ``logprob`` (float64),
     ``tokens`` (int) and ``greedy`` (bool: every scored token was the argmax).
+
+    ``prefix_reuse``: requests that share their context (the choices of a multiple-choice
+    question) run it once: one forward of the context with a KV cache, the cache expanded across
+    the requests, one forward of their continuations (:func:`_score_shared`). The scores are the
+    same up to float rounding (tested); ``intervene`` runs inside both traces, which is the same
+    edit as on the whole sequence for any edit that acts on each position on its own, as
+    :func:`residshift.core.interventions.attenuate` and the gates do (pass ``prefix_reuse=False``
+    for an edit that looks across positions).
     """
     max_len = _max_positions(model._module)
     rows: list[tuple[list[int], int]] = []  # (input ids, number of scored positions)
-    for r in requests:
+    truncated: set[int] = set()
+    for i, r in enumerate(requests):
         toks = list(r.tokens)
         n_cont = len(toks) - r.n_ctx
         if max_len is not None and len(toks) - 1 > max_len:
             toks = toks[-(max_len + 1):]
+            truncated.add(i)
             if n_cont >= len(toks):
                 raise ValueError(f"a continuation of {n_cont} tokens exceeds the model's {max_len} positions")
         rows.append((toks, n_cont))
@@ -270,41 +313,206 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
     logprob = np.zeros(n, dtype=np.float64)
     count = np.zeros(n, dtype=np.int64)
     greedy = np.zeros(n, dtype=bool)
-    batches = make_batches([len(t) - 1 for t, _ in rows], batch_size=batch_size,
-                           max_tokens=max_batch_tokens, scored=[k for _, k in rows],
-                           max_scored=max(1, max_logits // info.vocab_size))
-    it: Iterable = batches
+    max_scored = max(1, max_logits // info.vocab_size)
+    plain = list(range(n))
+    groups: list[list[int]] = []
+    if prefix_reuse and not info.remote:
+        groups, plain = _shared_groups(requests, truncated)
+    batches = [[plain[j] for j in b] for b in
+               make_batches([len(rows[i][0]) - 1 for i in plain], batch_size=batch_size,
+                            max_tokens=max_batch_tokens, scored=[rows[i][1] for i in plain],
+                            max_scored=max_scored)]
+    shared = _group_batches(requests, groups, batch_size=batch_size, max_tokens=max_batch_tokens,
+                            max_scored=max_scored)
+    it: Iterable = [("plain", b) for b in batches] + [("shared", b) for b in shared]
     if progress:
         from tqdm.auto import tqdm
 
-        it = tqdm(batches, desc=f"{info.name} {desc}", unit="batch")
-    for batch in it:
-        width = max(len(rows[i][0]) - 1 for i in batch)
-        ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        keep = torch.zeros((len(batch), width), dtype=torch.bool)
-        targets = []
-        for j, i in enumerate(batch):
-            toks, n_cont = rows[i]
-            inp = toks[:-1]
-            ids[j, : len(inp)] = torch.tensor(inp)
-            mask[j, : len(inp)] = 1
-            keep[j, len(inp) - n_cont : len(inp)] = True
-            targets.extend(toks[-n_cont:])
-        logits = _kept_logits(model, info, ids, mask, keep, intervene, bf16)
-        target = torch.tensor(targets, device=logits.device)
-        picked = logits.gather(1, target[:, None])[:, 0]
-        hit = (logits.argmax(dim=-1) == target).cpu()
-        lp = (picked - torch.logsumexp(logits, dim=-1)).double().cpu()
-        del logits
-        start = 0
-        for i in batch:
-            k = rows[i][1]
-            logprob[i] = float(lp[start : start + k].sum())
-            count[i] = k
-            greedy[i] = bool(hit[start : start + k].all())
-            start += k
+        it = tqdm(it, desc=f"{info.name} {desc}", unit="batch")
+    for kind, batch in it:
+        if kind == "shared":
+            ok = _score_shared(model, info, requests, batch, pad_id=pad_id, intervene=intervene,
+                               bf16=bf16, out=(logprob, count, greedy))
+            if ok:
+                continue
+            batch = [i for g in batch for i in g]  # a cache this code cannot expand: score plainly
+        _score_plain(model, info, rows, batch, pad_id=pad_id, intervene=intervene, bf16=bf16,
+                     out=(logprob, count, greedy))
     return {"logprob": logprob, "tokens": count, "greedy": greedy}
+
+
+def _score_plain(model, info: ModelInfo, rows, batch: list[int], *, pad_id: int, intervene, bf16: bool,
+                 out) -> None:
+    """One right-padded forward of whole requests (context + continuation)."""
+    logprob, count, greedy = out
+    width = max(len(rows[i][0]) - 1 for i in batch)
+    ids = torch.full((len(batch), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    keep = torch.zeros((len(batch), width), dtype=torch.bool)
+    targets = []
+    for j, i in enumerate(batch):
+        toks, n_cont = rows[i]
+        inp = toks[:-1]
+        ids[j, : len(inp)] = torch.tensor(inp)
+        mask[j, : len(inp)] = 1
+        keep[j, len(inp) - n_cont : len(inp)] = True
+        targets.extend(toks[-n_cont:])
+    logits = _kept_logits(model, info, ids, mask, keep, intervene, bf16)
+    lp, hit = _token_scores(logits, targets)
+    start = 0
+    for i in batch:
+        k = rows[i][1]
+        logprob[i] = float(lp[start : start + k].sum())
+        count[i] = k
+        greedy[i] = bool(hit[start : start + k].all())
+        start += k
+
+
+def _token_scores(logits: torch.Tensor, targets: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per scored position: log p(target) (float64, CPU) and whether the target is the argmax."""
+    target = torch.tensor(list(targets), device=logits.device)
+    picked = logits.gather(1, target[:, None])[:, 0]
+    hit = (logits.argmax(dim=-1) == target).cpu()
+    lp = (picked - torch.logsumexp(logits, dim=-1)).double().cpu()
+    return lp, hit
+
+
+# --------------------------------------------------------------------------------------------
+# Prefix reuse: the shared context of a question's choices runs once
+# --------------------------------------------------------------------------------------------
+
+
+def _shared_groups(requests: Sequence[Request], truncated: set[int]) -> tuple[list[list[int]], list[int]]:
+    """Requests grouped by identical context tokens (groups of 2 or more), and the rest."""
+    by_ctx: dict[tuple[int, ...], list[int]] = {}
+    for i, r in enumerate(requests):
+        if i not in truncated:
+            by_ctx.setdefault(tuple(r.tokens[: r.n_ctx]), []).append(i)
+    groups = [g for g in by_ctx.values() if len(g) > 1]
+    in_group = {i for g in groups for i in g}
+    return groups, [i for i in range(len(requests)) if i not in in_group]
+
+
+def _group_batches(requests: Sequence[Request], groups: list[list[int]], *, batch_size: int,
+                   max_tokens: int, max_scored: int) -> list[list[list[int]]]:
+    """Groups batched longest context first: at most ``batch_size`` contexts per batch, and the
+    context forward, the continuation forward (counted with the context it attends to) and the
+    scored positions within ``max_tokens`` / ``max_scored``; a group over a limit runs alone."""
+    def sizes(g):
+        ctx = requests[g[0]].n_ctx
+        conts = [len(requests[i].tokens) - ctx for i in g]
+        return ctx, len(g), max(conts) - 1, sum(conts)
+
+    order = sorted(groups, key=lambda g: -requests[g[0]].n_ctx)
+    batches: list[list[list[int]]] = []
+    current: list[list[int]] = []
+    for g in order:
+        trial = current + [g]
+        s = [sizes(x) for x in trial]
+        ctx_w = max(x[0] for x in s)
+        n_rows = sum(x[1] for x in s)
+        cont_w = max(x[2] for x in s)
+        over = (len(trial) > batch_size or len(trial) * ctx_w > max_tokens
+                or n_rows * (ctx_w + cont_w) > max_tokens or sum(x[3] for x in s) > max_scored)
+        if current and over:
+            batches.append(current)
+            current = [g]
+        else:
+            current = trial
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _expand_cache(pkv, index: torch.Tensor) -> bool:
+    """Repeat the cache's batch rows as ``index`` says (in place); False if this cache type has no
+    way to (then the caller scores without prefix reuse)."""
+    select = getattr(pkv, "batch_select_indices", None)
+    if select is None:
+        return False
+    select(index.to(_cache_device(pkv)))
+    return True
+
+
+def _cache_device(pkv) -> torch.device:
+    for layer in getattr(pkv, "layers", []):
+        keys = getattr(layer, "keys", None)
+        if isinstance(keys, torch.Tensor) and keys.numel():
+            return keys.device
+    return torch.device("cpu")
+
+
+def _score_shared(model, info: ModelInfo, requests: Sequence[Request], batch: list[list[int]], *,
+                  pad_id: int, intervene, bf16: bool, out) -> bool:
+    """Score the groups of ``batch`` with one context forward and one continuation forward.
+
+    Contexts are LEFT-padded to a common width ``W`` (so every row's last context token sits at
+    column ``W - 1`` and the first continuation token's logits come from that column of the
+    context pass), with explicit position ids ``0..n_ctx-1`` per row: each row's tokens keep their
+    positions, and distances between cache slots equal distances between positions, which keeps
+    sliding-window attention exact. The cache is expanded to one row per request; the
+    continuation inputs (all but their last token) are right-padded after it, at positions
+    ``n_ctx + j``; the mask hides the padding of both. Returns False (nothing written) when the
+    model takes no cache (:func:`_cache_arg`) or its cache cannot be expanded.
+    """
+    logprob, count, greedy = out
+    cache_arg = _cache_arg(model._module)
+    if cache_arg is None:
+        return False
+    G = len(batch)
+    ctx = [list(requests[g[0]].tokens[: requests[g[0]].n_ctx]) for g in batch]
+    W = max(len(c) for c in ctx)
+    ids = torch.full((G, W), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((G, W), dtype=torch.long)
+    for j, c in enumerate(ctx):
+        ids[j, W - len(c):] = torch.tensor(c)
+        mask[j, W - len(c):] = 1
+    pos = (mask.cumsum(1) - 1).clamp_min(0)
+    kwargs: dict[str, Any] = {"attention_mask": mask, "position_ids": pos}
+    if _supports_keep(model._module):
+        kwargs["logits_to_keep"] = 1
+    first, pkv = _forward(model, info, ids, kwargs, intervene, bf16, want_cache=cache_arg)
+    first = first[:, -1].float()  # [G, V]: the prediction after each context
+    members = [i for g in batch for i in g]
+    owner = torch.tensor([j for j, g in enumerate(batch) for _ in g])
+    conts = [list(requests[i].tokens[requests[i].n_ctx:]) for i in members]
+    width = max(len(c) for c in conts) - 1
+    lp_first, hit_first = _token_scores(first[owner.to(first.device)], [c[0] for c in conts])
+    lp_rest = hit_rest = None
+    if width > 0:
+        if pkv is None or not _expand_cache(pkv, owner):
+            return False
+        R = len(members)
+        cids = torch.full((R, width), int(pad_id), dtype=torch.long)
+        cmask = torch.zeros((R, width), dtype=torch.long)
+        keep = torch.zeros((R, width), dtype=torch.bool)
+        targets = []
+        for r, c in enumerate(conts):
+            k = len(c) - 1
+            if k:
+                cids[r, :k] = torch.tensor(c[:-1])
+                cmask[r, :k] = 1
+                keep[r, :k] = True
+                targets.extend(c[1:])
+        ctx_len = torch.tensor([len(c) for c in ctx])[owner]
+        cpos = ctx_len[:, None] + torch.arange(width)[None]
+        full_mask = torch.cat([mask[owner], cmask], 1)
+        logits = _kept_logits(model, info, cids, full_mask, keep, intervene, bf16,
+                              position_ids=cpos, **{cache_arg: pkv})
+        lp_rest, hit_rest = _token_scores(logits, targets)
+    start = 0
+    for r, (i, c) in enumerate(zip(members, conts)):
+        k = len(c) - 1
+        total = float(lp_first[r])
+        hit = bool(hit_first[r])
+        if k:
+            total += float(lp_rest[start : start + k].sum())
+            hit = hit and bool(hit_rest[start : start + k].all())
+            start += k
+        logprob[i] = total
+        count[i] = len(c)
+        greedy[i] = hit
+    return True
 
 
 # --------------------------------------------------------------------------------------------
