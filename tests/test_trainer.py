@@ -1,22 +1,24 @@
 """The trainer: paired data and initialisation, run directories and reuse, resume equals an
 uninterrupted run (stop_after and a real kill), DDP over 2 gloo processes, the streaming path on a
 local stand-in, the unigram baseline, the CLI and its errors, and a trained model through the harness."""
-import json
-import math
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI: a shared CPU runs sleeping threads faster
 
-from residshift.core.paths import REPO_ROOT
-from residshift.train import data as D
-from residshift.train import trainer as T
+import json  # noqa: E402
+import math  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from residshift.core.paths import REPO_ROOT  # noqa: E402
+from residshift.train import data as D  # noqa: E402
+from residshift.train import trainer as T  # noqa: E402
 
 # Tiny runs on real WikiText-2 text (validation split to train, test split to validate) with the
 # in-process byte tokenizer: nothing to train or download, a few seconds each.

@@ -49,6 +49,7 @@ Measured defaults (``benchmarks/bench-train.json``; 6 layers, width 384, context
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -377,12 +378,20 @@ def _device(device: str | None, ddp: Dist | None = None) -> str:
 
 
 def load_tokenizer(cfg: TrainConfig):
+    """The tokenizer of ``cfg`` (loaded once per process and cache folder: a grid of runs shares it)."""
+    from ..core.paths import cache_dir
+
+    return _tokenizer(cfg.tokenizer, str(cache_dir()))
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer(spec: str, cache: str):
     from .tokenizer import TokenizerSpecError, get_tokenizer
 
     try:
-        return get_tokenizer(cfg.tokenizer)
+        return get_tokenizer(spec)
     except TokenizerSpecError as err:
-        raise TrainError(f"tokenizer {cfg.tokenizer!r}: {err}") from err
+        raise TrainError(f"tokenizer {spec!r}: {err}") from err
 
 
 def vocab_size(cfg: TrainConfig, tokenizer) -> int:
@@ -572,6 +581,7 @@ def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, pro
     if prepare_only:
         return run
 
+    t_model = time.perf_counter()
     model = init_model(cfg, vocab, tokenizer).to(device)
     model.train()
     if ddp.main:
@@ -632,7 +642,7 @@ def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, pro
         raise TrainError(str(err)) from err
     if result.finished and ddp.main:
         _finish(cfg, run, key, model, tokenizer, data, result, vocab=vocab, device=device, world=ddp.world,
-                t_start=t_start)
+                t_start=t_start, t_model=t_model)
     ddp.barrier()
     return run
 
@@ -646,7 +656,7 @@ def _check_run_config(run: Path, key: str) -> None:
 
 
 def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data, result, *, vocab: int,
-            device: str, world: int, t_start: float) -> None:
+            device: str, world: int, t_start: float, t_model: float) -> None:
     """Save the model and the tokenizer (atomically), then the summary (marks the run finished)."""
     evals = result.evals
     losses = result.train_loss
@@ -664,6 +674,9 @@ def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data,
         "train_loss_tail": sum(tail) / len(tail),
         "train_seconds": result.seconds, "tokens_per_s": result.steps * tps / result.seconds,
         "wall_seconds_last_call": time.perf_counter() - t_start,
+        # from building the model to here (steps, evaluations, checkpoints; not the tokenizer and the
+        # token caches, which the runs of a grid share): what one more run costs
+        "run_seconds_last_call": time.perf_counter() - t_model,
         "learned": model.learned_scalars(), "device": device, "world_size": world,
         "torch": torch.__version__, "data": {**data.source, "val_windows": int(len(data.val))},
     }
