@@ -596,50 +596,97 @@ C2_LATE_CUT_RULE = (
     "(t_(1-{alpha}/k) + t_{power}) SD/sqrt(n) with k candidates and n - 1 degrees of freedom.")
 
 
-@_rule(C2_LATE_CUT_RULE)
-def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_layers: int, model: str,
-                select=None, confirm=None, late_fraction: float = 2 / 3, max_candidates: int = 3,
-                alpha: float = 0.05, margin: float = 0.005, power: float = 0.8, n_boot: int = 1000,
-                seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
-    """Does a late single-block cut lower the loss of a frozen model? Selection / confirmation.
+def late_cut_candidates(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_layers: int,
+                        select=None, late_fraction: float = 2 / 3,
+                        max_candidates: int = 3) -> list[dict[str, Any]]:
+    """The selection step of :func:`c2_late_cut`: which late cells go on to be confirmed.
 
-    ``dloss [n_layers_swept, n_alphas, n_windows]`` (the sweep's ``result["dloss"]``), ``layers``
-    and ``alphas`` its axes, ``n_layers`` the model's depth L. ``select``/``confirm``: disjoint
-    window indices (default: :func:`residshift.analysis.stats.split_units` halves, seeded).
+    Among the swept cells (block ``l >= late_fraction * n_layers``, alpha < 1), the up to
+    ``max_candidates`` with the lowest mean dloss over the ``select`` windows among those below 0
+    (if none is below 0, the single lowest). ``select=None``: every window of ``dloss``. Returns
+    ``[{"layer", "alpha", "selection_mean", "late_cells"}]`` (``late_cells``: how many late cells
+    competed), best first: sweep these cells on the confirmation windows
+    (``c2_late_cut(..., confirm_dloss=...)``).
     """
     d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
-    n = d.shape[2]
-    if select is None and confirm is None:
-        select, confirm = stats.split_units(n, seed=seed)
-    elif select is None or confirm is None:
-        raise ValueError("give both select and confirm window indices, or neither (a seeded half split)")
-    select, confirm = np.asarray(select, dtype=np.int64), np.asarray(confirm, dtype=np.int64)
-    if set(select.tolist()) & set(confirm.tolist()):
-        raise ValueError("the selection and confirmation windows overlap: they must be disjoint")
-    if min(len(select), len(confirm)) < 2 or max(select.max(), confirm.max()) >= n or min(select.min(), confirm.min()) < 0:
-        raise ValueError(f"select and confirm need >= 2 window indices each, within 0..{n - 1}")
+    sel = np.arange(d.shape[2]) if select is None else np.asarray(select, dtype=np.int64)
     cells = [(li, ai) for li, l in enumerate(layers) if l >= late_fraction * n_layers
              for ai, a in enumerate(alphas) if a < 1]
     if not cells:
         raise ValueError(f"no swept block l >= {late_fraction:.3g} x {n_layers} with alpha < 1: sweep the "
                          "late blocks with some alpha < 1")
-    sel_mean = {c: float(d[c[0], c[1], select].mean()) for c in cells}
+    sel_mean = {c: float(d[c[0], c[1], sel].mean()) for c in cells}
     ranked = sorted(cells, key=lambda c: sel_mean[c])
     chosen = [c for c in ranked if sel_mean[c] < 0][:max_candidates] or ranked[:1]
-    verdict, numbers, head = _holm_family([d[li, ai, confirm] for li, ai in chosen], alpha=alpha,
-                                          margin=margin, power=power, n_boot=n_boot, seed=seed, level=level)
-    for (li, ai), c in zip(chosen, numbers):
-        c.update(layer=layers[li], alpha=alphas[ai], selection_mean=sel_mean[(li, ai)])
+    return [{"layer": layers[li], "alpha": alphas[ai], "selection_mean": sel_mean[(li, ai)],
+             "late_cells": len(cells)} for li, ai in chosen]
+
+
+@_rule(C2_LATE_CUT_RULE)
+def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_layers: int, model: str,
+                select=None, confirm=None, confirm_dloss=None, late_fraction: float = 2 / 3,
+                max_candidates: int = 3, alpha: float = 0.05, margin: float = 0.005, power: float = 0.8,
+                n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+    """Does a late single-block cut lower the loss of a frozen model? Selection / confirmation.
+
+    ``dloss [n_layers_swept, n_alphas, n_windows]`` (the sweep's ``result["dloss"]``), ``layers``
+    and ``alphas`` its axes, ``n_layers`` the model's depth L. ``select``/``confirm``: disjoint
+    window indices (default: :func:`residshift.analysis.stats.split_units` halves, seeded).
+
+    ``confirm_dloss``: confirmation on OTHER windows than ``dloss``'s (e.g. further windows of the
+    same seed, which are disjoint from the first ones): ``{(layer, alpha): [n_confirm]}`` holding at
+    least every candidate :func:`late_cut_candidates` picks; then every window of ``dloss`` selects
+    (leave ``select``/``confirm`` None). Cheaper than sweeping every late cell on every window:
+    only the chosen cells need the confirmation windows.
+    """
+    d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
+    n = d.shape[2]
+    if confirm_dloss is not None:
+        if select is not None or confirm is not None:
+            raise ValueError("with confirm_dloss every window of dloss selects: leave select and confirm None")
+        select = np.arange(n)
+        if n < 2:
+            raise ValueError(f"selection needs >= 2 windows of dloss, got {n}")
+    elif select is None and confirm is None:
+        select, confirm = stats.split_units(n, seed=seed)
+    elif select is None or confirm is None:
+        raise ValueError("give both select and confirm window indices, or neither (a seeded half split)")
+    select = np.asarray(select, dtype=np.int64)
+    if confirm_dloss is None:
+        confirm = np.asarray(confirm, dtype=np.int64)
+        if set(select.tolist()) & set(confirm.tolist()):
+            raise ValueError("the selection and confirmation windows overlap: they must be disjoint")
+        if min(len(select), len(confirm)) < 2 or max(select.max(), confirm.max()) >= n or min(select.min(), confirm.min()) < 0:
+            raise ValueError(f"select and confirm need >= 2 window indices each, within 0..{n - 1}")
+    picked = late_cut_candidates(d, layers, alphas, n_layers=n_layers, select=select,
+                                 late_fraction=late_fraction, max_candidates=max_candidates)
+    if confirm_dloss is None:
+        diffs = [d[layers.index(c["layer"]), alphas.index(c["alpha"]), confirm] for c in picked]
+    else:
+        given = {(int(l), float(a)): v for (l, a), v in confirm_dloss.items()}
+        missing = [(c["layer"], c["alpha"]) for c in picked if (c["layer"], c["alpha"]) not in given]
+        if missing:
+            raise ValueError(f"confirm_dloss lacks the chosen candidate(s) {missing} (block, alpha): sweep "
+                             "them on the confirmation windows (late_cut_candidates names them)")
+        diffs = [_arr(given[(c["layer"], c["alpha"])], f"confirm_dloss[{c['layer']}, {c['alpha']}]", 1)
+                 for c in picked]
+        if len({len(x) for x in diffs}) != 1 or len(diffs[0]) < 2:
+            raise ValueError("every candidate needs the same >= 2 confirmation windows")
+    n_confirm = len(diffs[0])
+    verdict, numbers, head = _holm_family(diffs, alpha=alpha, margin=margin, power=power, n_boot=n_boot,
+                                          seed=seed, level=level)
+    for c, num in zip(picked, numbers):
+        num.update(layer=c["layer"], alpha=c["alpha"], selection_mean=c["selection_mean"])
     h = numbers[head]
     rule = C2_LATE_CUT_RULE.format(late_fraction=late_fraction, max_candidates=max_candidates, alpha=alpha,
                                    level=level, margin=margin, power=power)
     return [_row("C2.late-cut", model=model, variant=f"block {h['layer']}, alpha={h['alpha']:g}",
                  verdict=verdict, statistic="mean dloss on the confirmation windows (nats)",
-                 estimate=h["mean"], lo=h["lo"], hi=h["hi"], level=level, n=len(confirm), rule=rule,
+                 estimate=h["mean"], lo=h["lo"], hi=h["hi"], level=level, n=n_confirm, rule=rule,
                  source=source,
-                 details={"candidates": numbers, "k": len(chosen), "n_selection": len(select),
-                          "n_confirmation": len(confirm), "mde": h["mde"], "mde_unit": "nats",
-                          "margin": margin, "late_cells": len(cells)})]
+                 details={"candidates": numbers, "k": len(picked), "n_selection": len(select),
+                          "n_confirmation": n_confirm, "mde": h["mde"], "mde_unit": "nats",
+                          "margin": margin, "late_cells": picked[0]["late_cells"]})]
 
 
 C2_LAYER_RULE = (
