@@ -368,15 +368,20 @@ def attenuation_map(gates) -> dict[int, Any]:
 
 
 def token_alpha_stats(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batch_size: int = 4,
-                      ) -> dict[str, torch.Tensor]:
-    """Mean and std over tokens of each gated layer's alpha, with the gates applied (``[n_gated]``).
+                      quantiles: Sequence[float] = (0.1, 0.9)) -> dict[str, torch.Tensor]:
+    """Mean, std and quantiles over tokens of each gated layer's alpha, with the gates applied.
 
-    The gated model's residual states ``h_l`` (inputs of block ``l``) come from one nnsight trace
-    per batch (``lens.collect_residuals`` with every gate in place); ``alpha_l(t)`` is evaluated on
-    them. For scalar gates std is 0.
+    Returns ``mean``, ``std`` (``[n_gated]``), ``q`` (``[len(quantiles), n_gated]``: alpha's
+    quantiles over tokens, inside the gate's range (0, 1) where mean +- std need not be),
+    ``quantiles`` and ``layers``. The gated model's residual states ``h_l`` (inputs of block ``l``)
+    come from one nnsight trace per batch (``lens.collect_residuals`` with every gate in place);
+    ``alpha_l(t)`` is evaluated on them. For scalar gates std is 0 and every quantile is alpha.
     """
     from ..measure.lens import collect_residuals
 
+    qs = [float(q) for q in quantiles]
+    if any(not 0 <= q <= 1 for q in qs):
+        raise ValueError(f"quantiles must lie in [0, 1], got {qs}")
     plan = attenuation_map(gates)
     vals: list[list[torch.Tensor]] = [[] for _ in gates.layers]
     with torch.no_grad():
@@ -387,25 +392,51 @@ def token_alpha_stats(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batc
                 a = a(hs[l]) if callable(a) else a.expand(hs[l].shape[:-1]).unsqueeze(-1)
                 vals[i].append(a.reshape(-1).float())
     flat = [torch.cat(v) for v in vals]
+    q = torch.tensor(qs, dtype=torch.float32)
     return {"mean": torch.stack([v.mean() for v in flat]), "std": torch.stack([v.std() for v in flat]),
+            "q": torch.stack([torch.quantile(v, q) for v in flat], dim=1), "quantiles": qs,
             "layers": list(gates.layers)}
 
 
+def fitted_alpha_stats(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any], *, corpus: str, split: str,
+                       window: int, n: int, seed: int = 0, batch: int = 4,
+                       quantiles: Sequence[float] = (0.1, 0.9)) -> dict[str, Any]:
+    """:func:`token_alpha_stats` of a :func:`fit_gates` result's best gates on ``n`` windows of a
+    corpus, cached by the fit's configuration (as :func:`gated_lens`)."""
+    from ..core.data import token_windows
+
+    g = fitted(fit_result, info)
+    key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
+           "n": int(n), "seed": int(seed), "quantiles": [float(q) for q in quantiles]}
+
+    def compute():
+        windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
+                                prepend_bos=info.prepend_bos)
+        return token_alpha_stats(lm, info, g, windows, batch_size=batch, quantiles=quantiles)
+
+    return cache.cached("gate-alpha-stats", key, compute, code=fitted_alpha_stats)
+
+
 def gated_lens(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any], *, corpus: str, split: str,
-               window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1")):
+               window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1"),
+               positions: int | None = None, matmul_dtype: str = "float32"):
     """The logit-lens corpus pass (``lens.corpus_metrics``) with fitted gates in place, cached by the
-    fit's configuration (gates are identified by the config that produced them)."""
+    fit's configuration (gates are identified by the config that produced them). ``positions`` and
+    ``matmul_dtype`` as in ``lens.run_lens`` (analysed positions per window; the unembedding's dtype)."""
     from ..measure import lens
     from ..core.data import token_windows
 
     g = fitted(fit_result, info)
     key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
            "n": int(n), "seed": int(seed), "metrics": list(metrics)}
+    if positions is not None or matmul_dtype != "float32":
+        key.update(positions=positions, matmul_dtype=matmul_dtype)
 
     def compute():
         windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
                                 prepend_bos=info.prepend_bos)
-        return lens.corpus_metrics(lm, info, windows, batch=batch, attenuation=attenuation_map(g),
-                                   options=lens.LensOptions(metrics=tuple(metrics)))
+        opt = lens.LensOptions(metrics=tuple(metrics), positions=positions, matmul_dtype=matmul_dtype,
+                               seed=seed)
+        return lens.corpus_metrics(lm, info, windows, batch=batch, attenuation=attenuation_map(g), options=opt)
 
     return cache.cached("gated-lens", key, compute, code=gated_lens)
