@@ -81,30 +81,41 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "causal_windows": 256, "causal_batch": 16, "causal_alphas": [0.0, 0.5],
                   "causal_directions": ["input", "next", "random"]},
     },
-    # 04-05: attenuation on pretrained models (harness, sweep, gates)
+    # 04-05: attenuation on pretrained models (sweep, gates). sweep_windows: the layer x alpha grid's
+    # windows (the late-cut candidates are chosen on them); sweep_confirm_windows: the next windows of
+    # the same seed, on which only the chosen candidates are swept (confirmation). atten_lens_*: the
+    # lens windows (test split) for misalignment and the gates' alpha; atten_lens_positions: analysed
+    # positions per window (None: all). gate_steps is a cap: fits end by held-out early stopping
+    # (gate_eval_every, gate_patience); a fit that hits the cap is inconclusive in the C3 rules.
+    # eval_*: notebook 05's test-loss windows and benchmark items per task.
     "attenuate": {
         "smoke": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 32,
-                  "sweep_windows": 4, "sweep_batch": 4, "sweep_alphas": [0.0, 0.25, 0.5, 0.75, 0.9, 1.0],
-                  "atten_boot": 100, "atten_lens_windows": 2, "atten_lens_window": 32,
+                  "sweep_windows": 4, "sweep_confirm_windows": 4, "sweep_batch": 4,
+                  "sweep_alphas": [0.0, 0.25, 0.5, 0.75, 0.9, 1.0],
+                  "atten_boot": 100, "atten_lens_windows": 4, "atten_lens_window": 32,
+                  "atten_lens_positions": 8,
                   "gate_kinds": ["scalar", "token"], "gate_seeds": [0, 1], "gate_window": 32,
                   "gate_train": 8, "gate_heldout": 4, "gate_batch": 4, "gate_steps": 2, "gate_lr": 0.1,
                   "gate_eval_every": 1, "gate_patience": 2, "gate_bf16": False,
                   "eval_windows": 4, "eval_window": 32, "eval_items": 4},
-        # Sized for 2 shared CPU cores (see notebooks 04/05 for measured run times).
+        # Sized for 2 CPU cores (measured run times: notes.runtime at the top of notebooks 04/05):
+        # 04 ~5 min, 05 ~8 min from a cold results cache (05 after 04: it reuses 04's sweep and lens).
         "default": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 64,
-                    "sweep_windows": 8, "sweep_batch": 8,
-                    "sweep_alphas": [0.0, 0.25, 0.5, 0.75, 0.9, 1.0],
-                    "atten_boot": 1000, "atten_lens_windows": 6, "atten_lens_window": 64,
+                    "sweep_windows": 8, "sweep_confirm_windows": 64, "sweep_batch": 8,
+                    "sweep_alphas": [0.0, 0.5, 0.9, 1.0],
+                    "atten_boot": 1000, "atten_lens_windows": 16, "atten_lens_window": 64,
+                    "atten_lens_positions": 8,
                     "gate_kinds": ["scalar", "token"], "gate_seeds": [0, 1], "gate_window": 64,
-                    "gate_train": 32, "gate_heldout": 4, "gate_batch": 4, "gate_steps": 15,
-                    "gate_lr": 0.2, "gate_eval_every": 5, "gate_patience": 2, "gate_bf16": False,
-                    "eval_windows": 8, "eval_window": 64, "eval_items": 24},
+                    "gate_train": 32, "gate_heldout": 4, "gate_batch": 4, "gate_steps": 100,
+                    "gate_lr": 0.4, "gate_eval_every": 4, "gate_patience": 2, "gate_bf16": False,
+                    "eval_windows": 24, "eval_window": 64, "eval_items": 12},
         "paper": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 512,
-                  "sweep_windows": 256, "sweep_batch": 8,
+                  "sweep_windows": 64, "sweep_confirm_windows": 256, "sweep_batch": 8,
                   "sweep_alphas": [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 1.0],
                   "atten_boot": 2000, "atten_lens_windows": 128, "atten_lens_window": 256,
+                  "atten_lens_positions": None,
                   "gate_kinds": ["scalar", "token"], "gate_seeds": [0, 1, 2, 3, 4], "gate_window": 512,
-                  "gate_train": 2048, "gate_heldout": 128, "gate_batch": 8, "gate_steps": 1000,
+                  "gate_train": 2048, "gate_heldout": 128, "gate_batch": 8, "gate_steps": 5000,
                   "gate_lr": 0.05, "gate_eval_every": 50, "gate_patience": 4, "gate_bf16": True,
                   "eval_windows": 256, "eval_window": 512, "eval_items": None},
     },
