@@ -26,6 +26,10 @@ Compared per item: the request strings, the token split of each (context, contin
 log-likelihoods (largest |difference|). A disagreement is a "float tie" when the largest score
 difference on that item is float noise (``float_noise``) and the two leading choices are closer
 than it on one side. Writes ``benchmarks/lm-eval-agreement.json`` and ``.txt`` (what it printed).
+Each side's scores are cached per task under ``results/lm-eval-validation/`` (keyed by the items,
+weights, batch size, versions, staged YAML and data, and the scoring code's source), so an interrupted run resumes
+task by task and a rerun only recomputes the comparison; the seconds reported are those of the
+run that computed the scores.
 """
 from __future__ import annotations
 
@@ -376,18 +380,30 @@ def _source_digest(*functions) -> str:
     return hashlib.sha256("".join(inspect.getsource(f) for f in functions).encode()).hexdigest()[:16]
 
 
-def cached_side(side: str, name: str, key: dict[str, Any], compute) -> dict[str, Any]:
-    """``compute()`` (a dict with ``items``: ItemScores) timed and cached under ``results/`` by
-    side, task and ``key`` (and the harness's code), so an interrupted run resumes by task."""
-    from residshift.core import cache
+def harness_digest() -> str:
+    """A digest of the source of the harness code our side runs (``evaluate``'s request building
+    and scoring; part of the cache key: a change there recomputes, edits elsewhere do not)."""
     from residshift.measure import evaluate as ev
+
+    return _source_digest(ev.encode, ev.encode_pair, ev.Request, ev._max_positions, ev._supports_keep,
+                          ev.make_batches, ev._kept_logits, ev.score_requests, ev._score_with,
+                          ev._pad_id, ev.piqa_questions, ev.arc_questions, ev.lambada_split,
+                          ev.select_items, ev.EvalConfig)
+
+
+def cached_side(side: str, name: str, key: dict[str, Any], compute) -> dict[str, Any]:
+    """``compute()`` (a dict with ``items``: ItemScores) timed and cached under
+    ``results/lm-eval-validation/`` by side, task and ``key``, with this script's scoring code as
+    the code fingerprint, so an interrupted run resumes task by task."""
+    from residshift.core import cache
 
     def run():
         t0 = time.perf_counter()
         out = compute()
         return {**out, "seconds": time.perf_counter() - t0, "items": [asdict(s) for s in out["items"]]}
 
-    value = cache.cached("lm-eval-validation", {"side": side, "task": name, **key}, run, code=ev)
+    value = cache.cached("lm-eval-validation", {"side": side, "task": name, **key}, run,
+                         code=[score_ours, our_requests, LmEval.score, lm_eval_items])
     return {**value, "items": [ItemScore(**r) for r in value["items"]]}
 
 
@@ -398,10 +414,12 @@ def cached_side(side: str, name: str, key: dict[str, Any], compute) -> dict[str,
 
 def render(result: dict[str, Any]) -> str:
     cfg = result["config"]
-    lines = [f"# our harness vs lm-eval {cfg['versions']['lm_eval']} (HFLM), {cfg['model']}, "
-             f"{cfg['items_rule']}; {cfg['threads']} threads, batch {cfg['batch_size']}",
-             f"# same weights in both: {cfg['same_weights']}; target: the same choice on >= "
-             f"{TARGET:.0%} of items", ""]
+    lines = [f"# our harness vs lm-eval {cfg['versions']['lm_eval']} (HFLM), {cfg['model']} fp32, "
+             f"{cfg['items_rule']}; batch {cfg['batch_size']}",
+             f"# ours: {cfg.get('harness', {}).get('module', '?')}; same weights in both: "
+             f"{cfg['same_weights']}; target: the same choice on >= {TARGET:.0%} of items",
+             "# seconds: wall time of the runs that computed the scores (cached per task), on a shared "
+             "CPU: not a speed comparison", ""]
     head = (f"{'task':14} {'n':>5} {'same req':>8} {'same tok':>8} {'metric':9} {'agree':>7} "
             f"{'ours':>7} {'lm-eval':>7} {'max|dLL|':>9} {'mean|dLL|':>9} {'ties':>4}  seconds (ours / lm-eval)")
     lines += [head, "-" * len(head)]
@@ -444,17 +462,34 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _where(module: Path) -> str:
+    """Which evaluate.py our side ran: its commit when in a git checkout (and whether the work
+    tree modifies it), else its path (``RESIDSHIFT_HARNESS_SOURCE`` can name the snapshot)."""
+    import subprocess
+
+    r = subprocess.run(["git", "-C", str(module.parent), "rev-parse", "--short", "HEAD"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return os.environ.get("RESIDSHIFT_HARNESS_SOURCE", str(module))
+    dirty = subprocess.run(["git", "-C", str(module.parent), "status", "--porcelain", "--", module.name],
+                           capture_output=True, text=True).stdout.strip()
+    return f"evaluate.py at {r.stdout.strip()}" + (" + uncommitted changes" if dirty else "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="*", default=list(SPECS), choices=list(SPECS))
     size = ap.add_mutually_exclusive_group()
-    size.add_argument("--limit", type=int, help="items per task (default: the default profile's)")
+    size.add_argument("--limit", action="append", default=[], metavar="[TASK=]N",
+                      help="items per task, for all tasks or one (repeatable; default: the default profile's)")
     size.add_argument("--full", action="store_true", help="every item of every task")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch-size", type=int, help="rows per forward (default: the profile's)")
     ap.add_argument("--json", type=Path, default=HERE / "lm-eval-agreement.json")
     ap.add_argument("--txt", type=Path, default=HERE / "lm-eval-agreement.txt")
     ap.add_argument("--keep-stage", type=Path, help="stage the lm-eval tasks here and keep them")
+    ap.add_argument("--only", choices=["ours", "lm-eval"],
+                    help="compute (and cache) one side's scores and stop, e.g. the two sides in two processes")
     args = ap.parse_args(argv)
     try:
         import lm_eval  # noqa: F401
@@ -482,23 +517,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         ds = load_corpus(*(("piqa", "validation") if name == "piqa" else (name, "test")))
         if len(ds) != sizes[name]:
             raise SystemExit(f"{name}: {len(ds)} items in the local file, expected {sizes[name]}")
-    limits = {n: None if args.full else (args.limit or P.harness_limits[n]) for n in args.tasks}
+    limits = {n: None if args.full else P.harness_limits[n] for n in args.tasks}
+    for given in args.limit:
+        task, _, n = given.rpartition("=")
+        if task and task not in SPECS:
+            raise SystemExit(f"--limit {given}: unknown task {task!r}; known: {', '.join(SPECS)}")
+        if not n.isdigit() or int(n) < 1:
+            raise SystemExit(f"--limit {given}: the number of items must be a positive integer")
+        limits.update({t: int(n) for t in ([task] if task else args.tasks) if t in limits})
     items = {n: ev.select_items(sizes[n], limits[n], config.seed) for n in args.tasks}
 
     lm, tokenizer, info = load_model(MODEL)
     folder = embedded_cache_path(MODEL)
     weights = ev.model_fingerprint(lm)
+    harness = harness_digest()  # our side's key only: lm-eval's scores do not depend on our code
     keys = {n: {"model": MODEL, "weights": weights, "batch": batch, "n": len(items[n]),
-                "script": _source_digest(score_ours, our_requests, LmEval.score, lm_eval_items),
                 "items": hashlib.sha256(np.asarray(items[n], dtype=np.int64).tobytes()).hexdigest()[:16]}
             for n in args.tasks}
     ours, theirs, timing = {}, {}, {}
-    for name in args.tasks:
-        ours[name] = cached_side("ours", name, keys[name], lambda: {
+    for name in args.tasks if args.only != "lm-eval" else []:
+        ours[name] = cached_side("ours", name, {**keys[name], "harness": harness}, lambda: {
             "items": score_ours(lm, info, tokenizer, name, items[name], config=config, progress=True)})
         timing[name] = {"ours_s": ours[name]["seconds"]}
         print(f"ours    {name:14} {len(items[name])} items in {timing[name]['ours_s']:.0f} s", flush=True)
 
+    if args.only == "ours":
+        return 0
     lm_eval_tasks = Path(lm_eval.tasks.__file__).parent
     with contextlib.ExitStack() as stack:
         build_dir().mkdir(parents=True, exist_ok=True)  # inside the repo: lm-eval asks git for a commit
@@ -513,19 +557,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "torch": torch.__version__}
             theirs[name] = cached_side("lm-eval", name, {**keys[name], **staged},
                                        lambda: theirs_side.score(name, items[name]))
-            timing[name]["lm_eval_s"] = theirs[name]["seconds"]
+            timing.setdefault(name, {})["lm_eval_s"] = theirs[name]["seconds"]
             print(f"lm-eval {name:14} {len(items[name])} items in {timing[name]['lm_eval_s']:.0f} s", flush=True)
+    if args.only == "lm-eval":
+        return 0
     same_weights = all(theirs[n]["weights"] == weights for n in args.tasks)
 
     tasks = {n: compare_task(ours[n]["items"], theirs[n]["items"], SPECS[n].kind) for n in args.tasks}
     result = {
         "config": {
+            "argv": list(sys.argv[1:] if argv is None else argv),
+            "harness": {"digest": harness, "module": _where(Path(ev.__file__))},
             "model": MODEL, "weights": str(folder.name), "same_weights": same_weights,
             "prepend_bos": info.prepend_bos, "threads": args.threads, "batch_size": batch,
             "seed": config.seed, "limits": limits,
             "items_rule": ("full sets" if args.full else
-                           "the default profile's seeded subsample (evaluate.select_items, "
-                           + ", ".join(f"{n} {len(items[n])}" for n in args.tasks) + ")"),
+                           f"the first n items of the harness's seeded shuffle (evaluate.select_items, "
+                           f"seed {config.seed}; the default profile's n is "
+                           f"{sorted(set(P.harness_limits[n] for n in args.tasks))[0]}): "
+                           + ", ".join(f"{n} {len(items[n])}" for n in args.tasks)),
             "versions": {"lm_eval": lm_eval.__version__, "torch": torch.__version__,
                          "transformers": transformers.__version__, "datasets": datasets.__version__},
             "lm_eval_tasks": {n: SPECS[n].lm_eval for n in args.tasks},

@@ -216,4 +216,5 @@ def test_readme_section_reads_the_agreement_file(tmp_path):
     text = report.section_lm_eval(tmp_path, tmp_path)
     assert "| piqa | 2 | 2 / None | acc | 50.0% (1) | 0.500 | 1.000 | 2.0e-07 | 1 |" in text
     assert "| piqa | 2 | 2 / None | acc_norm | 100.0% (2) |" in text
-    assert "**missed**" in text and "1 disagreement(s), 1 of them float ties" in text
+    assert "**missed**" in text and "1 item(s) chosen differently, 1 of them float ties" in text
+    assert "identical on all 2 items, as strings (token splits not recorded)" in text

@@ -249,8 +249,61 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
     return "\n\n".join(parts)
 
 
+def section_lm_eval(fig: Path, bench: Path) -> str:
+    d = _load(bench / "lm-eval-agreement.json")
+    if d is None:
+        return _missing("Harness vs lm-evaluation-harness", "benchmarks/lm-eval-agreement.json")
+    cfg, tasks = d["config"], d["tasks"]
+    rows = []
+    for task, c in tasks.items():
+        for metric, agree in c["agree"].items():
+            rows.append([task, str(c["n"]), f"{c['same_requests']} / {c['same_tokens']}", metric,
+                         f"{100 * agree:.1f}% ({c['agree_count'][metric]})", _num(c["ours"][metric], 3),
+                         _num(c["lm_eval"][metric], 3), f"{c['max_abs_diff']:.1e}",
+                         f"{len([x for x in c['disagreements'] if x['metric'] == metric])}"])
+    n_items = sum(c["n"] for c in tasks.values())
+    tokens_known = all(c["same_tokens"] is not None for c in tasks.values())
+    same = all(c["same_requests"] == c["n"] and c["same_tokens"] in (c["n"], None) for c in tasks.values())
+    n_dis = sum(len(c["disagreements"]) for c in tasks.values())
+    n_ties = sum(c["float_ties"] for c in tasks.values())
+    name, worst = max(tasks.items(), key=lambda kv: kv[1]["max_abs_diff"])
+    w = worst["worst"]
+    text = (f"**Harness vs lm-evaluation-harness** (`make validate-harness`: "
+            f"`benchmarks/validate_lm_eval.py`, lm-eval {cfg['versions']['lm_eval']} HFLM with its own "
+            f"task configs on the local files, {cfg['model']} fp32, same weights: "
+            f"{'yes' if cfg['same_weights'] else 'NO'}; ours: {cfg.get('harness', {}).get('module', '?')}; "
+            f"{cfg['items_rule']}). Per item: identical request strings / token splits, agreement of "
+            "the chosen answer (acc: argmax log-likelihood; acc_norm: per character; LAMBADA: greedy "
+            "match), accuracy by each harness, largest |Δ log-likelihood| over every scored "
+            "continuation.\n\n"
+            + _table(["task", "n", "same strings / tokens", "metric", "same choice", "ours",
+                      "lm-eval", "max abs ΔLL", "disagree"], rows)
+            + f"\n\nTarget ≥ 99% same choice on every task and metric: {_met(d['meets_target'])}. ")
+    if same:
+        text += (f"The requests are identical on all {n_items} items, as strings"
+                 + (" and as tokens" if tokens_known else " (token splits not recorded)") + ": both "
+                 "harnesses build lm-eval's (context + \" \" + choice; LAMBADA's last space-separated "
+                 "word with its space; trailing context spaces moved to the continuation and the pair "
+                 "tokenized whole; no BOS with this tokenizer in either). ")
+    else:
+        text += ("Some requests differ as strings or tokens (counts above; items in "
+                 "`benchmarks/lm-eval-agreement.txt`). ")
+    text += (f"The log-likelihoods differ by float32 rounding only: at most {w['abs_diff']:.1e} nats "
+             f"({name}, a continuation of {_num(w['ours'], 1)} nats, "
+             f"{w['abs_diff'] / max(abs(w['ours']), 1e-12):.0e} relative), growing with the "
+             "continuation's length, because lm-eval computes every position's full-vocabulary logits "
+             "without an attention mask and sums float32 log-probabilities, while ours keeps only the "
+             "continuation's logits (`logits_to_keep`), passes the mask, groups rows by a token "
+             "budget and sums in float64. ")
+    if n_dis:
+        text += (f"{n_dis} item(s) chosen differently, {n_ties} of them float ties (the scores differ by "
+                 "float noise and the two leading choices are closer than that).")
+    else:
+        text += "No item is chosen differently."
+    return text
+
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts,
-                                               section_harness, section_benchmarks]
+                                               section_harness, section_benchmarks, section_lm_eval]
 
 
 def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:
