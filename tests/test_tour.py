@@ -198,6 +198,11 @@ def test_shares_panel_and_regime_table_on_known_labels():
     assert s["positions"] == 4
     assert s["input"] == [1.0, 0.25, 0.0] and s["next"] == [0.0, 0.25, 0.75] and s["other"] == [0.0, 0.5, 0.25]
     row = tour.regime_table(shares).loc["m"]
-    assert row["input @ l=1"] == 0.25 and row["last l with input ≥ 0.5"] == 0
-    assert row["first l with next > input"] == 2 and row["l with input+next < 0.5"] == "none"
-    assert row["next @ l=L"] == 0.75
+    assert row["max input @ l≥1"] == 0.25 and row["last l with input ≥ 0.5"] == 0
+    assert row["first l with next > input"] == 2 and row["layers with input+next < 0.5"] == 0
+    assert row["longest run of them"] == "none" and row["next @ l=L"] == 0.75
+
+
+def test_longest_run():
+    assert tour._longest_run([1, 3, 4, 5, 7, 8]) == (3, 5)
+    assert tour._longest_run([2]) == (2, 2) and tour._longest_run([]) is None

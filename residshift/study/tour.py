@@ -168,14 +168,20 @@ def load_models(names: Sequence[str], *, device: str = "cpu"):
     return loaded, pd.DataFrame(rows).set_index("name")
 
 
+LOGITS_BUDGET = 2**27  # logit entries per forward (512 MiB in fp32): batches shrink for big vocabularies
+
+
 def sample_perplexity(loaded: LoadedModel, *, corpus: str, split: str, window: int, n: int,
-                      seed: int = 0, batch_size: int = 4) -> dict[str, Any]:
+                      seed: int = 0, batch_size: int | None = None) -> dict[str, Any]:
     """Perplexity on ``n`` seeded windows of ``window`` tokens (cached by configuration and code).
 
     Each window starts fresh (BOS where the model uses one), so early positions have little
     context: this is a sanity check of the weights, not the harness's sliding-window number.
+    ``batch_size`` (default: as many windows as keep the logits within :data:`LOGITS_BUDGET`
+    entries) changes memory, not the result.
     """
     lm, tok, info = loaded
+    batch_size = batch_size or max(1, LOGITS_BUDGET // (window * info.vocab_size))
     config = {"model": info.name, "source": info.source, "corpus": corpus, "split": split,
               "window": window, "n": n, "seed": seed, "bos": info.prepend_bos,
               "dtype": str(info.embedding.dtype)}
@@ -384,10 +390,11 @@ def tug_of_war(numbers: Mapping[str, Any]):
     axes[0].invert_yaxis()
     axes[0].set_title("rank, layers 0..L", fontsize=10)
     axes[1].set_title("log-probability, layers 1..L (layer 0: see the table)", fontsize=10)
-    axes[0].legend(loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False, bbox_to_anchor=(0.5, 0.0))
     fig.suptitle(f"{numbers['model']}: what the residual stream points at, layer by layer "
                  f"(one sentence, {numbers['positions']} positions: median and quartiles)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return fig, dict(numbers)
 
 
@@ -536,27 +543,42 @@ def shares_panel(trajectories: Mapping[str, Mapping[str, Any]]):
         numbers[name] = {"n_layers": L, "positions": int(lab.shape[1]),
                          **{r: [round(float(x), 4) for x in v] for r, v in share.items()}}
     axes[0, 0].set_ylabel("share of positions")
-    axes[0, 0].legend(loc="center left", fontsize=9)
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, ["input token $x_t$", "next token $x_{t+1}$", "other"], loc="lower center", ncol=3,
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig, numbers
 
 
+def _longest_run(layers: Sequence[int]) -> tuple[int, int] | None:
+    best, start = None, None
+    for i, l in enumerate(layers):
+        if i == 0 or l != layers[i - 1] + 1:
+            start = l
+        if best is None or l - start > best[1] - best[0]:
+            best = (start, l)
+    return best
+
+
 def regime_table(shares: Mapping[str, Mapping[str, Any]]):
-    """Per model, read off :func:`shares_panel`'s numbers: the input share at layers 0 and 1, the
-    last layer where at least half the positions decode the input, the first layer where "next"
-    outnumbers "input", the layers where fewer than half decode either, and the final next share."""
+    """Per model, read off :func:`shares_panel`'s numbers: the input share at layer 0, the largest
+    input share at any layer >= 1, the last layer where at least half the positions decode the
+    input, the first layer where "next" outnumbers "input", the layers where fewer than half decode
+    either (how many, and the longest run of them), and the next share at the last layer."""
     import pandas as pd
 
     rows = []
     for name, s in shares.items():
         L = s["n_layers"]
         quiet = [l for l in range(1, L) if s["input"][l] + s["next"][l] < 0.5]
+        run = _longest_run(quiet)
         rows.append({
             "model": name, "L": L, "positions": s["positions"],
-            "input @ l=0": s["input"][0], "input @ l=1": s["input"][1],
+            "input @ l=0": round(s["input"][0], 2), "max input @ l≥1": round(max(s["input"][1:]), 2),
             "last l with input ≥ 0.5": max((l for l in range(L + 1) if s["input"][l] >= 0.5), default=None),
             "first l with next > input": _first(s["next"][l] > s["input"][l] for l in range(L + 1)),
-            "l with input+next < 0.5": f"{quiet[0]}..{quiet[-1]} ({len(quiet)} layers)" if quiet else "none",
-            "next @ l=L": s["next"][L],
+            "layers with input+next < 0.5": len(quiet),
+            "longest run of them": f"{run[0]}..{run[1]}" if run else "none",
+            "next @ l=L": round(s["next"][L], 2),
         })
     return pd.DataFrame(rows).set_index("model")
