@@ -294,7 +294,8 @@ def section_lm_eval(fig: Path, bench: Path) -> str:
              "continuation's length, because lm-eval computes every position's full-vocabulary logits "
              "without an attention mask and sums float32 log-probabilities, while ours keeps only the "
              "continuation's logits (`logits_to_keep`), passes the mask, groups rows by a token "
-             "budget and sums in float64. ")
+             "budget (and, from prefix reuse on, runs a shared multiple-choice context once and its "
+             "choices on the KV cache) and sums in float64. ")
     if n_dis:
         text += (f"{n_dis} item(s) chosen differently, {n_ties} of them float ties (the scores differ by "
                  "float noise and the two leading choices are closer than that).")
