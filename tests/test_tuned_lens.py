@@ -173,3 +173,74 @@ def test_fit_cached_uses_the_corpus_and_caches(tiny, tmp_path, monkeypatch):
     assert torch.equal(report2["kl_tuned"], report["kl_tuned"])
     for a, b in zip(lens.state_dict().values(), again.state_dict().values()):
         assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------
+# Fitting on residuals collected once (the model is frozen)
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3", "tiny-gpt2"])
+def test_collect_stack_equals_the_traced_residuals_in_any_batch(tiny, name):
+    lm, _, info = tiny[name]
+    ids = _windows(5, 12, 11)
+    traced = T.collect_residuals(lm, info, ids)
+    hooked = T.collect_stack(lm, info, ids)
+    alone = T.collect_stack(lm, info, ids[2:4])
+    assert len(hooked) == info.n_layers + 1
+    for l in range(info.n_layers + 1):
+        assert torch.equal(hooked[l], traced[l]), l
+        assert torch.equal(alone[l], traced[l][2:4]), l  # a window's residuals: whatever its batch
+
+
+def _fit_both(lm, info, cfg, train, es, monkeypatch, budget=None):
+    per_step, rep_a = T.fit(lm, info, cfg, train=train, es=es, collect="per_step")
+    if budget is not None:
+        monkeypatch.setattr(T, "RESIDUAL_CACHE_BYTES", budget)
+    monkeypatch.setattr(T, "collect_residuals", lambda *a, **k: pytest.fail("the model ran per step"))
+    once, rep_b = T.fit(lm, info, cfg, train=train, es=es)
+    monkeypatch.undo()
+    return (per_step, rep_a), (once, rep_b)
+
+
+@pytest.mark.parametrize("name,budget", [("tiny-llama", None), ("tiny-gemma3", "two windows")])
+def test_fit_on_residuals_collected_once_equals_the_per_step_fit(tiny, name, budget, monkeypatch):
+    """Same batches, same residuals, same lens: translators, training KL per step and
+    early-stopping KL per evaluation equal the fit that runs the model every step; also when the
+    memory bound splits the steps into many blocks."""
+    lm, _, info = tiny[name]
+    train, es = _windows(6, 16, 12), _windows(3, 16, 13)  # 8 steps x 3 windows from 6: repeats
+    cfg = T.TunedLensConfig(window=16, steps=8, batch=3, lr=1e-2, eval_every=3, train_vocab=40, seed=1)
+    per_window = (info.n_layers + 1) * 16 * info.d_model * 4
+    (a, rep_a), (b, rep_b) = _fit_both(lm, info, cfg, train, es, monkeypatch,
+                                       budget=2 * per_window if budget else None)
+    for (k, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        torch.testing.assert_close(y, x, rtol=0, atol=1e-6, msg=k)
+    parts = [[r["parts"] for r in rep["history"] if "parts" in r] for rep in (rep_a, rep_b)]
+    evals = [[r["eval"] for r in rep["history"] if "eval" in r] for rep in (rep_a, rep_b)]
+    torch.testing.assert_close(torch.tensor(parts[1]), torch.tensor(parts[0]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(evals[1]), torch.tensor(evals[0]), rtol=0, atol=1e-6)
+    assert len(evals[0]) == 4  # steps 0, 3, 6 and the end
+
+
+def test_residual_store_blocks_and_repeats(tiny):
+    lm, _, info = tiny["tiny-llama"]
+    train = _windows(6, 16, 12)
+    cfg = T.TunedLensConfig(window=16, steps=8, batch=3, seed=1)
+    per_window = (info.n_layers + 1) * 16 * info.d_model * 4
+    draws = [T.random_batch(6, 3, s, 1).tolist() for s in range(8)]
+    whole = T.ResidualStore(lm, info, train, cfg)
+    for s in range(8):
+        hs = whole.batch(s)
+        ref = T.collect_residuals(lm, info, train[draws[s]])
+        assert all(torch.equal(x, y) for x, y in zip(hs, ref))
+    assert whole.blocks == 1 and whole.windows_run == len({i for d in draws for i in d}) <= 6
+    small = T.ResidualStore(lm, info, train, cfg, budget=4 * per_window)
+    for s in range(8):
+        small.batch(s)
+        assert small.hs.shape[1] <= 4  # the memory bound holds
+    assert small.blocks > 1
+    # a resumed fit starts a block where it resumes
+    late = T.ResidualStore(lm, info, train, cfg)
+    late.batch(5)
+    assert late.steps == (5, 7)

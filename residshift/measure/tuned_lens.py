@@ -226,36 +226,48 @@ def evaluate_kl(lm, info: ModelInfo, lens: TunedLens | None, windows: torch.Tens
     """
     if lens is not None:
         lens.check_model(info)
-    L = info.n_layers
     out = {"logit": [], "tuned": [], "outside_mass": []}
     for start in range(0, len(windows), batch):
         ids = windows[start:start + batch]
-        hs = collect_residuals(lm, info, ids)
-        B = ids.shape[0]
-        n_pos = ids.shape[1] - skip_first
-        final = _flat(hs[L], skip_first)
-        rows = {"logit": torch.zeros(B * n_pos, L + 1), "tuned": torch.zeros(B * n_pos, L + 1)}
-        outside = torch.zeros(B * n_pos)
-        for c in range(0, final.shape[0], chunk):
-            sl = slice(c, c + chunk)
-            full_logp = torch.log_softmax(decode_logits(info, final[sl]).float(), -1)
-            if vocab is not None:
-                outside[sl] = 1 - full_logp[:, vocab].exp().sum(-1)
-                target = torch.log_softmax(full_logp[:, vocab], -1)
-            else:
-                target = full_logp
-            for l in range(L + 1):
-                h = _flat(hs[l], skip_first)[sl]
-                rows["logit"][sl, l] = _kl(target, decode_logits(info, h, vocab))
-                if lens is not None:
-                    rows["tuned"][sl, l] = _kl(target, decode_logits(info, lens.transform(l, h), vocab))
-        for key in ("logit", "tuned"):
-            out[key].append(rows[key].view(B, n_pos, L + 1).mean(1))
-        out["outside_mass"].append(outside.view(B, n_pos).mean(1))
+        hs = collect_residuals(lm, info, ids) if info.remote else collect_stack(lm, info, ids)
+        for key, value in _kl_batch(info, lens, hs, skip_first=skip_first, vocab=vocab, chunk=chunk,
+                                    logit=True).items():
+            out[key].append(value)
     res = {k: torch.cat(v) for k, v in out.items()}
     if lens is None:
         del res["tuned"]
     return res
+
+
+def _kl_batch(info: ModelInfo, lens: TunedLens | None, hs: list[torch.Tensor], *, skip_first: int,
+              vocab: torch.Tensor | None, chunk: int = 256, logit: bool = True) -> dict[str, torch.Tensor]:
+    """:func:`evaluate_kl` of one batch of residuals ``hs`` (``[h_0..h_L]``, each ``[B, T, d]``):
+    per-window means ``{"logit", "tuned": [B, L+1], "outside_mass": [B]}``. ``logit=False``
+    skips the logit lens (the early-stopping evaluation needs only the tuned lens)."""
+    L = info.n_layers
+    B, T_ = hs[0].shape[:2]
+    n_pos = T_ - skip_first
+    final = _flat(hs[L], skip_first)
+    rows = {"logit": torch.zeros(B * n_pos, L + 1), "tuned": torch.zeros(B * n_pos, L + 1)}
+    outside = torch.zeros(B * n_pos)
+    flat = [_flat(h, skip_first) for h in hs]
+    for c in range(0, final.shape[0], chunk):
+        sl = slice(c, c + chunk)
+        full_logp = torch.log_softmax(decode_logits(info, final[sl]).float(), -1)
+        if vocab is not None:
+            outside[sl] = 1 - full_logp[:, vocab].exp().sum(-1)
+            target = torch.log_softmax(full_logp[:, vocab], -1)
+        else:
+            target = full_logp
+        for l in range(L + 1):
+            h = flat[l][sl]
+            if logit:
+                rows["logit"][sl, l] = _kl(target, decode_logits(info, h, vocab))
+            if lens is not None:
+                rows["tuned"][sl, l] = _kl(target, decode_logits(info, lens.transform(l, h), vocab))
+    out = {key: rows[key].view(B, n_pos, L + 1).mean(1) for key in ("logit", "tuned")}
+    out["outside_mass"] = outside.view(B, n_pos).mean(1)
+    return out
 
 
 def training_vocab(windows: torch.Tensor, k: int | None) -> torch.Tensor | None:
@@ -278,19 +290,130 @@ def train_step(lm, info: ModelInfo, lens: TunedLens, ids: torch.Tensor, backward
 
     Layers are independent (each translator only sees its own layer), so each layer's loss is
     back-propagated on its own (``backward``, from the fitting loop), which keeps only one layer's
-    vocabulary-sized tensors alive.
+    vocabulary-sized tensors alive. Runs the model on ``ids`` (``fit(collect="per_step")``).
     """
+    return _layer_losses(info, lens, collect_residuals(lm, info, ids), backward, skip_first=skip_first,
+                         head=Unembed(info, vocab=vocab))
+
+
+def _layer_losses(info: ModelInfo, lens: TunedLens, hs: list[torch.Tensor], backward, *,
+                  skip_first: int, head: Unembed) -> list[float]:
+    """:func:`train_step` on residuals already collected (``head``: the training-vocabulary head)."""
     L = info.n_layers
-    hs = collect_residuals(lm, info, ids)
     with torch.no_grad():
-        target = torch.log_softmax(decode_logits(info, _flat(hs[L], skip_first), vocab).float(), -1)
+        target = torch.log_softmax(head(_flat(hs[L], skip_first)).float(), -1)
     kls = []
     for l in range(L):
         h = _flat(hs[l], skip_first)
-        loss = _kl(target, decode_logits(info, lens.transform(l, h), vocab)).mean()
+        loss = _kl(target, head(lens.transform(l, h))).mean()
         backward(loss)
         kls.append(float(loss.detach()))
     return kls
+
+
+# --------------------------------------------------------------------------------------------
+# Residuals collected once
+# --------------------------------------------------------------------------------------------
+
+RESIDUAL_CACHE_BYTES = 1 << 30
+"""At most this many bytes of residuals (``h_0..h_L`` of the windows of a block of steps, fp32)
+are held by :class:`ResidualStore` at a time (plus one step's batch and one collecting forward);
+a fit whose windows need more collects them block by block. At the default profile a SmolLM2
+window is 9.1 MB (31 x 128 x 576 floats) and its fit draws about 140 distinct windows: two blocks."""
+COLLECT_BATCH = 16  # windows per forward when collecting
+
+
+class ResidualStore:
+    """``h_0..h_L`` of the training windows the steps draw, collected before the steps that use them.
+
+    For the block of steps starting at the first step whose windows are not held, it finds the
+    distinct windows those steps draw (the batches are a function of ``(seed, step)``), as many
+    steps as fit in :data:`RESIDUAL_CACHE_BYTES`, and runs the frozen model over them once, in
+    batches of :data:`COLLECT_BATCH` (:func:`collect_stack`: no head, no logits). A resumed fit
+    starts a block at its first step, so it sees the residuals an uninterrupted one sees.
+    """
+
+    def __init__(self, lm, info: ModelInfo, train: torch.Tensor, cfg: TunedLensConfig,
+                 budget: int | None = None):
+        self.lm, self.info, self.train, self.cfg = lm, info, train, cfg
+        self.per_window = (info.n_layers + 1) * train.shape[1] * info.d_model * 4
+        budget = RESIDUAL_CACHE_BYTES if budget is None else budget
+        self.max_windows = max(cfg.batch, budget // self.per_window)
+        self.slot: dict[int, int] = {}  # window index -> position in self.hs
+        self.hs: torch.Tensor | None = None  # [L+1, n, T, d]
+        self.steps: tuple[int, int] = (0, -1)  # the block held: steps first..last
+        self.blocks = 0  # how many blocks were collected (one forward pass each over their windows)
+        self.windows_run = 0
+
+    def _draw(self, step: int) -> list[int]:
+        return random_batch(len(self.train), self.cfg.batch, step, self.cfg.seed).tolist()
+
+    def batch(self, step: int) -> list[torch.Tensor]:
+        """``[h_0, ..., h_L]`` of step ``step``'s batch, each ``[batch, T, d]``."""
+        idx = self._draw(step)
+        if not (self.steps[0] <= step <= self.steps[1]):
+            self._collect(step)
+        at = torch.tensor([self.slot[i] for i in idx])
+        return list(self.hs.index_select(1, at).unbind(0))
+
+    def _collect(self, first: int) -> None:
+        self.hs = None  # free the last block first
+        order: dict[int, None] = {}
+        last = first
+        for s in range(first, self.cfg.steps):
+            new = [i for i in dict.fromkeys(self._draw(s)) if i not in order]
+            if s > first and len(order) + len(new) > self.max_windows:
+                break
+            order.update(dict.fromkeys(new))
+            last = s
+        windows = list(order)
+        L1, T_, d = self.info.n_layers + 1, self.train.shape[1], self.info.d_model
+        self.hs = torch.empty(L1, len(windows), T_, d)
+        for i in range(0, len(windows), COLLECT_BATCH):
+            part = collect_stack(self.lm, self.info, self.train[windows[i:i + COLLECT_BATCH]])
+            for l, h in enumerate(part):
+                self.hs[l, i:i + h.shape[0]] = h
+            del part
+        self.slot = {w: j for j, w in enumerate(windows)}
+        self.steps = (first, last)
+        self.blocks += 1
+        self.windows_run += len(windows)
+
+
+class _Stop(Exception):
+    """Raised by the last block's hook: the rest of the model (final norm, head) is not needed."""
+
+
+def collect_stack(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tensor]:
+    """:func:`collect_residuals` without nnsight and without the head: forward hooks on the
+    decoder layers save ``h_0`` (layer 0's input) and every layer's output, and the forward stops
+    after the last layer (the final norm and the vocabulary projection, most of a forward for
+    Gemma-3's 262k vocabulary, never run). The same tensors as the nnsight trace (tested)."""
+    module = getattr(lm, "_module", lm)
+    saved: list[torch.Tensor] = []
+
+    def first(mod, args, kwargs):
+        saved.append(args[0] if args else kwargs["hidden_states"])
+
+    def output(mod, args, kwargs, out):
+        saved.append(out[0] if isinstance(out, tuple) else out)
+        if len(saved) == info.n_layers + 1:
+            raise _Stop
+
+    hooks = [info.layers[0].register_forward_pre_hook(first, with_kwargs=True)]
+    hooks += [layer.register_forward_hook(output, with_kwargs=True) for layer in info.layers]
+    try:
+        with torch.no_grad():
+            module(input_ids=ids.to(info.embedding.device))
+    except _Stop:
+        pass
+    finally:
+        for h in hooks:
+            h.remove()
+    if len(saved) != info.n_layers + 1:
+        raise TunedLensError(f"collected {len(saved)} residuals of {info.name}, expected "
+                             f"{info.n_layers + 1}: the model's layers did not all run")
+    return [h.detach().float() for h in saved]
 
 
 def checkpoint_path(info: ModelInfo, cfg: TunedLensConfig) -> Path:
@@ -310,7 +433,7 @@ def fit_config(cfg: TunedLensConfig) -> FitConfig:
 
 def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: torch.Tensor | None,
         checkpoint: Path | None = None, stop_after: int | None = None,
-        progress: bool | str = False) -> tuple[TunedLens, dict]:
+        progress: bool | str = False, collect: str = "once") -> tuple[TunedLens, dict]:
     """Fit a tuned lens on ``train`` windows through :func:`residshift.core.fitting.fit`.
 
     Batches are drawn with replacement from a generator seeded by ``(seed, step)``. With ``es``
@@ -318,22 +441,45 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
     early-stopping KL (step 0, the logit lens itself, is a candidate); ``cfg.patience`` ends the fit
     when no layer improved for that many evaluations. Resumes from ``checkpoint`` when it exists;
     ``stop_after`` ends this call after that many steps (what an interruption does; tests use it).
+
+    ``collect``: ``"once"`` (default) runs the frozen model once over the windows a block of steps
+    draws and fits on those residuals (:class:`ResidualStore`: a window drawn twice runs once, the
+    early-stopping windows run once, the head after the last block never runs), within
+    :data:`RESIDUAL_CACHE_BYTES` of memory; ``"per_step"`` runs the model for every step's batch
+    (:func:`train_step`). The model is frozen and a window's residuals do not depend on the batch
+    it runs in, so both give the same lens (tested).
+
     Returns the lens and a report: ``history`` (the fitting loop's records: ``parts`` = per-layer
     training KL per step, ``eval`` = per-layer early-stopping KL), ``best_es_kl``, ``steps``,
     ``stopped_early``, ``fit_seconds``, ``vocab_size``.
     """
+    if collect not in ("once", "per_step"):
+        raise ValueError(f"collect must be 'once' or 'per_step', got {collect!r}")
     lens = TunedLens(info)
     vocab = training_vocab(train, cfg.train_vocab)
     if vocab is not None and vocab.numel() < 2:
         raise TunedLensError("the training vocabulary has fewer than 2 tokens: use more windows")
+    once = collect == "once" and not info.remote
+    store = ResidualStore(lm, info, train, cfg) if once else None
+    head = Unembed(info, vocab=vocab)
+    es_hs: list = []
 
     def step_fn(step, micro, backward):
-        ids = train[random_batch(len(train), cfg.batch, step, cfg.seed)]
-        return train_step(lm, info, lens, ids, backward, skip_first=cfg.skip_first, vocab=vocab)
+        if store is None:
+            ids = train[random_batch(len(train), cfg.batch, step, cfg.seed)]
+            return train_step(lm, info, lens, ids, backward, skip_first=cfg.skip_first, vocab=vocab)
+        return _layer_losses(info, lens, store.batch(step), backward, skip_first=cfg.skip_first, head=head)
 
     def eval_fn():
-        return evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
-                           vocab=vocab)["tuned"].mean(0)[:-1].tolist()
+        if store is None:
+            return evaluate_kl(lm, info, lens, es, batch=cfg.batch, skip_first=cfg.skip_first,
+                               vocab=vocab)["tuned"].mean(0)[:-1].tolist()
+        if not es_hs:  # the early-stopping windows, in evaluate_kl's batches, once
+            es_hs.extend(collect_stack(lm, info, es[i:i + cfg.batch]) for i in range(0, len(es), cfg.batch))
+        with torch.no_grad():
+            tuned = [_kl_batch(info, lens, hs, skip_first=cfg.skip_first, vocab=vocab, logit=False)["tuned"]
+                     for hs in es_hs]
+        return torch.cat(tuned).mean(0)[:-1].tolist()
 
     def best_keys(layer):
         return [f"translators.{layer}.weight", f"translators.{layer}.bias"]
