@@ -35,7 +35,9 @@ Tasks and our definitions (prompt formats follow lm-evaluation-harness, "lm-eval
     and ``"Question: {question}\\nAnswer:"`` (ARC; the local file's query already starts with
     ``"Question: "``); continuation ``" " + choice``. ``acc``: argmax of the summed log-likelihood;
     ``acc_norm``: argmax of log-likelihood / number of CHARACTERS of the choice text (without the
-    leading space), exactly lm-eval's ``completion_len = len(choice)``.
+    leading space), exactly lm-eval's ``completion_len = len(choice)``. The choices of a question
+    share their context, which runs once (a KV cache expanded across the choices; scores equal to
+    whole sequences up to float rounding, see :func:`score_requests`).
 
 Tokenization of a (context, continuation) pair is lm-eval's: trailing spaces of the context move to
 the continuation, the pair is tokenized whole, and the continuation is the tokens past the
