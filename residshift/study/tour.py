@@ -376,8 +376,8 @@ def tug_of_war(numbers: Mapping[str, Any]):
     L = numbers["n_layers"]
     layers = np.arange(L + 1)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    panels = ((axes[0], "rank", "rank of the token (log scale; 1 = top)", 0),
-              (axes[1], "logprob", "log-probability of the token (nats)", 1))
+    panels = ((axes[0], "rank", "rank (log scale; 1 = top)", 0),
+              (axes[1], "logprob", "log-probability (nats)", 1))
     for ax, metric, ylabel, first in panels:
         for which in lens.WHICH:
             med, q1, q3 = (np.asarray(numbers[f"{metric}_{which}_{s}"], dtype=float) for s in ("median", "q1", "q3"))
