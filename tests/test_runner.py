@@ -153,7 +153,6 @@ def test_undeclared_profile_keys_are_found_statically(tmp_path):
     assert "models" not in missing and "seed" not in missing
 
 
-@pytest.mark.xfail(strict=False, reason="notebooks are rewired by the lead")
 @pytest.mark.parametrize("book", runner.list_notebooks(), ids=lambda p: p.stem)
 def test_notebooks_declare_every_profile_key_they_read(book):
     assert runner.undeclared_profile_keys(book) == [], (
@@ -209,3 +208,19 @@ def test_dry_run_counts_training_tokens_from_scratch():
     assert line.startswith("train fits: 2 per configuration, 600.0k training tokens per fit, 1.2M in all")
     assert f"~{runner._n(12 * 6 * 128**2)} block weights" in line
     assert runner._n(4.2e18) == "4.2E" and runner._n(999) == "999"
+
+
+def test_keys_read_follow_the_profile_into_package_functions(tmp_path):
+    """P passed to a study function counts: the keys that function (and what it calls) reads."""
+    import nbformat
+
+XX, metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("from residshift.core import profiles\n"
+                                          "from residshift.attenuate.sweep import SweepConfig\n"
+                                          "P = profiles.from_namespace(globals())\n"
+                                          "cfg = SweepConfig.from_profile(P, 'tiny-llama')")]
+    path = tmp_path / "09-x.ipynb"
+    nbformat.write(nb, path)
+    keys = runner.profile_keys_read(path)
+    assert {"sweep_corpus", "sweep_window", "sweep_alphas", "seed"} <= keys
+    assert "sweep_corpus" in runner.undeclared_profile_keys(path) and "seed" not in runner.undeclared_profile_keys(path)

@@ -197,46 +197,101 @@ def _attributes_read(tree: ast.AST, name: str) -> set[str]:
     return keys
 
 
+def _resolve_in(namespace: dict[str, Any], dotted: str) -> Any:
+    head, *rest = dotted.split(".")
+    obj = namespace[head]
+    for part in rest:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _callee_keys(callee: Any, pos: int | None, kw: str | None, *, depth: int = 0,
+                 seen: set | None = None) -> set[str]:
+    """The profile keys a residshift function reads from the argument it receives at ``pos`` /
+    ``kw`` (``P.<key>``, ``getattr(P, "<key>")``), following ``P`` into the residshift functions it
+    is passed on to (a few levels deep). Functions outside residshift are not inspected."""
+    seen = set() if seen is None else seen
+    bound = inspect.ismethod(callee)
+    func = getattr(callee, "__func__", callee)
+    if not callable(func) or depth > 4 or not (getattr(func, "__module__", "") or "").startswith("residshift"):
+        return set()
+    ident = (getattr(func, "__qualname__", repr(func)), pos, kw)
+    if ident in seen:
+        return set()
+    seen.add(ident)
+    try:
+        fn = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
+    except (OSError, TypeError, SyntaxError, IndexError):
+        return set()
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return set()
+    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+    if bound:
+        params = params[1:]
+    names = params + [a.arg for a in fn.args.kwonlyargs]
+    name = kw if kw in names else (params[pos] if pos is not None and pos < len(params) else None)
+    if name is None:
+        return set()
+    keys = _attributes_read(fn, name)
+    namespace = getattr(func, "__globals__", {})
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        passes = [(i, None) for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id == name]
+        passes += [(None, k.arg) for k in node.keywords if isinstance(k.value, ast.Name) and k.value.id == name]
+        dotted = _dotted(node.func)
+        if not passes or dotted is None:
+            continue
+        try:
+            target = _resolve_in(namespace, dotted)
+        except (KeyError, AttributeError):
+            continue
+        for i, k in passes:
+            keys |= _callee_keys(target, i, k, depth=depth + 1, seen=seen)
+    return keys
+
+
 def _from_profile_keys(factory: Any) -> set[str]:
     """The keys a ``from_profile(P)`` classmethod reads from its argument."""
-    func = getattr(factory, "__func__", factory)
-    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
-    fn = tree.body[0]
-    args = [a.arg for a in fn.args.args]
-    if isinstance(factory, classmethod) or inspect.ismethod(factory):
-        args = args[1:]
-    return _attributes_read(fn, args[0]) if args else set()
+    return _callee_keys(factory, 0, None)
+
+
+RESOLVERS = ("resolve", "from_namespace")  # profiles functions whose result is the resolved profile
 
 
 def profile_keys_read(path: Path) -> set[str]:
-    """The profile keys a notebook reads (static): ``P.<key>`` where ``P = profiles.resolve(...)``,
-    ``getattr(P, "<key>")``, and the keys each ``SomeConfig.from_profile(P)`` it calls reads."""
+    """The profile keys a notebook reads (static): ``P.<key>`` where ``P`` comes from
+    ``profiles.resolve(...)`` or ``profiles.from_namespace(...)``, ``getattr(P, "<key>")``, and the
+    keys every residshift function the notebook passes ``P`` to reads from it (followed a few calls
+    deep: ``SomeConfig.from_profile(P)``, a study module's ``panel(P, ...)``)."""
     trees = [_parse_cell(src) for tags, src in _code_cells(path)
              if "parameters" not in tags and "injected-parameters" not in tags]
     module = ast.Module(body=[n for t in trees for n in t.body], type_ignores=[])
     resolved = set()
     for node in ast.walk(module):
         if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                and (_dotted(node.value.func) or "").split(".")[-1] == "resolve"):
+                and (_dotted(node.value.func) or "").split(".")[-1] in RESOLVERS):
             resolved.update(t.id for t in node.targets if isinstance(t, ast.Name))
     imports = _import_map(module)
     keys: set[str] = set()
     for name in resolved:
         keys |= _attributes_read(module, name)
     for node in ast.walk(module):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "from_profile"
-                and any(isinstance(a, ast.Name) and a.id in resolved for a in node.args)):
+        if not isinstance(node, ast.Call):
             continue
-        owner = _dotted(node.func.value)
-        if owner is None:
+        passes = [(i, None) for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id in resolved]
+        passes += [(None, k.arg) for k in node.keywords if isinstance(k.value, ast.Name) and k.value.id in resolved]
+        owner = _dotted(node.func)
+        if not passes or owner is None:
             continue
         head, _, rest = owner.partition(".")
         target = imports.get(head, head) + (f".{rest}" if rest else "")
         try:
-            keys |= _from_profile_keys(getattr(_lookup(target), "from_profile"))
+            callee = _lookup(target)
         except (ImportError, AttributeError, OSError, TypeError):
             continue  # not importable here: the check covers what it can see
+        for i, k in passes:
+            keys |= _callee_keys(callee, i, k)
     return keys - {"profile"}
 
 
