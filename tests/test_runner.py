@@ -214,7 +214,9 @@ def test_keys_read_follow_the_profile_into_package_functions(tmp_path):
     """P passed to a study function counts: the keys that function (and what it calls) reads."""
     import nbformat
 
-XX, metadata={"tags": ["parameters"]}),
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell('profile = "smoke"\nseed = None', metadata={"tags": ["parameters"]}),
                 nbformat.v4.new_code_cell("from residshift.core import profiles\n"
                                           "from residshift.attenuate.sweep import SweepConfig\n"
                                           "P = profiles.from_namespace(globals())\n"
