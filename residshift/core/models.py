@@ -756,6 +756,9 @@ def load_model(
     model on the meta device and marks it for NDIF execution (``trace(..., remote=True)``); it
     needs the network and an NDIF key, and is not available offline.
     """
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars frozen at 0% in saved notebooks
     if not isinstance(name, str) or not name:
         raise _unknown(repr(name))
     paths = dict(layers_path=layers_path, norm_path=norm_path, embed_path=embed_path)
