@@ -47,3 +47,32 @@ def random_windows(n, length, seed):
 
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, 256, (n, length), generator=g)
+
+
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory):
+    """Every notebook run once at the smoke profile, shared by the notebook and book tests.
+
+    Returns ``(executed folder, figures folder, {notebook stem: failure message or None})``; one
+    notebook's failure is recorded, not raised, so the others' tests still run.
+    """
+    from residshift.core import runner
+
+    root = tmp_path_factory.mktemp("smoke-study")
+    executed, figures = root / "smoke", root / "smoke" / "figures"
+    old = os.environ.get("RESIDSHIFT_FIGURES")
+    os.environ["RESIDSHIFT_FIGURES"] = str(figures)  # as a plain smoke run writes them
+    failures = {}
+    try:
+        for book in runner.list_notebooks():
+            try:
+                runner.run_notebooks("smoke", only=[book.stem], output_dir=executed, log=lambda *a, **k: None)
+                failures[book.stem] = None
+            except runner.RunFailed as err:
+                failures[book.stem] = str(err)
+    finally:
+        if old is None:
+            os.environ.pop("RESIDSHIFT_FIGURES", None)
+        else:
+            os.environ["RESIDSHIFT_FIGURES"] = old
+    return executed, figures, failures

@@ -22,7 +22,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from residshift.core import runner
 from residshift.core.paths import REPO_ROOT
 from residshift.study import book
 
@@ -202,19 +201,10 @@ PAGE_PROBE = r"""(() => {
 
 
 @pytest.fixture(scope="module")
-def smoke_site(tmp_path_factory):
+def smoke_site(tmp_path_factory, request):
     exe = chromium()  # fail early, before the notebooks run
     root = tmp_path_factory.mktemp("book")
-    executed = root / "smoke"
-    old = os.environ.get("RESIDSHIFT_FIGURES")
-    os.environ["RESIDSHIFT_FIGURES"] = str(executed / "figures")  # as a plain smoke run writes them
-    try:
-        runner.run_notebooks("smoke", output_dir=executed, log=lambda *a, **k: None)
-    finally:
-        if old is None:
-            os.environ.pop("RESIDSHIFT_FIGURES", None)
-        else:
-            os.environ["RESIDSHIFT_FIGURES"] = old
+    executed, _, _ = request.getfixturevalue("smoke_study")  # the smoke run the notebook tests share
     t0 = time.perf_counter()
     index = book.build_book("smoke", executed=executed, out=root / "site", log=lambda *a, **k: None)
     seconds = time.perf_counter() - t0
