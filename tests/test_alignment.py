@@ -257,6 +257,21 @@ def test_sensitivity_settings_on_a_tiny_model(tiny_study):
     plt.close("all")
 
 
+def test_first_windows_equal_a_pass_on_fewer_windows(tiny_study):
+    P, loaded, results, _, _ = tiny_study
+    name = P.models[0]
+    head = A.first_windows(results[name], 2)
+    direct = A.lens_pass(loaded[name], P, metrics=["top1", "logprob"], n=2)
+    assert head.n_seq == 2 and head.config["n"] == 2
+    for col in ("top1_next", "logprob_input"):
+        torch.testing.assert_close(head.per_seq[col], direct.per_seq[col])
+    torch.testing.assert_close(head.tokens["layers"]["rank_next"][:, :5], results[name].tokens["layers"]["rank_next"][:, :5])
+    assert torch.equal(head.tokens["cur"], direct.tokens["cur"])
+    assert A.first_windows(results[name], None) is results[name]
+    with pytest.raises(ValueError, match="at least 2"):
+        A.first_windows(results[name], 1)
+
+
 def test_causal_glue_on_a_tiny_model(tiny_study):
     import matplotlib.pyplot as plt
 
@@ -269,5 +284,69 @@ def test_causal_glue_on_a_tiny_model(tiny_study):
     assert {"causal input stops", "lens input fade", "causal next starts", "lens next emergence"} <= set(frame.columns)
     assert rows[0]["causal"]["n_layers"] == results[name].n_layers
     peak = A.control_peak(profs)
-    assert peak.loc[name, "layers"] == results[name].n_layers + 1
+    from residshift.measure import causal
+
+    assert peak.loc[name, "layers profiled"] == len(causal.CausalConfig.from_profile(P).residuals(results[name].n_layers))
     plt.close("all")
+
+
+# --------------------------------------------------------------------------------------------
+# The package edit: a causal profile on every stride-th residual
+# --------------------------------------------------------------------------------------------
+
+
+def test_causal_stride_profiles_a_subset_and_transitions_map_back():
+    from residshift.measure import causal as C
+
+    cfg = C.CausalConfig(stride=2)
+    assert cfg.residuals(6) == [0, 2, 4, 6] and cfg.residuals(5) == [0, 2, 4, 5]
+    assert cfg.blocks(5) == [0, 2, 4] and C.CausalConfig().residuals(3) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="stride"):
+        C.CausalConfig(stride=0)
+    # the full profile of a known curve, and the same profile seen at residuals 0, 2, 4, 6
+    n = 20
+    full_in = torch.tensor([4.0, 3.0, 3.0, 1.0, 0.0, 0.0, 5.0]).expand(n, 7).clone()
+    full_nx = torch.tensor([0.0, 0.0, 0.0, 1.0, 4.0, 4.0, 9.0]).expand(n, 7).clone()
+
+    def profile(cols):
+        return {"directions": ["input", "next", "random"], "residuals": cols, "n_layers": 6,
+                "delta": torch.stack([full_in[:, cols], full_nx[:, cols], torch.zeros(n, len(cols))])}
+
+    sub = C.effect_transitions(profile([0, 2, 4, 6]), n_boot=30)
+    # inner residuals h_2, h_4: input 3, 0 -> stays below 1.5 after 2 + 2 * (3 - 1.5) / 3 = 3.0
+    assert sub["input_stops"]["index"] == pytest.approx(3.0)
+    # next 0, 4 at h_2, h_4: half of 4 reached at 2 + 2 * 0.5 = 3.0
+    assert sub["next_starts"]["index"] == pytest.approx(3.0) and sub["next_starts"]["relative"] == pytest.approx(0.5)
+    full = C.effect_transitions(profile(list(range(7))), n_boot=30)
+    assert full["next_starts"]["index"] == pytest.approx(3 + 1 / 3)  # 0,0,1,4,4 on h_1..h_5: half 2 at 3 + 1/3
+    with pytest.raises(ValueError, match="increasing residual indices"):
+        C.effect_transitions(profile([0, 3]), n_boot=10)
+
+
+def test_causal_stride_runs_fewer_replays(tiny_llama, tmp_path, monkeypatch):
+    from residshift.measure import causal as C
+
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    lm, tok, info = tiny_llama
+    cfg = C.CausalConfig(corpus="wikitext-2", window=12, n_windows=2, batch=2, alphas=(0.0,), stride=2)
+    out = C.run_cached(lm, info, cfg, tok)
+    assert out["direction"]["residuals"] == [0, 2, 4] and out["direction"]["delta"].shape == (3, 2, 3)
+    assert out["skip"]["layers"] == [0, 2] and out["skip"]["delta"].shape == (1, 2, 2)
+    full = C.run_cached(lm, info, C.CausalConfig(corpus="wikitext-2", window=12, n_windows=2, batch=2,
+                                                 alphas=(0.0,)), tok)
+    # the profiled residuals give the same numbers as in the full profile
+    torch.testing.assert_close(out["direction"]["delta"], full["direction"]["delta"][:, :, [0, 2, 4]])
+    torch.testing.assert_close(out["skip"]["delta"], full["skip"]["delta"][:, :, [0, 2]])
+
+
+def test_residuals_are_the_same_when_the_trace_stops_after_the_last_block(tiny):
+    # collect_residuals stops the trace after the last block unless the logits are asked for
+    for name, (lm, tok, info) in tiny.items():
+        ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1))
+        stopped = lens.collect_residuals(lm, info, ids)
+        full, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+        assert torch.equal(stopped, full), name
+        assert stopped.shape == (info.n_layers + 1, 2, 9, info.d_model)
+        with torch.no_grad():
+            ref = lm._module(ids, output_hidden_states=True).hidden_states
+        torch.testing.assert_close(stopped[0], ref[0].float(), msg=name)  # h_0: the block-0 input

@@ -72,6 +72,15 @@ class CausalConfig:
     skip_first: int = 1
     seed: int = 0
     basis: str = "lens"  # "lens": the direction the lens reads (gamma * e_k); "embedding": e_k; "centred"
+    stride: int = 1  # profile every stride-th residual / block (plus h_L): 2 halves the cost
+
+    def residuals(self, n_layers: int) -> list[int]:
+        """The residual indices profiled: ``0, stride, 2 stride, ...`` and always ``L``."""
+        return sorted(set(range(0, n_layers + 1, self.stride)) | {n_layers})
+
+    def blocks(self, n_layers: int) -> list[int]:
+        """The blocks whose skip path is scaled: ``0, stride, ...`` (all with stride 1)."""
+        return list(range(0, n_layers, self.stride))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "alphas", tuple(float(a) for a in self.alphas))
@@ -86,6 +95,8 @@ class CausalConfig:
                 raise ValueError(f"alphas must lie in [0, 1] (1 = unmodified skip path), got {a}")
         if self.n_windows < 1 or self.batch < 1:
             raise ValueError("n_windows and batch must be >= 1")
+        if not isinstance(self.stride, int) or self.stride < 1:
+            raise ValueError(f"stride must be a positive integer (1 = every residual), got {self.stride!r}")
         check_window(self.window, self.skip_first)
 
     @classmethod
@@ -93,7 +104,7 @@ class CausalConfig:
         """The config of a resolved profile (``profiles.resolve``): the ``causal_*`` keys."""
         return cls(corpus=P.causal_corpus, split=P.causal_split, window=P.causal_window,
                    n_windows=P.causal_windows, batch=P.causal_batch, alphas=tuple(P.causal_alphas),
-                   directions=tuple(P.causal_directions), seed=P.seed)
+                   directions=tuple(P.causal_directions), stride=P.causal_stride, seed=P.seed)
 
 
 def check_window(length: int, skip_first: int) -> None:
@@ -382,6 +393,10 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
                        level: float = 0.95) -> dict[str, Any]:
     """Scale-free transition depths of the control-corrected effects, over residual indices ``1..L-1``.
 
+    The profile may cover every residual (``residuals == 0..L``) or a subset that includes 0 and L
+    (``CausalConfig.stride``); the interpolated position is then mapped back to a residual index
+    linearly between the profiled ones.
+
     ``input_stops``: the (interpolated) index after which the input-direction effect stays below
     ``frac`` of its maximum; ``next_starts``: the first index where the next-direction effect
     reaches ``frac`` of its maximum (indices in the usual numbering, ``h_l`` = output of block
@@ -398,15 +413,18 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
     eff = direction_effects(result)
     n_layers = int(result.get("n_layers", eff["input"].shape[1] - 1))
     residuals = list(result["residuals"])
-    if residuals != list(range(n_layers + 1)):
-        raise ValueError("effect_transitions needs the profile at every residual index 0..L (residuals=None)")
+    if residuals[:1] != [0] or residuals[-1:] != [n_layers] or residuals != sorted(set(residuals)) or len(residuals) < 3:
+        raise ValueError("effect_transitions needs the profile at increasing residual indices from 0 to L with "
+                         "at least one in between (residuals=None, or CausalConfig.stride)")
+    inner = np.asarray(residuals[1:-1], dtype=np.float64)
     a = eff["input"].double().numpy()[:, 1:-1]
     b = eff["next"].double().numpy()[:, 1:-1]
     out: dict[str, Any] = {"frac": frac, "n_layers": n_layers, "level": level}
     idx = stats.bootstrap_indices(a.shape[0], n_boot, seed)
     q = (1 - level) / 2
     for key, x, fn in (("input_stops", a, _last_above), ("next_starts", b, _first_reaching)):
-        shift = lambda v: None if v is None else v + 1  # noqa: E731  column 0 is h_1
+        # column j is residual inner[j]: map the interpolated column back to a residual index
+        shift = lambda v: None if v is None else float(np.interp(v, np.arange(inner.size), inner))  # noqa: E731
         point = shift(fn(x.mean(0), frac))
         boots = [shift(fn(x[i].mean(0), frac)) for i in idx]
         found = np.array([v for v in boots if v is not None])
@@ -458,10 +476,12 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
                                "tokens": int(windows.numel())}
         t0 = time.perf_counter()
         out["skip"] = skip_ablation_profile(lm, info, windows, alphas=cfg.alphas, batch=cfg.batch,
-                                            skip_first=cfg.skip_first, progress=progress)
+                                            layers=cfg.blocks(info.n_layers), skip_first=cfg.skip_first,
+                                            progress=progress)
         out["skip"]["n_layers"] = info.n_layers
         t1 = time.perf_counter()
         out["direction"] = direction_ablation_profile(lm, info, windows, directions=cfg.directions,
+                                                      residuals=cfg.residuals(info.n_layers),
                                                       batch=cfg.batch, skip_first=cfg.skip_first,
                                                       seed=cfg.seed, basis=cfg.basis, progress=progress)
         out["direction"]["n_layers"] = info.n_layers

@@ -159,7 +159,9 @@ def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any
                       remote: bool = False, return_logits: bool = False):
     """Residual stream ``[L+1, B, T, d]`` (``h_0`` = input of layer 0, ``h_l`` = output of layer l-1).
 
-    One nnsight trace. ``attenuation = {layer: alpha}`` applies
+    One nnsight trace, stopped after the last block unless the logits are asked for (the final norm
+    and the unembedding of every position would cost as much as the blocks of a large-vocabulary
+    model). ``attenuation = {layer: alpha}`` applies
     :func:`residshift.core.interventions.attenuate_block` at those layers inside the layer loop (in
     execution order), so ``h_{l+1}`` is the attenuated block's output. ``remote`` is passed to
     ``lm.trace`` (``info.remote or remote``): the same code path runs on NDIF. With
@@ -170,8 +172,9 @@ def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any
     layers = info.layer_envoys(lm)
     saved: list = []
     logits_box: list = []
+    remote = bool(info.remote or remote)
     with torch.no_grad():
-        with lm.trace(ids, remote=bool(info.remote or remote)):
+        with lm.trace(ids, remote=remote) as tracer:
             for l, layer in enumerate(layers):
                 if l == 0:
                     h0 = layer.input
@@ -182,6 +185,8 @@ def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any
                 saved.append(out.save())
             if return_logits:
                 logits_box.append(lm.output.logits.save())
+            elif not remote:
+                tracer.stop()
     hs = torch.stack([_value(h) for h in saved]).float()
     if return_logits:
         return hs, _value(logits_box[0]).float()

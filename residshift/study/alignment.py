@@ -67,6 +67,14 @@ def _style(names) -> dict[str, str]:
     return {n: MODEL_STYLE[i % len(MODEL_STYLE)] for i, n in enumerate(names)}
 
 
+def _symlog(ax, values, linthresh: float) -> None:
+    """A symmetric log y-scale (linear within +-linthresh) where the data span more than 20x that,
+    else a linear one (a symlog axis over tiny values draws unreadable ticks)."""
+    v = np.abs(np.asarray(values, dtype=np.float64))
+    if v.size and np.nanmax(v) > 20 * linthresh:
+        ax.set_yscale("symlog", linthresh=linthresh)
+
+
 def _np(x) -> np.ndarray:
     return x.detach().double().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
 
@@ -122,6 +130,22 @@ def unigram_baselines(results: Mapping[str, Any], counts: Mapping[str, np.ndarra
     return {name: lens.unigram_baseline(res, counts[name]) for name, res in results.items()}
 
 
+def first_windows(result, k: int | None):
+    """The same lens result restricted to its first ``k`` windows (``token_windows`` draws windows so
+    that the first ``k`` are the same whatever ``n >= k`` was asked: a pass on ``k`` windows sees them)."""
+    if k is None or k >= result.n_seq:
+        return result
+    if k < 2:
+        raise ValueError(f"keep at least 2 windows for a bootstrap, got {k}")
+    keep = result.tokens["seq"] < k
+    tokens = {key: ({c: t[:, keep] for c, t in v.items()} if key == "layers" else v[keep])
+              for key, v in result.tokens.items()}
+    return lens.LensResult(result.model, result.n_layers, list(result.columns),
+                           {c: v[:k] for c, v in result.per_seq.items()},
+                           {c: v[:k] for c, v in result.per_seq_median.items()}, tokens,
+                           {**result.config, "n": k}, result.seconds)
+
+
 def _flip(loaded) -> bool:
     return not loaded[2].prepend_bos
 
@@ -131,13 +155,15 @@ def sensitivity_passes(models: Mapping[str, Any], P, results: Mapping[str, Any])
 
     "BOS flipped" starts every window with BOS when the model was trained without one (SmolLM2) and
     drops it when it was trained with one (Gemma); "raw WikiText" feeds the word-tokenized v1 text
-    (" @-@ ", " , ") instead of our detokenized text. Same windows, seed and analysed positions.
+    (" @-@ ", " , ") instead of our detokenized text. The first ``lens_check_windows`` windows of the
+    main pass's draw (same seed and analysed positions); "as trained" is the main pass restricted to them.
     """
     out = {}
+    k = P.lens_check_windows
     for name, loaded in models.items():
-        out[name] = {"as trained": results[name],
-                     "BOS flipped": lens_pass(loaded, P, metrics=SENSITIVITY_METRICS, bos=_flip(loaded)),
-                     "raw WikiText": lens_pass(loaded, P, metrics=SENSITIVITY_METRICS, detokenize=False)}
+        out[name] = {"as trained": first_windows(results[name], k),
+                     "BOS flipped": lens_pass(loaded, P, metrics=SENSITIVITY_METRICS, bos=_flip(loaded), n=k),
+                     "raw WikiText": lens_pass(loaded, P, metrics=SENSITIVITY_METRICS, detokenize=False, n=k)}
     return out
 
 
@@ -392,6 +418,8 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
     plt = _plt()
     from matplotlib.lines import Line2D
 
+    from matplotlib.ticker import MaxNLocator
+
     models = list(next(iter(results.values())))
     fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 3.8), squeeze=False)
     margin = inspect.signature(verdicts.c1_regimes).parameters["margin"].default
@@ -413,9 +441,10 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
             ax.text(l, 1.0, f" {text}", transform=ax.get_xaxis_transform(), fontsize=8, va="top")
         ax.text((L) / 2, 1.0, "middle candidates", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
                 ha="center")
-        ax.set_yscale("symlog", linthresh=0.05)
+        _symlog(ax, [numbers[name][d][w]["estimate"][1:] for d in results for w in lens.WHICH], 0.05)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel(r"residual layer $l$ ($h_l$)")
-        ax.set_ylabel("top-1 rate minus unigram decoder's")
+        ax.set_ylabel("top-1 excess over unigram")
         v = {r.claim_id: r.verdict for r in rows if r.model == name and r.variant == "logit lens"}
         ax.set_title(f"{name}: C1 (logit lens) {v.get('C1', '?')}", fontsize=10)
     handles = [Line2D([], [], color="k", ls=DECODER_STYLE.get(d, "-"), label=d) for d in results]
@@ -691,17 +720,22 @@ def causal_panel(profiles: Mapping[str, dict], P):
         prof = profiles[name]
         L = prof["n_layers"]
         eff = causal.direction_effects(prof["direction"])
-        x = np.arange(L + 1) / L
-        num = numbers.setdefault(name, {"n_layers": L, "basis": prof["direction"].get("basis")})
+        res_idx = np.asarray(prof["direction"]["residuals"])
+        x = res_idx / L
+        inner = (res_idx > 0) & (res_idx < L)
+        ends = ~inner
+        num = numbers.setdefault(name, {"n_layers": L, "basis": prof["direction"].get("basis"),
+                                        "residuals": res_idx.tolist()})
         ax = axes[0, j]
         for which in lens.WHICH:
             c = stats.curve_ci(eff[which], n_boot=P.n_boot, seed=P.seed)
             num[f"net_{which}"] = c.as_dict()
-            ax.plot(x[1:L], c.estimate[1:L], color=PALETTE[which], lw=1.5, label=f"remove {which} direction")
-            ax.fill_between(x[1:L], c.lo[1:L], c.hi[1:L], color=PALETTE[which], alpha=0.18, lw=0)
-            ax.plot(x[[0, L]], c.estimate[[0, L]], "o", mfc="none", color=PALETTE[which], ms=5)
+            ax.plot(x[inner], c.estimate[inner], marker=".", color=PALETTE[which], lw=1.5,
+                    label=f"remove {which} direction")
+            ax.fill_between(x[inner], c.lo[inner], c.hi[inner], color=PALETTE[which], alpha=0.18, lw=0)
+            ax.plot(x[ends], c.estimate[ends], "o", mfc="none", color=PALETTE[which], ms=5)
         ax.axhline(0, color="k", lw=0.7)
-        ax.set_yscale("symlog", linthresh=0.01)
+        _symlog(ax, [num[f"net_{w}"]["estimate"] for w in lens.WHICH], 0.01)
         ax.set_title(f"{name}: Δloss net of the random control", fontsize=10)
         ax.set_ylabel("Δ next-token loss (nats)")
         ax.legend(fontsize=7, title=r"open: $h_0$, $h_L$ (by construction)", title_fontsize=7)
@@ -710,7 +744,7 @@ def causal_panel(profiles: Mapping[str, dict], P):
         num["control"] = c.as_dict()
         ax.plot(x, c.estimate, color=CATEGORY[0], lw=1.5, label="remove a random token's direction")
         ax.fill_between(x, c.lo, c.hi, color=CATEGORY[0], alpha=0.18, lw=0)
-        ax.set_yscale("symlog", linthresh=0.01)
+        _symlog(ax, c.estimate, 0.01)
         ax.set_title(f"{name}: the control's own Δloss", fontsize=10)
         ax.set_ylabel("Δ loss (nats)")
         ax.legend(fontsize=7)
@@ -722,7 +756,7 @@ def causal_panel(profiles: Mapping[str, dict], P):
             num[f"skip_alpha_{alpha}"] = ci
             ax.plot(xs, ci["estimate"], marker="o", ms=3, color=CATEGORY[k + 1], label=rf"$\alpha$ = {alpha}")
             ax.fill_between(xs, ci["lo"], ci["hi"], color=CATEGORY[k + 1], alpha=0.18, lw=0)
-        ax.set_yscale("symlog", linthresh=0.01)
+        _symlog(ax, [s["ci"]["estimate"] for s in skip.values()], 0.01)
         ax.set_title(rf"{name}: skip path of block $l-1$ scaled by $\alpha$", fontsize=10)
         ax.set_ylabel("Δ loss (nats)")
         ax.legend(fontsize=7)
@@ -764,10 +798,11 @@ def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
     for name, prof in profiles.items():
         c = _np(causal.direction_effects(prof["direction"])["control"]).mean(0)
         L = prof["n_layers"]
-        inner = c[1:L]
-        rows.append({"model": name, "peak layer": f"h_{int(np.argmax(c))}", "peak Δloss (nats)": float(c.max()),
+        res_idx = list(prof["direction"]["residuals"])
+        inner = c[[k for k, r in enumerate(res_idx) if 0 < r < L]]
+        rows.append({"model": name, "peak layer": f"h_{res_idx[int(np.argmax(c))]}", "peak Δloss (nats)": float(c.max()),
                      "median over h_1..h_(L-1)": float(np.median(inner)) if inner.size else float("nan"),
-                     "layers above 1 nat": int((c > 1).sum()), "layers": L + 1,
+                     "layers above 1 nat": int((c > 1).sum()), "layers profiled": len(res_idx),
                      "clean loss (nats)": float(_np(prof["direction"]["clean"]).mean())})
     return pd.DataFrame(rows).set_index("model").round(3)
 
