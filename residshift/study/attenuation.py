@@ -86,19 +86,25 @@ def verdict_table(rows) -> pd.DataFrame:
 
 
 def power_lines(rows) -> list[str]:
-    """One sentence per row that carries a minimum detectable effect: what this profile can see."""
+    """One sentence per row that carries a minimum detectable effect: what this profile can see.
+
+    The MDE is the smallest true effect the row's test detects with 80% power; where it exceeds the
+    rule's materiality margin, a real effect between the two could be missed (power gave way to the
+    run-time budget). A 'not reproduced' needs the interval to exclude the margin, which can happen
+    even then when the effect goes the other way.
+    """
     lines = []
     for r in rows:
         mde, margin = r.details.get("mde"), r.details.get("margin")
         if mde is None:
             continue
         unit = r.details.get("mde_unit", "")
-        text = (f"{r.model} · {r.claim_id}: at n = {r.n} the test detects an effect of {mde:.3g} {unit} "
-                f"with 80% power")
+        text = f"{r.model} · {r.claim_id}: with n = {r.n} the test detects an effect of {mde:.3g} {unit} with 80% power"
         if margin is not None and mde > margin:
-            text += (f"; the materiality margin is {margin:g} {unit}, so 'not reproduced' (ruling out "
-                     f"effects of {margin:g} {unit}) is out of reach at this profile: power gave way to "
-                     "the run-time budget (the paper profile has more units)")
+            text += (f", more than the materiality margin of {margin:g} {unit}: a real effect between the two "
+                     "could be missed (power gave way to the run-time budget; the paper profile has more units)")
+        elif margin is not None:
+            text += f", within the materiality margin of {margin:g} {unit}"
         lines.append(text + ".")
     for line in lines:
         print(line)
@@ -190,14 +196,15 @@ def alpha0_table(sweeps: Mapping[str, dict], P) -> pd.DataFrame:
 
 
 def alpha0_summary_lines(table: pd.DataFrame) -> list[str]:
-    """Per model: block 0's cost, the cheapest and the most harmful block to cut (printed)."""
+    """Per model: block 0's cost, the cheapest other block and the most harmful block (printed)."""
     lines = []
     for name, t in table.groupby("model", sort=False):
         b0 = t[t.block == 0].iloc[0]
-        lo, hi = t.loc[t.dloss.idxmin()], t.loc[t.dloss.idxmax()]
+        rest = t[t.block != 0]
+        lo, hi = rest.loc[rest.dloss.idxmin()], t.loc[t.dloss.idxmax()]
         lines.append(f"{name}: cutting block 0's skip path costs {b0.dloss:+.4f} nats "
-                     f"[{b0.lo:+.4f}, {b0.hi:+.4f}]; cheapest block {int(lo.block)} ({lo.dloss:+.4f}), "
-                     f"most harmful block {int(hi.block)} ({hi.dloss:+.3f} nats)")
+                     f"[{b0.lo:+.4f}, {b0.hi:+.4f}]; the cheapest other block is {int(lo.block)} "
+                     f"({lo.dloss:+.3f} nats), the most harmful block {int(hi.block)} ({hi.dloss:+.3f} nats)")
     for line in lines:
         print(line)
     return lines
@@ -322,6 +329,30 @@ def misalignment_table(rows) -> pd.DataFrame:
 # ============================================================================================
 
 
+def _shared_range(panels) -> None:
+    """One y range for several panels, each given as ``(ax, curves)`` with curves = estimates at
+    h_0..h_L (drawn from h_1). Where h_1 lies further below the later states than they span (Gemma's
+    next token), the range follows h_2..h_L and the panel notes where h_1 lies."""
+    est = {id(ax): np.asarray(c, dtype=np.float64)[:, 1:] for ax, c in panels}
+    rest = np.concatenate([e[:, 1:].ravel() for e in est.values()])
+    lo, hi = float(rest.min()), float(rest.max())
+    span = max(hi - lo, 1e-6)
+    first = np.concatenate([e[:, 0] for e in est.values()])
+    if float(first.min()) < lo - span:
+        bottom, top = lo - 0.12 * span, max(hi, float(first.max())) + 0.08 * span
+        for ax, _ in panels:
+            low1 = float(est[id(ax)][:, 0].min())
+            if low1 < bottom:
+                ax.annotate(f"$h_1$ off the chart: {low1:.0f} nats", xy=(0.03, 0.03), xycoords="axes fraction",
+                            fontsize=8, color="#555555")
+    else:
+        bottom, top = min(lo, float(first.min())), max(hi, float(first.max()))
+        pad = 0.06 * max(top - bottom, 1e-6)
+        bottom, top = bottom - pad, top + pad
+    for ax, _ in panels:
+        ax.set_ylim(bottom, top)
+
+
 def _stack_seeds(results) -> dict[str, np.ndarray]:
     """Per-window curves averaged over seeds (one LensResult or a list of them)."""
     res = results if isinstance(results, (list, tuple)) else [results]
@@ -338,8 +369,9 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
     every variant (colour and line style per variant, 95% bootstrap CI bands over windows), from
     ``h_1`` (``h_0`` is the embedding, far below every other state for the next token); (3) the
     change variant - unmodified, paired per window, with CIs (input: green, next: orange). Columns
-    (1) and (2) share one y axis per model so the two tokens compare; column (3) is shared across
-    models. ``markers``: ``{model: block}`` draws a line where the edited residual state begins.
+    (1) and (2) share one y axis per model so the two tokens compare; where ``h_1`` lies far below
+    every later state (Gemma's next token) the range follows ``h_2..h_L`` and the panel says where
+    ``h_1`` lies. ``markers``: ``{model: block}`` draws a line where the edited residual state begins.
     Returns ``(fig, numbers)``.
     """
     plt = _plt()
@@ -348,7 +380,6 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
     n = len(runs)
     fig, axes = plt.subplots(n, 3, figsize=(15, 3.6 * n), squeeze=False)
     numbers: dict[str, Any] = {}
-    shared_diff = None
     for i, (name, r) in enumerate(runs.items()):
         base = _stack_seeds(r["unmodified"])
         L = base["logprob_input"].shape[1] - 1
@@ -366,10 +397,8 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
                          fontsize=10)
             ax.set_xlabel(r"residual state $h_l$")
         axes[i][0].set_ylabel("lens log-prob (nats)")
-        lo = min(axes[i][0].get_ylim()[0], axes[i][1].get_ylim()[0])
-        hi = max(axes[i][0].get_ylim()[1], axes[i][1].get_ylim()[1])
-        for ax in axes[i][:2]:
-            ax.set_ylim(lo, hi)
+        _shared_range([(axes[i][j], [v["estimate"] for k, v in numbers[name].items() if k.endswith(f"_{w}")])
+                       for j, w in enumerate(("input", "next"))])
         axes[i][0].legend(fontsize=8)
         ax = axes[i][2]
         for label, res in r.items():
@@ -392,10 +421,6 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
         styles += [Line2D([], [], color="grey", ls=_variant_style(k)[1], marker=_variant_style(k)[2], label=k)
                    for k in r if k != "unmodified"]
         ax.legend(handles=styles, fontsize=8)
-        if shared_diff is None:
-            shared_diff = ax
-        else:
-            ax.sharey(shared_diff)
         if markers and name in markers:
             for a in axes[i]:
                 a.axvline(markers[name] + 1, color="grey", lw=0.8, ls=(0, (2, 2)))
