@@ -157,10 +157,15 @@ def test_prefix_reuse_needs_a_cache(tiny, monkeypatch):
     lm, tok, info = tiny
     reqs = _shared_context_requests(seed=1, n_questions=3)
     want = ev.score_requests(lm, info, reqs, prefix_reuse=False)
-    monkeypatch.setattr(ev, "_cache_arg", lambda module: None)
-    got = ev.score_requests(lm, info, reqs)
+    assert ev._shared_groups(reqs, set())[0]  # there are shared contexts to reuse
+    with monkeypatch.context() as m:
+        m.setattr(ev, "_cache_arg", lambda module: None)
+        got = ev.score_requests(lm, info, reqs)
     np.testing.assert_array_equal(got["logprob"], want["logprob"])
-    assert ev._shared_groups(reqs, set())[0]  # there were shared contexts to reuse
+    with monkeypatch.context() as m:  # a cache without a way to repeat its rows: plain batches
+        m.setattr(ev, "_expand_cache", lambda pkv, index: False)
+        got = ev.score_requests(lm, info, reqs, batch_size=2)
+    np.testing.assert_allclose(got["logprob"], want["logprob"], rtol=0, atol=1e-5)
 
 
 def test_shared_groups_and_their_batches():

@@ -318,28 +318,30 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
     max_scored = max(1, max_logits // info.vocab_size)
     plain = list(range(n))
     groups: list[list[int]] = []
-    if prefix_reuse and not info.remote:
+    if prefix_reuse and not info.remote and _cache_arg(model._module) is not None:
         groups, plain = _shared_groups(requests, truncated)
-    batches = [[plain[j] for j in b] for b in
-               make_batches([len(rows[i][0]) - 1 for i in plain], batch_size=batch_size,
-                            max_tokens=max_batch_tokens, scored=[rows[i][1] for i in plain],
-                            max_scored=max_scored)]
+
+    def plain_batches(idx: list[int]) -> list[list[int]]:
+        return [[idx[j] for j in b] for b in
+                make_batches([len(rows[i][0]) - 1 for i in idx], batch_size=batch_size,
+                             max_tokens=max_batch_tokens, scored=[rows[i][1] for i in idx],
+                             max_scored=max_scored)]
+
     shared = _group_batches(requests, groups, batch_size=batch_size, max_tokens=max_batch_tokens,
                             max_scored=max_scored)
-    it: Iterable = [("plain", b) for b in batches] + [("shared", b) for b in shared]
+    it: Iterable = [("plain", b) for b in plain_batches(plain)] + [("shared", b) for b in shared]
     if progress:
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc=f"{info.name} {desc}", unit="batch")
+    out = (logprob, count, greedy)
     for kind, batch in it:
-        if kind == "shared":
-            ok = _score_shared(model, info, requests, batch, pad_id=pad_id, intervene=intervene,
-                               bf16=bf16, out=(logprob, count, greedy))
-            if ok:
-                continue
-            batch = [i for g in batch for i in g]  # a cache this code cannot expand: score plainly
-        _score_plain(model, info, rows, batch, pad_id=pad_id, intervene=intervene, bf16=bf16,
-                     out=(logprob, count, greedy))
+        if kind == "plain":
+            _score_plain(model, info, rows, batch, pad_id=pad_id, intervene=intervene, bf16=bf16, out=out)
+        elif not _score_shared(model, info, requests, batch, pad_id=pad_id, intervene=intervene,
+                               bf16=bf16, out=out):  # a cache this code cannot expand: score plainly
+            for b in plain_batches([i for g in batch for i in g]):
+                _score_plain(model, info, rows, b, pad_id=pad_id, intervene=intervene, bf16=bf16, out=out)
     return {"logprob": logprob, "tokens": count, "greedy": greedy}
 
 
