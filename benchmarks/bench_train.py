@@ -139,24 +139,33 @@ def measure(shape: dict, variants: list[tuple[str, str, bool, bool]], rounds: in
 
 
 def calibrate(seeds: int) -> dict:
-    """Train (or reuse) the default profile's baseline and estimate issue 10's grid from its cost."""
+    """Train (or reuse) the default profile's baseline and its hardest variant seen in calibration
+    (fixed alpha = 0 at the last layer), and estimate issue 10's grid from their cost."""
     from residshift.train.trainer import TrainConfig, read_summary, train
 
-    cfg = TrainConfig.from_profile("default")
-    run = train(cfg, progress=False)
-    s = read_summary(run)
-    evals = [(r["step"], r["eval"]) for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())
-             if "eval" in r]
-    # per-run cost: steps, evaluations, checkpoints and saving (not the process start and the one-off
-    # tokenizer / token-cache work the runs of a grid share)
-    run_seconds = s["run_seconds_last_call"]
-    runs = (1 + 2 * cfg.layers + 4) * seeds
-    return {"run": str(run), "config": s["config"], "val_loss": s["val_loss"], "unigram_ce": s["unigram_ce"],
-            "below_unigram": s["below_unigram"], "tokens": s["tokens"], "steps": s["steps"],
-            "tokens_per_s": s["tokens_per_s"], "train_seconds": s["train_seconds"], "run_seconds": run_seconds,
-            "curve": [{"step": st, "tokens": st * s["tokens_per_step"], "val_loss": v} for st, v in evals],
-            "grid_runs": runs, "grid_minutes": runs * run_seconds / 60, "seeds": seeds,
-            "parameters": s["model"]["parameters"]}
+    base = TrainConfig.from_profile("default")
+    out = {"seeds": seeds}
+    for name, cfg in (("baseline", base),
+                      ("fixed_a0_last", base.with_(mode="fixed", alpha=0.0, alpha_layers=(base.layers - 1,)))):
+        run = train(cfg, progress=False)
+        s = read_summary(run)
+        evals = [(r["step"], r["eval"]) for r in map(json.loads, (run / "log.jsonl").read_text().splitlines())
+                 if "eval" in r]
+        # per-run cost: steps, evaluations, checkpoints and saving (not the process start and the
+        # one-off tokenizer / token-cache work the runs of a grid share)
+        out[name] = {"run": run.name, "label": s["label"], "val_loss": s["val_loss"], "unigram_ce": s["unigram_ce"],
+                     "below_unigram": s["below_unigram"], "tokens": s["tokens"], "steps": s["steps"],
+                     "tokens_per_s": s["tokens_per_s"], "train_seconds": s["train_seconds"],
+                     "run_seconds": s["run_seconds_last_call"], "parameters": s["model"]["parameters"],
+                     "curve": [{"step": st, "tokens": st * s["tokens_per_step"], "val_loss": v} for st, v in evals]}
+    per_run = (out["baseline"]["run_seconds"] + out["fixed_a0_last"]["run_seconds"]) / 2
+    full = (1 + 2 * base.layers + 4) * seeds
+    thin = (1 + 2 * len(range(1, base.layers, 2)) + 4) * seeds
+    out.update({"config": {k: v for k, v in vars(base).items()}, "run_seconds_mean": per_run,
+                "grid_runs": full, "grid_minutes": full * per_run / 60,
+                "thinned_layers": list(range(1, base.layers, 2)), "thinned_grid_runs": thin,
+                "thinned_grid_minutes": thin * per_run / 60})
+    return out
 
 
 def choose(prec: dict) -> str:
@@ -221,12 +230,16 @@ def main(argv=None) -> dict:
                      f"{'met' if speed >= 2.5 else 'NOT met'}); learned-gate cost {worst:+.1%} "
                      f"(target <= 10%: {'met' if worst <= 0.10 else 'NOT met'})")
     if args.calibrate:
-        out["calibration"] = calibrate(args.seeds)
-        c = out["calibration"]
-        lines.append(f"[calibration] default baseline: validation loss {c['val_loss']:.3f} vs unigram "
-                     f"{c['unigram_ce']:.3f} ({c['below_unigram']:.2f} nats below) after {c['tokens']:,} tokens; "
-                     f"{c['tokens_per_s']:,.0f} tok/s, {c['train_seconds']:.0f} s training, {c['run_seconds']:.0f} s "
-                     f"per run; grid of {c['grid_runs']} runs ~ {c['grid_minutes']:.0f} min")
+        out["calibration"] = c = calibrate(args.seeds)
+        for name in ("baseline", "fixed_a0_last"):
+            r = c[name]
+            lines.append(f"[calibration] default {r['label']}: validation loss {r['val_loss']:.3f} vs unigram "
+                         f"{r['unigram_ce']:.3f} ({r['below_unigram']:.2f} nats below) after {r['tokens']:,} tokens; "
+                         f"{r['tokens_per_s']:,.0f} tok/s, {r['train_seconds']:.0f} s training, "
+                         f"{r['run_seconds']:.0f} s per run")
+        lines.append(f"[calibration] issue 10's grid at {args.seeds} seeds: {c['grid_runs']} runs ~ "
+                     f"{c['grid_minutes']:.0f} min; fixed cuts at layers {c['thinned_layers']} only: "
+                     f"{c['thinned_grid_runs']} runs ~ {c['thinned_grid_minutes']:.0f} min")
     out["machine"]["load_avg_end"] = os.getloadavg()[0]
     lines.append(f"load average {out['machine']['load_avg_start']:.1f} -> {out['machine']['load_avg_end']:.1f} "
                  f"on {out['machine']['threads']} threads")

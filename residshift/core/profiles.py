@@ -163,7 +163,7 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     "train_tokenizer": "bpe:wikitext-2:1024", "train_corpus": "wikitext-2",
                     "train_split": "train", "train_val_corpus": "wikitext-2",
                     "train_val_split": "validation", "train_val_tokens": 1_000_000,
-                    "train_tokens": 200 * 8 * 128, "train_batch": 8, "train_accumulate": 1,
+                    "train_tokens": 350 * 8 * 128, "train_batch": 8, "train_accumulate": 1,
                     "train_lr": 3e-3, "train_betas": [0.9, 0.95], "train_weight_decay": 0.1,
                     "train_warmup": 20, "train_min_lr_ratio": 0.1, "train_grad_clip": 1.0,
                     "train_eval_every": 50, "train_eval_windows": 64, "train_bf16": None,

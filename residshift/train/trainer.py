@@ -39,12 +39,33 @@ tokens/s). What this module adds:
   the same steps), evaluates its share of the validation windows (summed across processes), and
   rank 0 alone writes the checkpoint, the log, the model and the summary. The world size is not
   part of the run key: a run may resume with another number of processes.
-- **bf16 and torch.compile.** ``bf16=None`` / ``compile=None`` take the device's measured default
-  (``DEVICE_DEFAULTS``; ``benchmarks/bench_train.py`` measures them): bf16 autocast where the
-  hardware has it (this CPU has AVX512-BF16; parameters, optimiser state and the loss stay fp32).
+- **bf16 and torch.compile.** ``bf16=None`` / ``compile=None`` take the device's default in
+  ``DEVICE_DEFAULTS``, chosen by measurement (``benchmarks/bench_train.py``, output committed as
+  ``benchmarks/bench-train.json``): bf16 autocast only where it is faster (parameters, optimiser
+  state and the loss stay fp32 either way), ``torch.compile`` only where it is faster by more than
+  its one-off compile time is worth.
+- **Loss.** Windows of ``context`` tokens (``[BOS] +`` corpus tokens where the tokenizer puts BOS
+  first), scored by ``core.unembed.next_token_losses`` (``context - 1`` predictions per window), the
+  same loss the harness reports: the summary's validation loss equals the harness's on the same
+  windows (tested).
 
-Measured defaults (``benchmarks/bench-train.json``; 6 layers, width 384, context 256, vocabulary
-8,192, batch 8, this 2-core CPU): see ``DEVICE_DEFAULTS`` for the figures the choice rests on.
+Measured on this machine (bench-train.json; a shared 2-core Intel Xeon "Ice Lake", AVX-512 but NO
+AVX512-BF16 or AMX, so bf16 matrix products are emulated; load average about 8):
+
+- CPU, 6 layers / width 384 / context 256 / vocabulary 8,192 / batch 8: eager fp32 399 tokens/s,
+  bf16 autocast x0.32, fp32 compiled x1.04 (67 s to compile), bf16 compiled x0.35;
+- CPU, the ``default`` size (6 / 128 / 128 / 1,024, batch 8): eager fp32 4,118 tokens/s, bf16
+  x0.35, fp32 compiled x1.02 (59 s to compile), bf16 compiled x0.39.
+
+So on CPU: bf16 only where the CPU has native bf16 (``avx512_bf16`` / ``amx_bf16`` in
+``/proc/cpuinfo``; issue 9 measured 2.6x for bf16 + compile on such a CPU), no compile (no gain
+here; a minute of compiling per run). CUDA: bf16 and compile (not measured in this session, which
+had no GPU; the standard choice on Ampere and later, where bf16 tensor cores double the fp32-TF32
+rate and compile fuses the small element-wise kernels).
+
+DDP equals one process step for step (same global batch, averaged gradients) without dropout; with
+dropout the masks of a rank's rows differ from those one process would draw (same seed, different
+rows), so the curves agree in distribution only.
 """
 from __future__ import annotations
 
@@ -72,7 +93,7 @@ from . import data as D
 
 # Chosen by measurement (benchmarks/bench_train.py); None in a TrainConfig means "this table".
 DEVICE_DEFAULTS: dict[str, dict[str, bool]] = {
-    "cpu": {"bf16": True, "compile": False},
+    "cpu": {"bf16": True, "compile": False},  # bf16 only with native bf16 (see _cpu_has_bf16)
     "cuda": {"bf16": True, "compile": True},
 }
 
@@ -355,6 +376,8 @@ def _dist(device: str) -> Dist:
     started = False
     if not dist.is_initialized():
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
         # long timeout: rank 0 may be tokenizing a corpus while the others wait at a barrier
         dist.init_process_group(backend, timeout=timedelta(minutes=int(os.environ.get("RESIDSHIFT_DIST_TIMEOUT_MIN", "120"))))
         started = True
