@@ -160,6 +160,28 @@ def test_extremes_table_finds_the_peaks():
     assert t.loc[("m", "cos_raw"), "input peaks at h_0"]
 
 
+def test_extremes_summary_names_the_exceptions():
+    per_seq = {"top1_input": torch.tensor([[0.9, 0.1, 0.0]] * 3), "top1_next": torch.tensor([[0.0, 0.1, 0.6]] * 3),
+               "cos_raw_input": torch.tensor([[0.1, 0.9, 0.0]] * 3), "cos_raw_next": torch.tensor([[0.5, 0.1, 0.2]] * 3)}
+    t = A.extremes_table({"m": lens.LensResult("m", 2, list(per_seq), per_seq, {}, {})}, _P())
+    (line,) = A.extremes_summary(t)
+    assert "before h_L: cos_raw (h_0)" in line and "after h_0: cos_raw (h_1)" in line and "top1" not in line
+
+
+def test_power_table_shrinks_with_more_windows():
+    P = _P()
+    out = {}
+    for n in (12, 48):
+        res, counts = _regimes(n=n)
+        base = lens.unigram_baseline(res, counts)
+        rows = A.c1_rows(res, base, P, model="m", decoder="logit lens")
+        out[n] = A.power_table({"m": res}, {"m": base}, rows, P).loc["m"]
+    assert out[12]["windows"] == 12 and out[12]["positions per window"] == 8
+    # the SE of a mean over windows falls as 1/sqrt(n): four times the windows, about half the MDE
+    assert out[48]["MDE early (h_1)"] == pytest.approx(out[12]["MDE early (h_1)"] / 2, rel=0.35)
+    assert out[48]["MDE middle (Bonferroni)"] > out[48]["MDE early (h_1)"]  # a stricter level
+
+
 def test_repeat_share_counts_repeated_tokens():
     res, _ = _regimes(n=2)
     res.tokens["next"] = res.tokens["cur"].clone()
@@ -284,6 +306,7 @@ def test_causal_glue_on_a_tiny_model(tiny_study):
     assert {"causal input stops", "lens input fade", "causal next starts", "lens next emergence"} <= set(frame.columns)
     assert rows[0]["causal"]["n_layers"] == results[name].n_layers
     peak = A.control_peak(profs)
+    assert peak.loc[name, "windows"] == P.causal_windows and peak.loc[name, "MDE of a net effect (nats)"] > 0
     from residshift.measure import causal
 
     assert peak.loc[name, "layers profiled"] == len(causal.CausalConfig.from_profile(P).residuals(results[name].n_layers))

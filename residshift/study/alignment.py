@@ -304,6 +304,48 @@ def extremes_table(results: Mapping[str, Any], P) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["model", "metric"])
 
 
+def extremes_summary(extremes: pd.DataFrame) -> list[str]:
+    """Sentences from :func:`extremes_table`: which curves do not peak where one might assume."""
+    lines = []
+    for name, t in extremes.groupby(level="model"):
+        metrics = t.index.get_level_values("metric")
+        not_last = [f"{m} ({t.loc[(name, m), 'next most aligned at']})" for m in metrics
+                    if not t.loc[(name, m), "next peaks at h_L"]]
+        not_first = [f"{m} ({t.loc[(name, m), 'input most aligned at']})" for m in metrics
+                     if not t.loc[(name, m), "input peaks at h_0"]]
+        lines.append(f"{name}: next-token curves most aligned before h_L: {', '.join(not_last) or 'none'}; "
+                     f"input curves most aligned after h_0: {', '.join(not_first) or 'none'}")
+    return lines
+
+
+def power_table(results: Mapping[str, Any], baselines: Mapping[str, dict], rows, P) -> pd.DataFrame:
+    """What the profile's windows can detect, per model (logit lens): the minimum detectable effect
+    (two-sided 5%, 80% power, ``stats.mde_paired_mean`` from the per-window SD) of the excess top-1
+    rate over the unigram decoder at the C1.early / C1.late test layers and, Bonferroni-corrected over
+    the middle candidates, at the noisiest middle layer; and the half-width of the top-1 emergence CI."""
+    out = []
+    for name, res in results.items():
+        a = c1_arrays(res, baselines[name])
+        n, L = a["top1_input"].shape
+        L -= 1
+        d_in = a["top1_input"] - a["unigram_input"][:, None]
+        d_nx = a["top1_next"] - a["unigram_next"][:, None]
+        cand = list(range(2, L - 1))
+        sd = lambda x: float(np.std(x, ddof=1))  # noqa: E731
+        depth = next((r for r in rows if r.model == name and r.variant == "logit lens" and r.claim_id == "C1.depth"
+                      and r.details.get("metric") == "top1"), None)
+        half = None if depth is None or depth.ci[0] is None else (depth.ci[1] - depth.ci[0]) / 2
+        out.append({"model": name, "windows": n, "positions per window": res.tokens["cur"].numel() // n,
+                    "MDE early (h_1)": stats.mde_paired_mean(sd(d_in[:, 1]), n, sided="two"),
+                    f"MDE late (h_(L-1))": stats.mde_paired_mean(sd(d_nx[:, L - 1]), n, sided="two"),
+                    "MDE middle (Bonferroni)": (stats.mde_paired_mean(max(max(sd(d_in[:, l]), sd(d_nx[:, l]))
+                                                                          for l in cand), n,
+                                                                      alpha=0.05 / len(cand), sided="two")
+                                                if cand else None),
+                    "emergence CI half-width (l/L)": half})
+    return pd.DataFrame(out).set_index("model").round(3)
+
+
 # --------------------------------------------------------------------------------------------
 # Where is the shift: fade, crossing, emergence
 # --------------------------------------------------------------------------------------------
@@ -790,6 +832,22 @@ def causal_vs_lens(profiles: Mapping[str, dict], transitions: Mapping[str, list]
     return frame, [{**{k: v for k, v in r.items() if not k.startswith("_")}, "causal": r["_transitions"]} for r in rows]
 
 
+def eff_n(prof: Mapping[str, Any]) -> int:
+    return int(prof["direction"]["delta"].shape[1])
+
+
+def net_mde(prof: Mapping[str, Any]) -> float:
+    """Minimum detectable net effect (nats; two-sided 5%, 80% power) at a typical inner residual: the
+    median over ``h_1..h_{L-1}`` of the per-window SD of the next-direction effect net of the control."""
+    from ..measure import causal
+
+    eff = _np(causal.direction_effects(prof["direction"])["next"])
+    L = prof["n_layers"]
+    cols = [k for k, r in enumerate(prof["direction"]["residuals"]) if 0 < r < L]
+    sd = float(np.median(eff[:, cols].std(axis=0, ddof=1))) if cols else float("nan")
+    return stats.mde_paired_mean(sd, eff.shape[0], sided="two")
+
+
 def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
     """Per model: where the random-direction control's mean Δloss peaks, and how high (nats)."""
     from ..measure import causal
@@ -803,6 +861,8 @@ def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
         rows.append({"model": name, "peak layer": f"h_{res_idx[int(np.argmax(c))]}", "peak Δloss (nats)": float(c.max()),
                      "median over h_1..h_(L-1)": float(np.median(inner)) if inner.size else float("nan"),
                      "layers above 1 nat": int((c > 1).sum()), "layers profiled": len(res_idx),
+                     "windows": int(eff_n(prof)),
+                     "MDE of a net effect (nats)": net_mde(prof),
                      "clean loss (nats)": float(_np(prof["direction"]["clean"]).mean())})
     return pd.DataFrame(rows).set_index("model").round(3)
 
