@@ -211,31 +211,7 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
     parts = []
     lens_b = _load(bench / "bench-lens.json")
     if lens_b is not None:
-        rows = [["streamed metrics pass (fp32)", _num(lens_b["streamed_s"], 1),
-                 _num(lens_b["streamed_peak_mib"], 0)],
-                ["streamed metrics pass, bf16 matmul", _num(lens_b.get("streamed_bf16_s"), 1),
-                 _num(lens_b.get("streamed_bf16_peak_mib"), 0)],
-                ["bare unembedding matmuls (fp32)", _num(lens_b["bare_s"], 1), "–"],
-                ["bare unembedding matmuls (bf16)", _num(lens_b.get("bare_bf16_s"), 1), "–"],
-                ["reference: output_hidden_states + full logits + argsort",
-                 _num(lens_b.get("reference_s"), 1), _num(lens_b.get("reference_peak_mib"), 0)],
-                [f"streamed pass on a quarter of the tokens", _num(lens_b["streamed_quarter_s"], 1),
-                 _num(lens_b["streamed_quarter_peak_mib"], 0)]]
-        check = lens_b.get("check", {})
-        ratio_ref = (lens_b["reference_s"] / lens_b["streamed_s"]) if lens_b.get("reference_s") else None
-        ratio_bare = lens_b["streamed_s"] / lens_b["bare_s"]
-        parts.append(
-            f"**Lens benchmark** (`benchmarks/bench_lens.py --bf16`, {lens_b['model']}, "
-            f"{lens_b['tokens']:,} tokens × {lens_b['layers']} layers, {lens_b['threads']} threads, "
-            "one invocation):\n\n"
-            + _table(["pass", "seconds", "peak traced memory (MiB)"], rows)
-            + f"\n\nStreamed vs argsort reference: **{_num(ratio_ref, 2)}× faster** (target ≥ 10×: "
-            f"{_met(ratio_ref is not None and ratio_ref >= 10)}); streamed / bare matmul: "
-            f"**{_num(ratio_bare, 2)}×** (target ≤ 1.5×: {_met(ratio_bare <= 1.5)}). Memory of the streamed pass does not grow with the corpus "
-            f"({_num(lens_b['streamed_quarter_peak_mib'], 0)} MiB at a quarter of the tokens, "
-            f"{_num(lens_b['streamed_peak_mib'], 0)} MiB at all of them). Agreement with the reference: "
-            f"ranks {_num(100 * check.get('rank_next_agree', float('nan')), 2)}% (the rest are float ties), "
-            f"top-1 {_num(100 * check.get('top1_next_agree', float('nan')), 2)}%.")
+        parts.append(_lens_benchmark(lens_b))
     sweep_b = _load(bench / "bench-sweep.json")
     if sweep_b is not None:
         parts.append(
@@ -244,9 +220,136 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
             f"{sweep_b['alphas']} alphas): prefix-reusing sweep {_num(sweep_b['cheap_s'], 1)} s vs one "
             f"full forward per (layer, α) {_num(sweep_b['naive_s'], 1)} s: **{_num(sweep_b['speedup'], 2)}× "
             f"faster**, max |Δ dloss| between the two = {sweep_b['max_abs_diff_dloss']:.1e}.")
+    harness_b = _load(bench / "bench-harness.json")
+    if harness_b is not None:
+        parts.append(_harness_benchmark(harness_b))
+    tuned_b = _load(bench / "bench-tuned-lens.json")
+    if tuned_b is not None:
+        parts.append(_tuned_lens_benchmark(tuned_b))
     if not parts:
         return _missing("Benchmarks", "benchmarks/bench-*.json")
     return "\n\n".join(parts)
+
+
+def _load_range(b: dict) -> str:
+    lo, hi = b.get("load_during") or [b.get("load_at_start"), b.get("load_at_end")]
+    return f"1-min load average {_num(lo, 1)}–{_num(hi, 1)} on {b.get('cpu_count', '?')} cores"
+
+
+def _lens_benchmark_before_compile(lens_b: dict) -> str:
+    """bench-lens.json as written before the compiled metric function (no ``compile_s``): rerun
+    ``benchmarks/bench_lens.py --bf16`` for the current layout."""
+    rows = [["streamed metrics pass (fp32)", _num(lens_b["streamed_s"], 1),
+             _num(lens_b["streamed_peak_mib"], 0)],
+            ["streamed metrics pass, bf16 matmul", _num(lens_b.get("streamed_bf16_s"), 1),
+             _num(lens_b.get("streamed_bf16_peak_mib"), 0)],
+            ["bare unembedding matmuls (fp32)", _num(lens_b["bare_s"], 1), "–"],
+            ["bare unembedding matmuls (bf16)", _num(lens_b.get("bare_bf16_s"), 1), "–"],
+            ["reference: output_hidden_states + full logits + argsort",
+             _num(lens_b.get("reference_s"), 1), _num(lens_b.get("reference_peak_mib"), 0)],
+            [f"streamed pass on a quarter of the tokens", _num(lens_b["streamed_quarter_s"], 1),
+             _num(lens_b["streamed_quarter_peak_mib"], 0)]]
+    check = lens_b.get("check", {})
+    ratio_ref = (lens_b["reference_s"] / lens_b["streamed_s"]) if lens_b.get("reference_s") else None
+    ratio_bare = lens_b["streamed_s"] / lens_b["bare_s"]
+    return (
+        f"**Lens benchmark** (`benchmarks/bench_lens.py --bf16`, {lens_b['model']}, "
+        f"{lens_b['tokens']:,} tokens × {lens_b['layers']} layers, {lens_b['threads']} threads, "
+        "one invocation):\n\n"
+        + _table(["pass", "seconds", "peak traced memory (MiB)"], rows)
+        + f"\n\nStreamed vs argsort reference: **{_num(ratio_ref, 2)}× faster** (target ≥ 10×: "
+        f"{_met(ratio_ref is not None and ratio_ref >= 10)}); streamed / bare matmul: "
+        f"**{_num(ratio_bare, 2)}×** (target ≤ 1.5×: {_met(ratio_bare <= 1.5)}). Memory of the streamed pass does not grow with the corpus "
+        f"({_num(lens_b['streamed_quarter_peak_mib'], 0)} MiB at a quarter of the tokens, "
+        f"{_num(lens_b['streamed_peak_mib'], 0)} MiB at all of them). Agreement with the reference: "
+        f"ranks {_num(100 * check.get('rank_next_agree', float('nan')), 2)}% (the rest are float ties), "
+        f"top-1 {_num(100 * check.get('top1_next_agree', float('nan')), 2)}%.")
+
+
+def _lens_benchmark(b: dict) -> str:
+    if "compile_s" not in b:
+        return _lens_benchmark_before_compile(b)
+    mem = lambda key: _num(b.get(key + "_peak_mib"), 0)  # noqa: E731
+    rows = [["streamed pass, compiled metric function (fp32)", _num(b["streamed_s"], 1), mem("streamed")],
+            ["streamed pass, eager metric function (fp32)", _num(b.get("eager_s"), 1), mem("eager")],
+            ["bare unembedding matmuls (fp32)", _num(b["bare_s"], 1), "–"],
+            ["streamed pass, compiled, bf16 matmul", _num(b.get("streamed_bf16_s"), 1), mem("streamed_bf16")],
+            ["bare unembedding matmuls (bf16)", _num(b.get("bare_bf16_s"), 1), "–"],
+            ["reference: output_hidden_states + full logits + argsort", _num(b.get("reference_s"), 1),
+             mem("reference")],
+            ["streamed pass on a quarter of the tokens", _num(b["streamed_quarter_s"], 1),
+             mem("streamed_quarter")],
+            ["streamed pass on all of them", _num(b["streamed_full_s"], 1), mem("streamed_full")],
+            ["compiling the metric functions (first call, empty inductor cache)", _num(b["compile_s"], 1), "–"]]
+    check = b.get("check", {})
+    ratio_ref, ratio_bare = b.get("speedup_vs_reference"), b["ratio_vs_bare_matmul"]
+    pays = b["compile_pays_at_default"]
+    text = (f"**Lens benchmark** (`benchmarks/bench_lens.py --bf16`, {b['model']}, "
+            f"{b['tokens']:,} tokens × {b['layers']} layers × {b['vocab']:,} vocabulary, all metrics, "
+            f"{b['threads']} threads, one invocation: {b['rounds']} interleaved rounds, seconds are their "
+            f"mean, ratios the median of the per-round ratios; {_load_range(b)}):\n\n"
+            + _table(["pass", "seconds", "peak memory above start (MiB)"], rows)
+            + f"\n\nStreamed vs argsort reference: **{_num(ratio_ref, 2)}× faster** (target ≥ 10×: "
+            f"{_met(ratio_ref is not None and ratio_ref >= 10)}); streamed / bare matmul: "
+            f"**{_num(ratio_bare, 2)}×** (target ≤ 1.5×: {_met(ratio_bare <= 1.5)}); eager / bare "
+            f"{_num(b.get('ratio_eager_vs_bare_matmul'), 2)}×.")
+    if b.get("reference_vs_bare_matmul"):
+        text += (f" The reference itself takes {_num(b['reference_vs_bare_matmul'], 2)}× the bare fp32 "
+                 "matmuls, so no lens that pays those matmuls can be 10× faster than it in fp32: the "
+                 "reference target is out of reach on this CPU, by the cost of the matmuls alone.")
+    if b.get("ratio_bf16_vs_bare_bf16") is not None:
+        text += (f" With a bf16 matmul: streamed / bare bf16 {_num(b['ratio_bf16_vs_bare_bf16'], 2)}×, "
+                 f"{_num(b.get('speedup_bf16_vs_reference'), 2)}× the reference; the bf16 matmul itself "
+                 f"takes {_num(b.get('bf16_matmul_vs_fp32_matmul'), 2)}× the fp32 one on this CPU.")
+    text += (f" Compiling costs {_num(b['compile_s'], 0)} s once per process and saves about "
+             f"{_num(pays['eager_time_saved_s'], 0)} s on the default profile's lens pass of this model "
+             f"({pays['default_logits']:,} logits): {'it pays' if pays['pays'] else 'it does **not** pay'}"
+             " (the lens compiles on its own from 10⁹ logits per pass). Memory of the streamed pass does "
+             f"not grow with the corpus ({mem('streamed_quarter')} MiB at a quarter of the tokens, "
+             f"{mem('streamed_full')} MiB at all of them). Agreement with the reference: ranks "
+             f"{_num(100 * check.get('rank_next_agree', float('nan')), 2)}% (the rest are float ties), top-1 "
+             f"{_num(100 * check.get('top1_next_agree', float('nan')), 2)}%; compiled vs eager: ranks "
+             f"{_num(100 * b['agreement_compiled_vs_eager']['rank_next_agree'], 2)}%, log-probs within "
+             f"{b['agreement_compiled_vs_eager']['logprob_next_maxreldiff']:.0e} (relative).")
+    return text
+
+
+def _harness_benchmark(b: dict) -> str:
+    rows = []
+    for task, t in b["tasks"].items():
+        for mode in ("bare", "attenuated"):
+            if mode not in t:
+                continue
+            m = t[mode]
+            rows.append([task, mode, str(t["questions"]), _num(t["choices_per_question"], 1),
+                         f"{t['tokens_plain']:,} → {t['tokens_prefix']:,}",
+                         " / ".join(_num(x, 1) for x in m["plain_s"]), " / ".join(_num(x, 1) for x in m["prefix_s"]),
+                         f"**{_num(m['speedup'], 2)}×**", f"{m['max_abs_diff_ll']:.1e}",
+                         str(m["pred_differ"] + m["pred_norm_differ"])])
+    lo = min(t[m]["load"][0] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
+    hi = max(t[m]["load"][1] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
+    return (f"**Multiple-choice prefix reuse** (`benchmarks/bench_harness.py`, {b['model']}, the harness's "
+            f"first {b['items']} items per task, batch {b['batch_size']}, {b['rounds']} rounds alternating "
+            f"which path goes first, speed-up = median of the per-round ratios; 1-min load average "
+            f"{_num(lo, 1)}–{_num(hi, 1)} on {b.get('cpu_count', '?')} cores): each question's context runs "
+            "once with a KV cache expanded across its choices, instead of once per choice.\n\n"
+            + _table(["task", "edit", "questions", "choices", "tokens through the model (plain → prefix)",
+                      "plain s", "prefix s", "speed-up", "max abs ΔLL", "answers changed"], rows))
+
+
+def _tuned_lens_benchmark(b: dict) -> str:
+    c = b["config"]
+    return (f"**Tuned-lens fit** (`benchmarks/bench_tuned_lens.py`, {b['model']}, `{b['profile']}` profile: "
+            f"{c['steps']} steps × {c['batch']} windows of {c['window']} tokens drawn from {c['train_windows']}, "
+            f"training vocabulary {c['train_vocab']}, early stopping every {c['eval_every']} steps on "
+            f"{c['es_windows']} windows; 1-min load average {_num(min(x for v in b['load'].values() for p in v for x in p), 1)}–"
+            f"{_num(max(x for v in b['load'].values() for p in v for x in p), 1)} on {b.get('cpu_count', '?')} cores): "
+            f"running the model every step {' / '.join(_num(x, 0) for x in b['per_step_s'])} s vs residuals "
+            f"collected once ({b['distinct_windows']} distinct windows of the {b['windows_drawn']} drawn, "
+            f"{_num(b['mib_per_window'], 1)} MiB each, within {b['residual_cache_bytes'] / 2**30:.0f} GiB) "
+            f"{' / '.join(_num(x, 0) for x in b['once_s'])} s: **{_num(b['speedup'], 2)}× faster**. "
+            f"Same lens: translator weights {'identical' if b['weights_identical'] else 'within ' + format(b['max_abs_diff_weights'], '.1e')}, "
+            f"max |Δ| of the held-out KL {b['max_abs_diff_val_kl']:.1e} nats.")
 
 
 def section_lm_eval(fig: Path, bench: Path) -> str:
