@@ -28,7 +28,7 @@ def test_save_figure_writes_both_formats_and_the_manifest(tmp_path, monkeypatch)
 @pytest.mark.parametrize("bad", ["demo", "7-demo", "07_demo", "07-Demo", "07-"])
 def test_figure_names_follow_the_notebook(bad):
     with pytest.raises(ValueError, match="NN-short-name"):
-        plotting._check_name(bad)
+        plotting.check_name(bad)
 
 
 def test_manifest_records_the_code_state_not_output_dirtiness(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ the outcome (``verdict``: :data:`REPRODUCED`, :data:`NOT_REPRODUCED` or :data:`I
 evidence (the ``statistic``'s name, its ``estimate``, ``ci`` = (lo, hi) at ``level``, ``n`` units),
 the ``rule`` in words (with its parameters filled in), optional ``per_seed`` verdicts, ``details``
 and the ``source`` (the figure / numbers file the evidence comes from). A notebook writes a list of
-rows with :func:`save_verdicts` (through ``residshift.study.plotting.save_numbers``, so the
+rows with :func:`save_verdicts` (through ``residshift.core.outputs.save_numbers``, so the
 manifest records it); :func:`load_verdicts` reads them back; ``residshift.study.report`` renders
 only this layout.
 
@@ -210,7 +210,7 @@ def save_verdicts(name: str, rows: Sequence[VerdictRow], *,
     if "verdict" not in name:
         raise VerdictError(f"a verdict file's name must contain 'verdicts' (the report finds them by "
                            f"name), e.g. '04-attenuation-sweep-verdicts'; got {name!r}")
-    from ..study.plotting import save_numbers
+    from ..core.outputs import save_numbers
 
     return save_numbers(name, [r.as_dict() for r in rows], parameters=parameters)
 

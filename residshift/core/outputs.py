@@ -1,0 +1,115 @@
+"""What the notebooks write besides figures, and the record of where every output came from.
+
+``save_numbers("03-alignment-curves-ranks", numbers)`` writes ``figures/03-alignment-curves-ranks.json``
+atomically and records in ``figures/MANIFEST.json`` which profile, commit and parameters produced it,
+whether the code (package, notebooks, pyproject.toml) differed from that commit (``code_dirty``; the
+outputs being written do not count) and a hash of that code (``code_hash``).
+:func:`manifest_commits` names the commit(s) a set of outputs comes from; :func:`manifest_problems`
+lists the outputs that do not come from committed code. ``residshift.study.plotting`` saves the
+figures through the same record, so notebook, figure and numbers share one name. This module lives
+in ``core`` so that the analysis layer (``analysis.verdicts.save_verdicts``) can write its tables
+without importing the plotting stack.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .cache import _canonical, atomic_write_text, code_state
+from .paths import REPO_ROOT, figures_dir
+
+_NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise ValueError(
+            f"figure name {name!r} must look like 'NN-short-name[-panel]' (two digits, the notebook's "
+            "number, then lowercase words joined by '-'), so notebook and figure share a name"
+        )
+    return name
+
+
+def git_commit() -> str:
+    """The commit checked out (short sha), or "unknown" without git. Whether the code differs
+    from it is a separate field of the manifest (``code_dirty``), not a suffix."""
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def record(filename: str, parameters: dict[str, Any] | None) -> None:
+    folder = figures_dir()
+    manifest = folder / "MANIFEST.json"
+    entries = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    state = code_state()
+    entries[filename] = {
+        "profile": os.environ.get("RESIDSHIFT_PROFILE", "interactive"),
+        "commit": state["commit"],
+        "code_dirty": state["code_dirty"],
+        "code_hash": state["code_hash"],
+        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "parameters": _canonical(parameters or {}),
+    }
+    atomic_write_text(manifest, json.dumps(dict(sorted(entries.items())), indent=2) + "\n")
+
+
+def load_manifest(folder: Path | None = None) -> dict[str, dict[str, Any]]:
+    """``{file name: entry}`` from ``MANIFEST.json`` in ``folder`` (default: the figures folder)."""
+    manifest = Path(folder or figures_dir()) / "MANIFEST.json"
+    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+
+
+def manifest_problems(entries: dict[str, dict[str, Any]]) -> list[str]:
+    """Entries that do not show committed code: old format (no ``code_dirty``), code that differed
+    from its commit, or no commit at all. Empty when every output comes from committed code."""
+    out = []
+    for name, e in sorted(entries.items()):
+        if "code_dirty" not in e:
+            out.append(f"{name}: old-format entry (commit {e.get('commit')!r}); regenerate it")
+        elif e["code_dirty"] is not False:
+            out.append(f"{name}: made from uncommitted code (commit {e.get('commit')}, code_dirty "
+                       f"{e['code_dirty']}); commit the code, then regenerate it")
+        elif e.get("commit") in (None, "", "unknown"):
+            out.append(f"{name}: no commit recorded")
+    return out
+
+
+def manifest_commits(names=None, *, folder: Path | None = None) -> list[str]:
+    """The commit(s) the outputs ``names`` (file names like ``03-x.json`` or stems like ``03-x``;
+    default: every entry) come from, sorted. An output made from uncommitted code shows as
+    ``<sha>-dirty``. Raises KeyError naming any output the manifest does not list."""
+    entries = load_manifest(folder)
+    if names is None:
+        picked = list(entries.values())
+    else:
+        names = [names] if isinstance(names, str) else list(names)
+        picked, missing = [], []
+        for n in names:
+            hits = [e for k, e in entries.items() if k == n or Path(k).stem == n]
+            picked += hits
+            if not hits:
+                missing.append(n)
+        if missing:
+            raise KeyError(f"the manifest has no entry for {missing}; run the notebooks that write them")
+    out = set()
+    for e in picked:
+        commit = str(e.get("commit", "unknown"))
+        out.add(commit + "-dirty" if e.get("code_dirty") and not commit.endswith("-dirty") else commit)
+    return sorted(out)
+
+
+def save_numbers(name: str, numbers: Any, *, parameters: dict[str, Any] | None = None) -> Path:
+    """Save the numbers behind a figure or table as ``figures/<name>.json`` (same name rule)."""
+    check_name(name)
+    target = figures_dir() / f"{name}.json"
+    atomic_write_text(target, json.dumps(_canonical(numbers), indent=2) + "\n")
+    record(target.name, parameters)
+    return target
