@@ -46,3 +46,20 @@ def test_update_and_check_round_trip(tmp_path, monkeypatch):
     readme.write_text("no markers")
     with pytest.raises(report.ReportError, match="results:start"):
         report.check_readme(readme)
+
+
+def test_provenance_names_commits_run_times_and_uncommitted_outputs(tmp_path):
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    entry = {"profile": "default", "commit": "abc1234", "code_dirty": False, "code_hash": "h", "parameters": {}}
+    (fig / "MANIFEST.json").write_text(json.dumps({"03-a.png": entry, "03-a.json": entry,
+                                                   "04-b.png": {**entry, "commit": "def5678", "code_dirty": True}}))
+    (fig / "RUNS.json").write_text(json.dumps({"default": {
+        "03-a": {"wall_s": 90.0, "peak_rss_mib": 2048, "commit": "abc1234", "code_dirty": False,
+                 "machine": {"cpus": 2, "load_1min_at_start": 1.25}}}}))
+    text = report.section_provenance(fig, tmp_path)
+    assert "| `03-a` | 1.5 | 2048 | 1.2 | abc1234 | 2 | abc1234 | default |" in text
+    assert "| `04-…` | – |" in text and "def5678-dirty" in text
+    assert "**1 outputs do not come from committed code**" in text and "Total of the last runs: 1.5" in text
+    (fig / "MANIFEST.json").write_text(json.dumps({"03-a.png": entry}))
+    assert "Every output comes from committed code." in report.section_provenance(fig, tmp_path)

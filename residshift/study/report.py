@@ -182,6 +182,44 @@ def _rules(rows) -> str:
     return f"<details><summary>Rules</summary>\n\n{items}\n\n</details>"
 
 
+def section_provenance(fig: Path, bench: Path) -> str:
+    """Which code made the outputs, and the last measured run of each notebook (``RUNS.json``)."""
+    from ..core.outputs import load_manifest, manifest_problems
+    from ..core.runner import load_runs
+
+    entries = load_manifest(fig)
+    if not entries:
+        return _missing("Provenance", "figures/MANIFEST.json")
+    by_nb: dict[str, dict[str, Any]] = {}
+    for name, e in entries.items():
+        nb = by_nb.setdefault(name[:2], {"files": 0, "commits": set(), "profiles": set()})
+        nb["files"] += 1
+        nb["commits"].add(str(e.get("commit")) + ("-dirty" if e.get("code_dirty") else ""))
+        nb["profiles"].add(str(e.get("profile")))
+    runs = load_runs(fig / "RUNS.json").get("default", {})
+    rows, total = [], 0.0
+    stems = sorted(set(runs) | {f"{k}-…" for k in by_nb if not any(r.startswith(k) for r in runs)})
+    for stem in stems:
+        r = runs.get(stem, {})
+        nb = by_nb.get(stem[:2], {"files": 0, "commits": set(), "profiles": set()})
+        total += r.get("wall_s") or 0.0
+        load = (r.get("machine") or {}).get("load_1min_at_start")
+        rows.append([f"`{stem}`", _num(None if not r else r["wall_s"] / 60, 1), _num(r.get("peak_rss_mib"), 0),
+                     _num(load, 1), str(r.get("commit", "–")) + ("-dirty" if r.get("code_dirty") else ""),
+                     str(nb["files"]), ", ".join(sorted(nb["commits"])) or "–", ", ".join(sorted(nb["profiles"])) or "–"])
+    problems = manifest_problems(entries)
+    cpus = next(((r.get("machine") or {}).get("cpus") for r in runs.values()), None)
+    return ("**Provenance and run times** (`figures/MANIFEST.json`, `figures/RUNS.json`; the runner measures "
+            f"every notebook it runs; {cpus or '?'} CPU cores, load = 1-minute load average when the notebook "
+            "started; a cache warm from an earlier run shortens a notebook, so the times are those of the last "
+            "run, not of a fresh clone):\n\n"
+            + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "run at commit", "outputs",
+                      "outputs' commits", "profile"], rows)
+            + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes. "
+            + ("Every output comes from committed code." if not problems else
+               f"**{len(problems)} outputs do not come from committed code** (first: {problems[0]})."))
+
+
 def section_verdicts(fig: Path, bench: Path) -> str:
     parts = []
     for path in sorted(fig.glob("*verdict*.json")):
@@ -407,7 +445,8 @@ def section_lm_eval(fig: Path, bench: Path) -> str:
     return text
 
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts,
-                                               section_harness, section_benchmarks, section_lm_eval]
+                                               section_harness, section_benchmarks, section_lm_eval,
+                                               section_provenance]
 
 
 def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:
