@@ -299,3 +299,15 @@ def test_solution_cells_are_folded():
     folded = body.split('<details class="book-solution">')
     assert len(folded) == 2 and "x" in folded[1].split("</details>")[0]
     assert "y" in folded[1].split("</details>")[1]  # the ordinary cell stays outside
+
+
+def test_exercises_are_listed_with_the_anchor_nbconvert_gives_their_heading():
+    import nbformat
+
+    nb = _nb(nbformat.v4.new_markdown_cell("## Exercises\n\n### Exercise 1 — Attenuate two layers\n\ntext"),
+             nbformat.v4.new_markdown_cell("### Exercise 2 — Why $\\alpha$?"),
+             nbformat.v4.new_markdown_cell("### Not an exercise"))
+    found = book.exercises(nb)
+    assert [t for _, t in found] == ["Attenuate two layers", "Why $\\alpha$?"]
+    for (anchor, _), cell in zip(found, nb.cells[:2]):
+        assert f'id="{anchor}"' in book.markdown_html(cell.source, anchors=True)

@@ -90,6 +90,7 @@ class Chapter:
     key_figure_caption: str = ""
     error: str | None = None  # the notebook stopped with this error
     figures: list[str] = field(default_factory=list)  # manifest PNG names made by this notebook
+    exercises: list[tuple[str, str]] = field(default_factory=list)  # (anchor id, title) per exercise
 
     @property
     def stem(self) -> str:
@@ -220,6 +221,20 @@ def static_widgets(nb) -> None:
                 text = data.get("text/plain", "")
             out["data"] = {"text/plain": text}
     nb.metadata.pop("widgets", None)
+
+
+EXERCISE = re.compile(r"^###\s+Exercise\s+(\d+)\s*[—–-]\s*(.+?)\s*$", re.M)
+
+
+def exercises(nb) -> list[tuple[str, str]]:
+    """``(heading anchor, title)`` of every ``### Exercise k — title`` heading in the notebook."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for m in EXERCISE.finditer(cell.source):
+                anchor = re.search(r'id="([^"]+)"', markdown_html(m.group(0), anchors=True))  # nbconvert's id
+                out.append((html.unescape(anchor.group(1)) if anchor else "", m.group(2)))
+    return out
 
 
 def execution_error(nb) -> str | None:
@@ -536,6 +551,7 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
                      summary_html=markdown_html(summary), page=f"{path.stem}.html",
                      error=execution_error(nb))
         ch.figures = [n for n in pngs if n.startswith(ch.number + "-")]
+        ch.exercises = exercises(nb)
         nbs.append(nb)
         chapters.append(ch)
 
@@ -642,25 +658,40 @@ def _gallery_page(profile, chapters, manifest, pngs, jsons) -> str:
                        body="\n".join(parts))
 
 
+SESSION_RUN_S = 10 * 60  # a notebook run that fits a 90-minute session beside reading and two exercises
+
+
 def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
     sources = [fig_src / "RUNS.json", figures_dir() / "RUNS.json"] + [
         build_dir() / p / "figures" / "RUNS.json" for p in all_profiles]
     runs = _runs(all_profiles, sources)
     head = "".join(f"<th>{html.escape(p)}</th>" for p in all_profiles)
     rows = []
+    fits = []
     for ch in chapters:
         cells = "".join(f"<td>{_fmt_run(runs.get(p, {}).get(ch.stem))}</td>" for p in all_profiles)
-        rows.append(f'<tr><td><a href="{ch.page}">{ch.title_html}</a></td><td>{ch.summary_html}</td>{cells}</tr>')
+        ex = "".join(f'<li><a href="{ch.page}#{html.escape(a)}">{_inline_html(t)}</a></li>' for a, t in ch.exercises)
+        rows.append(f'<tr><td><a href="{ch.page}">{ch.title_html}</a></td><td>{ch.summary_html}</td>'
+                    f'<td><ol>{ex}</ol></td>{cells}</tr>')
+        wall = (runs.get("default", {}).get(ch.stem) or {}).get("wall_s")
+        if wall is not None and wall <= SESSION_RUN_S and len(ch.exercises) >= 2:
+            fits.append(f'<a href="{ch.page}">{ch.number}</a> ({wall / 60:.0f} min)')
     body = (f"<h1>For instructors</h1>"
             f'<p class="note">What each notebook teaches (its opening paragraph) and its last measured run '
             f"at each profile: wall time and the kernel's peak memory, as the runner recorded them in "
             f"<code>RUNS.json</code> beside the figures.</p>"
-            f'<table class="instructor"><thead><tr><th>notebook</th><th>what it teaches</th>{head}</tr>'
+            f'<table class="instructor"><thead><tr><th>notebook</th><th>what it teaches</th><th>exercises</th>{head}</tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table>'
             f"<h2>Before class</h2><p>On the machine the class uses: <code>make setup</code>, "
             f"<code>make models</code> (dequantize the embedded models once), then "
             f"<code>python -m residshift run --profile default</code> to fill the result caches; "
-            f"<code>make lab</code> opens the notebooks in JupyterLab.</p>")
+            f"<code>make lab</code> opens the notebooks in JupyterLab.</p>"
+            f"<h2>A 90-minute session</h2><p>About 30 minutes to read a notebook together and two exercises "
+            f"of about 25 minutes each, with the notebook's own run (from warm caches, or started at the "
+            f"beginning of the session) taking at most {SESSION_RUN_S // 60} minutes at the default profile. By "
+            f"the last measured runs that fits: {', '.join(fits) or 'no notebook measured yet'}. Longer "
+            f"notebooks fit when they are run before class (their result caches then make the rerun short), "
+            f"or at the smoke profile to read the code (<code>-p</code> overrides shrink any sample).</p>")
     return PAGE.format(title=f"Instructor · residshift · {profile}",
                        nav=_nav(profile, chapters, "instructor.html"), body=body)
 
