@@ -63,3 +63,14 @@ def test_provenance_names_commits_run_times_and_uncommitted_outputs(tmp_path):
     assert "**1 outputs do not come from committed code**" in text and "Total of the last runs: 1.5" in text
     (fig / "MANIFEST.json").write_text(json.dumps({"03-a.png": entry}))
     assert "Every output comes from committed code." in report.section_provenance(fig, tmp_path)
+
+
+def test_every_image_the_readme_shows_is_committed():
+    import re
+
+    from residshift.core.paths import REPO_ROOT
+
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (REPO_ROOT / "README.md").read_text())
+    assert images, "the README shows the key figures inline"
+    missing = [i for i in images if not (REPO_ROOT / i).is_file()]
+    assert not missing, f"README shows figures that do not exist: {missing}"
