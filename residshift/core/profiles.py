@@ -149,7 +149,7 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     # 06-08: training GPTs with the attenuation in place (residshift/train/trainer.py TrainConfig;
     # keys map to its fields in trainer.PROFILE_KEYS). default: CALIBRATION PENDING.
     "train": {
-        "smoke": {"train_layers": 2, "train_heads": 2, "train_width": 32, "train_context": 32,
+        "smoke": {"train_layers": 4, "train_heads": 2, "train_width": 32, "train_context": 32,
                   "train_vocab": None, "train_mlp": "gelu", "train_dropout": 0.0, "train_bias": False,
                   "train_tokenizer": "bpe:wikitext-2:1024", "train_corpus": "wikitext-2",
                   "train_split": "train", "train_val_corpus": "wikitext-2", "train_val_split": "validation",
@@ -157,7 +157,12 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "train_accumulate": 1, "train_lr": 3e-3, "train_betas": [0.9, 0.95],
                   "train_weight_decay": 0.1, "train_warmup": 2, "train_min_lr_ratio": 0.1,
                   "train_grad_clip": 1.0, "train_eval_every": 6, "train_eval_windows": 8,
-                  "train_bf16": None, "train_compile": False, "train_checkpoint_every": 4},
+                  "train_bf16": None, "train_compile": False, "train_checkpoint_every": 100,
+                  "train_seeds": [0, 1], "train_cut_layers": [1, 3], "train_cut_alphas": [0.0, 0.5],
+                  "train_variants": ["learned", "learned-token", "backout", "scalars"],
+                  "train_bench_tasks": ["wikitext-2-test", "lambada", "piqa", "arc-easy"],
+                  "train_bench_limits": {"wikitext-2-test": 2, "lambada": 8, "piqa": 8, "arc-easy": 8},
+                  "train_lens_windows": 6, "train_lens_positions": None, "train_boot": 100},
         "default": {"train_layers": 6, "train_heads": 4, "train_width": 128, "train_context": 128,
                     "train_vocab": None, "train_mlp": "gelu", "train_dropout": 0.0, "train_bias": False,
                     "train_tokenizer": "bpe:wikitext-2:1024", "train_corpus": "wikitext-2",
@@ -167,7 +172,21 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     "train_lr": 3e-3, "train_betas": [0.9, 0.95], "train_weight_decay": 0.1,
                     "train_warmup": 20, "train_min_lr_ratio": 0.1, "train_grad_clip": 1.0,
                     "train_eval_every": 50, "train_eval_windows": 64, "train_bf16": None,
-                    "train_compile": None, "train_checkpoint_every": 50},
+                    "train_compile": None, "train_checkpoint_every": 50,
+                    # the grid (notebooks 06-08): baseline; fixed alpha in train_cut_alphas at each
+                    # block of train_cut_layers (None = every block); train_variants; x train_seeds.
+                    # One run ~90-100 s here (idle CPU): every block would be 3 x 17 = 51 runs (~80 min),
+                    # so the cuts are thinned to blocks 0, 2 (early, middle) and 4, 5 (the two late
+                    # blocks the late-cut rule reads): 3 x 13 = 39 runs, ~60 min on an idle CPU.
+                    "train_seeds": [0, 1, 2], "train_cut_layers": [0, 2, 4, 5], "train_cut_alphas": [0.0, 0.5],
+                    "train_variants": ["learned", "learned-token", "backout", "scalars"],
+                    "train_bench_tasks": ["wikitext-2-validation", "wikitext-2-test", "wikitext-103-validation",
+                                          "wikitext-103-test", "lambada", "piqa", "arc-easy", "arc-challenge"],
+                    "train_bench_limits": {"wikitext-2-validation": 500, "wikitext-2-test": 500,
+                                           "wikitext-103-validation": 500, "wikitext-103-test": 500,
+                                           "lambada": 1000, "piqa": 1000, "arc-easy": 1000,
+                                           "arc-challenge": 1000},
+                    "train_lens_windows": 64, "train_lens_positions": None, "train_boot": 1000},
         # the authors' setup (../shared/paper-notes.md): GPT-2 small shape with GEGLU, FineWeb-Edu
         # sample-10BT streamed, GPT-2 tokenizer (vocabulary padded to 50,304), 2,000 steps of
         # 4,194,304 tokens (256 windows x 16 accumulation x 1,024; 8 GPUs: 32 windows per GPU).
@@ -181,7 +200,15 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "train_accumulate": 16, "train_lr": 6e-4, "train_betas": [0.9, 0.95],
                   "train_weight_decay": 0.1, "train_warmup": 100, "train_min_lr_ratio": 0.1,
                   "train_grad_clip": 1.0, "train_eval_every": 100, "train_eval_windows": 512,
-                  "train_bf16": True, "train_compile": True, "train_checkpoint_every": 100},
+                  "train_bf16": True, "train_compile": True, "train_checkpoint_every": 100,
+                  "train_seeds": [0, 1, 2], "train_cut_layers": None, "train_cut_alphas": [0.0, 0.5],
+                  "train_variants": ["learned", "learned-token", "backout", "scalars"],
+                  "train_bench_tasks": ["wikitext-2-validation", "wikitext-2-test", "wikitext-103-validation",
+                                        "wikitext-103-test", "lambada", "piqa", "arc-easy", "arc-challenge"],
+                  "train_bench_limits": {"wikitext-2-validation": None, "wikitext-2-test": None,
+                                         "wikitext-103-validation": None, "wikitext-103-test": None,
+                                         "lambada": None, "piqa": None, "arc-easy": None, "arc-challenge": None},
+                  "train_lens_windows": 256, "train_lens_positions": None, "train_boot": 2000},
     },
 }
 

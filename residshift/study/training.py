@@ -1,0 +1,809 @@
+"""Notebooks 06-08: glue and figures for GPTs trained with the residual attenuation in place (C1-C4).
+
+The notebooks orchestrate; what they compute or draw is a call into this module.
+
+- **The grid** (:func:`grid`, :func:`train_grid`): ``baseline``; ``fixed`` with alpha in
+  ``train_cut_alphas`` at each block of ``train_cut_layers`` (None = every block); the variants of
+  ``train_variants`` (``learned``, ``learned-token``, ``backout``, ``scalars``); each for every seed
+  of ``train_seeds``. Every run goes through ``residshift.train.trainer`` (``TrainConfig.from_profile``
+  + ``with_`` + ``train``): one run directory per configuration, reused when finished, so 07 and 08
+  reuse what 06 trained and a rerun trains nothing twice. Variants of one seed are paired (same
+  initialisation, same data order, same token budget).
+- **06** — :func:`curves`, :func:`curves_panel` (validation loss vs tokens, seed bands),
+  :func:`final_evals` (per-window final validation losses, cached), :func:`cut_table`,
+  :func:`cut_panel` (final loss vs the cut's block against the baseline band), :func:`c2_rows`.
+- **07** — :func:`alpha_history`, :func:`alpha_panel` (learned alpha per block over training),
+  :func:`final_alphas`, :func:`best_cut`, :func:`compare_table`, :func:`compare_panel`, :func:`c3_rows`,
+  :func:`benchmarks` (the harness on every final model, cached by the harness per model weights),
+  :func:`benchmark_table` (Table II's shape, chance beside the zero-shot tasks), :func:`c4_rows`.
+- **08** — :func:`lens_runs` (the logit lens on each final model, cached by ``lens.run_lens``),
+  :func:`c1_rows` (three regimes and emergence depth of each baseline seed),
+  :func:`persistence_table` (``lens.input_persistence`` after each cut, paired per window, loss
+  beside it), :func:`misalignment_rows`, :func:`persistence_panel`.
+- **all** — :func:`verdict_table`, :func:`power_lines` (from ``study.attenuation``), :func:`verdict_lines`,
+  :func:`summary_table`, :func:`grid_cost`.
+
+Verdicts use the rules of :mod:`residshift.analysis.verdicts` only (training setting). Every function
+that takes ``P`` (the resolved profile) reads only ``train_*`` keys plus ``device``/``seed``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analysis import stats, verdicts
+from ..core import cache
+from ..measure import lens
+from ..train import trainer as T
+from ..train.gpt import MODES
+from .attenuation import power_lines, verdict_table  # noqa: F401  (re-exported for the notebooks)
+
+NAME06 = "06-training-with-attenuation"
+NAME07 = "07-learned-gates-and-benchmarks"
+NAME08 = "08-misalignment-after-mitigation"
+EXTRA_MODES = ("learned", "learned-token", "backout", "scalars")  # train_variants may name these
+GATED = ("learned", "learned-token", "scalars")  # a skip gate per block (alpha/<l> in the log)
+C3_GATES = ("learned", "learned-token")  # the paper's gates: the C3-training rules judge these
+LENS_CORPUS, LENS_SPLIT = "wikitext-2", "test"  # held out: training on train, validation loss on validation
+LENS_METRICS = ("logprob", "logrank", "top1")
+PPL_TASKS = ("wikitext-2-validation", "wikitext-2-test", "wikitext-103-validation", "wikitext-103-test")
+ZERO_SHOT = ("lambada", "piqa", "arc-easy", "arc-challenge")
+LATE_FRACTION = 2 / 3  # as verdicts.c2_training_late_cut: blocks l >= 2/3 L are "late"
+PAPER_REF = ("paper (reference, ../shared/paper-notes.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
+             "tokens; alpha = 0 hurts, the layer matters, a late cut helps; learned gates concentrate on "
+             "the final layer")
+
+
+def _plt():
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ============================================================================================
+# The grid
+# ============================================================================================
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One residual variant of the grid: ``name`` (the label used everywhere), the trainer ``mode``,
+    and for ``fixed`` the ``alpha`` and the ``layer`` (block) it attenuates."""
+
+    name: str
+    mode: str
+    alpha: float | None = None
+    layer: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The TrainConfig fields that make this variant (on top of the profile's)."""
+        out: dict[str, Any] = {"mode": self.mode}
+        if self.mode == "fixed":
+            out.update(alpha=float(self.alpha), alpha_layers=(int(self.layer),))
+        return out
+
+
+def fixed_name(alpha: float, layer: int) -> str:
+    return f"alpha={alpha:g} @ block {layer}"
+
+
+def cut_layers(P) -> list[int]:
+    """The blocks the fixed cuts are trained at (``train_cut_layers``; None = every block)."""
+    L = int(P.train_layers)
+    layers = list(range(L)) if P.train_cut_layers is None else [int(l) for l in P.train_cut_layers]
+    bad = [l for l in layers if not 0 <= l < L]
+    if bad or len(set(layers)) != len(layers):
+        raise ValueError(f"train_cut_layers must be distinct blocks in 0..{L - 1} (None = every block), got "
+                         f"{P.train_cut_layers}")
+    return sorted(layers)
+
+
+def grid(P) -> list[Variant]:
+    """The variants of the grid, in order: baseline, the fixed cuts (alpha, then block), the others."""
+    alphas = [float(a) for a in P.train_cut_alphas]
+    if any(not 0 <= a < 1 for a in alphas):
+        raise ValueError(f"train_cut_alphas must lie in [0, 1) (alpha = 1 is the baseline), got {alphas}")
+    unknown = [v for v in P.train_variants if v not in EXTRA_MODES]
+    if unknown:
+        raise ValueError(f"train_variants {unknown} unknown; choose among {list(EXTRA_MODES)} (baseline and "
+                         "fixed are always in the grid)")
+    assert set(EXTRA_MODES) <= set(MODES)
+    out = [Variant("baseline", "baseline")]
+    out += [Variant(fixed_name(a, l), "fixed", a, l) for a in alphas for l in cut_layers(P)]
+    out += [Variant(v, v) for v in P.train_variants]
+    return out
+
+
+def seeds(P) -> list[int]:
+    s = [int(x) for x in P.train_seeds]
+    if not s or len(set(s)) != len(s):
+        raise ValueError(f"train_seeds must be distinct integers (at least one), got {P.train_seeds}")
+    return s
+
+
+def config(P, variant: Variant, seed: int) -> T.TrainConfig:
+    """The TrainConfig of one run: the profile's ``train_*`` values, the variant, the seed."""
+    return T.TrainConfig.from_profile(P).with_(seed=int(seed), **variant.overrides())
+
+
+def _select(variants: list[Variant], only) -> list[Variant]:
+    if only is None:
+        return variants
+    if callable(only):
+        return [v for v in variants if only(v)]
+    names = [only] if isinstance(only, str) else list(only)
+    known = {v.name for v in variants}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise ValueError(f"only= names {missing} are not in the grid; known: {sorted(known)}")
+    return [v for v in variants if v.name in names]
+
+
+def train_grid(P, only: str | Iterable[str] | Callable[[Variant], bool] | None = None, *,
+               progress: bool = False, verbose: bool = True) -> dict[tuple[str, int], Path]:
+    """Train (or reuse) every run of the grid: ``{(variant name, seed): run directory}``.
+
+    ``only``: a variant name, names, or a predicate on :class:`Variant` (default: the whole grid).
+    A finished run is returned as it is; an interrupted one resumes from its checkpoint.
+    """
+    runs: dict[tuple[str, int], Path] = {}
+    todo = [(v, s) for v in _select(grid(P), only) for s in seeds(P)]
+    t0, trained = time.perf_counter(), 0
+    for i, (v, s) in enumerate(todo):
+        cfg = config(P, v, s)
+        before = T.run_dir_for(cfg, P.device)
+        fresh = not (before / "summary.json").is_file()
+        runs[(v.name, s)] = run = T.train(cfg, device=P.device, progress=progress)
+        if fresh:
+            trained += 1
+            if verbose:
+                sm = T.read_summary(run)
+                print(f"[{i + 1}/{len(todo)}] {v.name}, seed {s}: validation loss {sm['val_loss']:.3f} "
+                      f"in {sm['train_seconds']:.0f} s")
+    if verbose:
+        print(f"{len(todo)} runs ({len(todo) - trained} reused, {trained} trained in "
+              f"{time.perf_counter() - t0:.0f} s)")
+    return runs
+
+
+def summary_table(runs: Mapping[tuple[str, int], Path]) -> pd.DataFrame:
+    """One row per run: final and best validation loss, nats below the unigram level, tokens, seconds."""
+    rows = []
+    for (name, s), run in runs.items():
+        sm = T.read_summary(run)
+        rows.append({"variant": name, "seed": s, "val_loss": sm["val_loss"], "best_val_loss": sm["best_val_loss"],
+                     "below_unigram": sm["below_unigram"], "tokens": sm["tokens"],
+                     "train_seconds": sm["train_seconds"]})
+    return pd.DataFrame(rows).set_index(["variant", "seed"])
+
+
+def grid_cost(runs: Mapping[tuple[str, int], Path]) -> dict[str, float]:
+    """What the grid cost to train (summed training seconds; a reused run counts its original time)."""
+    secs = [T.read_summary(r)["train_seconds"] for r in runs.values()]
+    return {"runs": len(secs), "train_seconds": float(sum(secs)), "seconds_per_run": float(np.mean(secs))}
+
+
+# ============================================================================================
+# 06: curves, final per-window losses, the cut panel, C2
+# ============================================================================================
+
+
+def curves(runs: Mapping[tuple[str, int], Path]) -> pd.DataFrame:
+    """Every held-out evaluation of every run: variant, seed, step, tokens, val_loss (+ alpha/<l>)."""
+    rows = []
+    for (name, s), run in runs.items():
+        tps = T.read_summary(run)["tokens_per_step"]
+        for rec in T.read_log(run):
+            if "eval" in rec:
+                extra = {k: v for k, v in rec.items() if k.startswith("alpha/") or k == "backout_lambda"}
+                rows.append({"variant": name, "seed": s, "step": rec["step"], "tokens": rec["step"] * tps,
+                             "val_loss": rec["eval"], **extra})
+    return pd.DataFrame(rows)
+
+
+def _band(ax, frame: pd.DataFrame, x: str, y: str, *, color, label, ls="-", marker=None):
+    """Mean over seeds with a min-max band (the seeds' spread)."""
+    g = frame.groupby(x)[y]
+    m, lo, hi = g.mean(), g.min(), g.max()
+    ax.plot(m.index, m.values, color=color, ls=ls, marker=marker, ms=3, label=label)
+    ax.fill_between(m.index, lo.values, hi.values, color=color, alpha=0.18, lw=0)
+    return m
+
+
+def curves_panel(frame: pd.DataFrame, P):
+    """Validation loss vs training tokens per variant (mean over seeds, band = min-max over seeds):
+    one panel for the learned variants and relatives, one per cut alpha."""
+    plt = _plt()
+    alphas = [float(a) for a in P.train_cut_alphas]
+    fig, axes = plt.subplots(1, 1 + len(alphas), figsize=(5.2 * (1 + len(alphas)), 3.9), sharey=True)
+    axes = np.atleast_1d(axes)
+    cmap = plt.get_cmap("viridis")
+    base = frame[frame.variant == "baseline"]
+    numbers: dict[str, Any] = {}
+    for ax in axes:
+        m = _band(ax, base, "tokens", "val_loss", color="k", label="baseline")
+        numbers["baseline"] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
+    others = [v for v in frame.variant.unique() if v in EXTRA_MODES]
+    colors = dict(zip(EXTRA_MODES, ("#0173b2", "#cc78bc", "#de8f05", "#029e73")))
+    for v in others:
+        m = _band(axes[0], frame[frame.variant == v], "tokens", "val_loss", color=colors[v], label=v, ls="--")
+        numbers[v] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
+    axes[0].set_title("learned gates and relatives")
+    layers = cut_layers(P)
+    for ax, a in zip(axes[1:], alphas):
+        for i, l in enumerate(layers):
+            name = fixed_name(a, l)
+            m = _band(ax, frame[frame.variant == name], "tokens", "val_loss",
+                      color=cmap(i / max(1, len(layers) - 1) * 0.9), label=f"block {l}", ls="--")
+            numbers[name] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
+        ax.set_title(rf"fixed cut, $\alpha = {a:g}$")
+    for ax in axes:
+        ax.set_xlabel("training tokens")
+        ax.legend(fontsize=8, ncol=2)
+    axes[0].set_ylabel("validation loss (nats)")
+    lo = float(frame.groupby(["variant", "tokens"]).val_loss.mean().min())
+    first = float(frame[frame.step == frame.step.min()].val_loss.max())
+    axes[0].set_ylim(lo - 0.1, first + 0.1)
+    fig.suptitle(f"{model_name(P)}: validation loss during training ({len(seeds(P))} seeds; band: min-max)")
+    fig.tight_layout()
+    return fig, numbers
+
+
+def model_name(P) -> str:
+    return f"trained GPT {P.train_layers}x{P.train_width}"
+
+
+_VAL: dict[str, torch.Tensor] = {}
+
+
+def _val_windows(cfg: T.TrainConfig, tokenizer) -> torch.Tensor:
+    """The run's validation windows, exactly as the trainer drew them (the same for every variant)."""
+    key = cache.config_key({"c": cfg.context, "w": cfg.eval_windows, "v": cfg.val_corpus, "s": cfg.val_split,
+                            "t": cfg.tokenizer, "corpus": cfg.corpus, "vocab": len(tokenizer)})
+    if key not in _VAL:
+        _VAL[key] = T.load_data(cfg, tokenizer).val
+    return _VAL[key]
+
+
+def final_eval(run: str | Path, *, device: str = "cpu", batch: int = 8) -> dict[str, Any]:
+    """A finished run's final model on its own validation windows, cached by run and code:
+    ``{"losses": [n_windows] mean next-token loss per window, "alphas": {block: mean alpha over the
+    windows' tokens} (1.0 on a plain skip)}``."""
+    run = Path(run)
+    sm = T.read_summary(run)
+
+    def compute():
+        from ..core.models import load_model
+        from ..measure.evaluate import window_losses
+
+        lm, tok, info = load_model(str(run / "model"), device=device)
+        cfg = T.TrainConfig(**{k: v for k, v in sm["config"].items()})
+        windows = _val_windows(cfg, tok)
+        losses = window_losses(lm, info, windows, batch_size=batch).double().mean(1)
+        module = getattr(lm, "_module", lm)
+        with torch.no_grad():
+            a = torch.cat([module.token_alphas(windows[i:i + batch].to(device)) for i in range(0, len(windows), batch)],
+                          dim=1)  # [L, n, T]
+        return {"losses": losses.cpu().numpy(), "alphas": {int(l): float(a[l].mean()) for l in range(a.shape[0])}}
+
+    return cache.cached("train-final-eval", {"run": run.name, "key": sm["key"]}, compute, code=final_eval)
+
+
+def final_evals(runs: Mapping[tuple[str, int], Path], P) -> dict[tuple[str, int], dict[str, Any]]:
+    return {k: final_eval(r, device=P.device) for k, r in runs.items()}
+
+
+def losses(finals: Mapping[tuple[str, int], dict], name: str, seed_list: Sequence[int]) -> np.ndarray:
+    """``[n_seeds, n_windows]`` final per-window validation losses of one variant (seeds in order)."""
+    missing = [s for s in seed_list if (name, s) not in finals]
+    if missing:
+        raise KeyError(f"variant {name!r} has no final evaluation for seeds {missing}: train_grid first")
+    return np.stack([np.asarray(finals[(name, s)]["losses"], dtype=np.float64) for s in seed_list])
+
+
+def cut_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
+    """Per (alpha, block): mean final validation loss, the paired change vs baseline (seed-averaged per
+    window) with its bootstrap CI, and each seed's change."""
+    S = seeds(P)
+    base = losses(finals, "baseline", S)
+    rows = []
+    for a in P.train_cut_alphas:
+        for l in cut_layers(P):
+            x = losses(finals, fixed_name(a, l), S)
+            d = stats.paired_delta(x.mean(0), base.mean(0), n_boot=P.train_boot, seed=P.seed)
+            rows.append({"alpha": float(a), "block": l, "val_loss": float(x.mean()),
+                         "change": d["delta"], "lo": d["lo"], "hi": d["hi"],
+                         "per_seed": [float(v) for v in (x - base).mean(1)]})
+    return pd.DataFrame(rows).set_index(["alpha", "block"])
+
+
+def cut_panel(finals: Mapping[tuple[str, int], dict], P):
+    """Final validation loss against the block of a fixed cut, one panel per alpha, with each seed's
+    value (dots), the seed mean (line) and the baseline's seeds (band: min-max, line: mean)."""
+    plt = _plt()
+    S, layers = seeds(P), cut_layers(P)
+    alphas = [float(a) for a in P.train_cut_alphas]
+    base = losses(finals, "baseline", S).mean(1)  # [S]
+    fig, axes = plt.subplots(1, len(alphas), figsize=(4.8 * len(alphas), 3.7), squeeze=False)
+    numbers: dict[str, Any] = {"baseline": base.tolist(), "blocks": layers}
+    for ax, a in zip(axes[0], alphas):
+        per = np.stack([losses(finals, fixed_name(a, l), S).mean(1) for l in layers])  # [k, S]
+        ax.axhspan(base.min(), base.max(), color="k", alpha=0.12, lw=0)
+        ax.axhline(base.mean(), color="k", lw=1, label=f"baseline ({len(S)} seeds)")
+        for j in range(len(S)):
+            ax.plot(layers, per[:, j], "o", color="#0173b2", alpha=0.45, ms=4,
+                    label="one seed" if j == 0 else None)
+        ax.plot(layers, per.mean(1), "-", color="#0173b2", lw=1.8, label="mean over seeds")
+        ax.axvline(LATE_FRACTION * P.train_layers - 0.5, color="grey", ls=":", lw=1)
+        ax.set_xticks(layers)
+        ax.set_xlabel("block with the cut (late: right of the dotted line)")
+        ax.set_title(rf"fixed $\alpha = {a:g}$ at one block")
+        ax.legend(fontsize=8)
+        numbers[f"alpha={a:g}"] = per.tolist()
+    axes[0][0].set_ylabel("final validation loss (nats)")
+    fig.suptitle(f"{model_name(P)}: where the cut sits matters")
+    fig.tight_layout()
+    return fig, numbers
+
+
+def c2_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
+    """C2 as the paper states it, training with the cut in place (``verdicts.c2_training_*``):
+    alpha = 0 at each trained block; layer sensitivity and the late cut for each alpha."""
+    S, layers, L = seeds(P), cut_layers(P), int(P.train_layers)
+    base = losses(finals, "baseline", S)
+    who = dict(model=model_name(P), n_boot=P.train_boot, seed=P.seed, source=f"{NAME06}-cut")
+    rows = []
+    for a in P.train_cut_alphas:
+        cuts = {l: losses(finals, fixed_name(a, l), S) for l in layers}
+        if float(a) == 0.0:
+            for l in layers:
+                rows += verdicts.c2_training_alpha0(base, cuts[l], block=l, **who)
+        if len(layers) >= 2:
+            rows += verdicts.c2_training_layer_sensitive(base, cuts, alpha_value=float(a), **who)
+        if any(l >= LATE_FRACTION * L for l in layers):
+            rows += verdicts.c2_training_late_cut(base, cuts, alpha_value=float(a), n_layers=L, **who)
+    return rows
+
+
+def verdict_lines(rows) -> list[str]:
+    """One printed sentence per verdict row (what the notebooks' closing sections quote)."""
+    lines = []
+    for r in rows:
+        est = "–" if r.estimate is None else stats.format_ci(r.estimate, *r.ci, 3)
+        lines.append(f"{r.model} · {r.claim_id} ({r.variant}): {r.verdict} — {r.statistic} = {est}"
+                     + (f"; per seed: {', '.join(r.per_seed)}" if r.per_seed else ""))
+    for line in lines:
+        print(line)
+    return lines
+
+
+# ============================================================================================
+# 07: learned alphas, the comparison, benchmarks
+# ============================================================================================
+
+
+def alpha_history(frame: pd.DataFrame) -> pd.DataFrame:
+    """Long table of the gated variants' alpha per block over training (from the logs' evaluations):
+    variant, seed, tokens, block, alpha. Token gates log sigmoid(b_l) (the gate at LN(x) ⟂ w_l)."""
+    cols = [c for c in frame.columns if c.startswith("alpha/")]
+    g = frame[frame.variant.isin(GATED)]
+    if g.empty or not cols:
+        return pd.DataFrame(columns=["variant", "seed", "tokens", "block", "alpha"])
+    long = g.melt(id_vars=["variant", "seed", "tokens"], value_vars=cols, var_name="block", value_name="alpha")
+    long["block"] = long.block.str.split("/").str[1].astype(int)
+    return long.dropna(subset=["alpha"]).reset_index(drop=True)
+
+
+def alpha_panel(history: pd.DataFrame, P):
+    """Alpha per block over training, one panel per gated variant (mean over seeds, band min-max)."""
+    plt = _plt()
+    variants = [v for v in GATED if v in set(history.variant)]
+    if not variants:
+        raise ValueError("no gated variant in the grid (train_variants lacks learned / learned-token / scalars)")
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.8 * len(variants), 3.7), squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    L = int(P.train_layers)
+    numbers: dict[str, Any] = {}
+    for ax, v in zip(axes[0], variants):
+        h = history[history.variant == v]
+        numbers[v] = {}
+        for l in range(L):
+            m = _band(ax, h[h.block == l], "tokens", "alpha", color=cmap(l / max(1, L - 1) * 0.9),
+                      label=f"block {l}" + (" (last)" if l == L - 1 else ""))
+            numbers[v][str(l)] = m.values.tolist()
+        title = {"learned": r"learned $\alpha_l = \sigma(\theta_l)$",
+                 "learned-token": r"token gates: $\sigma(b_l)$ (bias part)",
+                 "scalars": r"residual scalars $\lambda_l$"}[v]
+        ax.set_title(title)
+        ax.set_xlabel("training tokens")
+        ax.legend(fontsize=7, ncol=2)
+    axes[0][0].set_ylabel(r"$\alpha$ (1 = plain skip)")
+    fig.suptitle(f"{model_name(P)}: the gates during training ({len(seeds(P))} seeds)")
+    fig.tight_layout()
+    return fig, numbers
+
+
+def final_alphas(finals: Mapping[tuple[str, int], dict], name: str, P) -> np.ndarray:
+    """``[n_seeds, L]`` final alpha per block (token gates: the mean over the validation tokens)."""
+    return np.stack([[finals[(name, s)]["alphas"][l] for l in range(int(P.train_layers))] for s in seeds(P)])
+
+
+def alpha_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
+    """Final attenuation 1 - alpha per block and gated variant (mean over seeds; min-max)."""
+    rows = []
+    for v in GATED:
+        if (v, seeds(P)[0]) not in finals:
+            continue
+        a = 1 - final_alphas(finals, v, P)
+        for l in range(a.shape[1]):
+            rows.append({"variant": v, "block": l, "attenuation": a[:, l].mean(), "min": a[:, l].min(),
+                         "max": a[:, l].max()})
+    return pd.DataFrame(rows).set_index(["variant", "block"]).round(4)
+
+
+def _halves(n: int) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.arange(n)
+    return idx[0::2], idx[1::2]
+
+
+def best_cut(finals: Mapping[tuple[str, int], dict], P) -> dict[str, Any]:
+    """The best fixed single-block cut (the baseline, alpha = 1, among the candidates), chosen on the
+    EVEN validation windows (``verdicts.best_fixed_cut``); comparisons use the odd ones."""
+    S, layers = seeds(P), cut_layers(P)
+    alphas = [float(a) for a in P.train_cut_alphas]
+    base = losses(finals, "baseline", S)
+    sel, _ = _halves(base.shape[1])
+    d = np.stack([np.stack([(losses(finals, fixed_name(a, l), S) - base).mean(0)[sel] for a in alphas])
+                  for l in layers])  # [k, A, W_sel]
+    best = verdicts.best_fixed_cut(d, layers, alphas)
+    best["variant"] = "baseline" if best["layer"] is None else fixed_name(best["alpha"], best["layer"])
+    return best
+
+
+def compare_table(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -> pd.DataFrame:
+    """Final validation loss of the baseline, the best fixed cut, each learned variant and relative, and
+    each one's paired change vs the baseline (seed-averaged per window, bootstrap CI), on the odd
+    (confirmation) windows."""
+    S = seeds(P)
+    base = losses(finals, "baseline", S)
+    _, conf = _halves(base.shape[1])
+    names = ["baseline", cut["variant"]] + [v for v in P.train_variants]
+    rows = []
+    for name in dict.fromkeys(names):
+        x = losses(finals, name, S)[:, conf]
+        d = stats.paired_delta(x.mean(0), base[:, conf].mean(0), n_boot=P.train_boot, seed=P.seed)
+        label = name if name != cut["variant"] or name == "baseline" else f"{name} (best fixed cut)"
+        rows.append({"variant": label, "val_loss": float(x.mean()), "vs baseline": d["delta"], "lo": d["lo"],
+                     "hi": d["hi"], "seeds better": int(((x - base[:, conf]).mean(1) < 0).sum())})
+    return pd.DataFrame(rows).set_index("variant")
+
+
+def compare_panel(table: pd.DataFrame, P):
+    """Each variant's final validation loss minus the baseline's (confirmation windows), with its CI."""
+    plt = _plt()
+    t = table.drop(index="baseline", errors="ignore")
+    fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(t) + 1.6))
+    y = np.arange(len(t))
+    ax.errorbar(t["vs baseline"], y, xerr=[t["vs baseline"] - t["lo"], t["hi"] - t["vs baseline"]], fmt="o",
+                color="#0173b2", capsize=3)
+    ax.axvline(0, color="k", lw=1)
+    ax.set_yticks(y)
+    ax.set_yticklabels(t.index)
+    ax.invert_yaxis()
+    ax.set_xlabel("final validation loss − baseline (nats; 95% CI over windows, seed-averaged)")
+    ax.set_title(f"{model_name(P)}: learned gates vs fixed cut vs relatives")
+    fig.tight_layout()
+    return fig, t.reset_index().to_dict(orient="list")
+
+
+def c3_rows(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -> list:
+    """``verdicts.c3_*`` with ``setting="training"`` for the paper's gates (learned, learned-token):
+    concentration on the final block, beats the baseline, beats the best fixed cut (confirmation
+    windows; training runs to a token budget, so ``converged`` is None)."""
+    S, L = seeds(P), int(P.train_layers)
+    base = losses(finals, "baseline", S)
+    _, conf = _halves(base.shape[1])
+    ref = losses(finals, cut["variant"], S)[:, conf]
+    who = dict(model=model_name(P), setting="training", source=f"{NAME07}-compare")
+    rows = []
+    for v in C3_GATES:
+        if v not in P.train_variants:
+            continue
+        rows += verdicts.c3_concentration(final_alphas(finals, v, P), list(range(L)), L, variant=v,
+                                          **{**who, "source": f"{NAME07}-alphas"})
+        g = losses(finals, v, S)[:, conf]
+        rows += verdicts.c3_beats_baseline(g, base[:, conf], variant=v, n_boot=P.train_boot, seed=P.seed, **who)
+        rows += verdicts.c3_beats_best_cut(g, ref, cut={k: cut[k] for k in ("layer", "alpha", "label")}, variant=v,
+                                           n_boot=P.train_boot, seed=P.seed, **who)
+    return rows
+
+
+def eval_config(P):
+    """The harness settings for the trained models: their context, half-overlapping windows."""
+    from ..measure import evaluate
+
+    ctx = int(P.train_context)
+    return evaluate.EvalConfig(context=ctx, stride=max(1, ctx // 2), batch_size=16, seed=P.seed)
+
+
+def _correct(res) -> np.ndarray:
+    d = res.details
+    return np.asarray(d["greedy"] if "greedy" in d else d["acc"], dtype=np.float64)
+
+
+def bench_variants(P, cut: Mapping[str, Any]) -> list[str]:
+    """The variants 07 scores with the harness: baseline, the best fixed cut, and train_variants."""
+    return list(dict.fromkeys(["baseline", cut["variant"], *P.train_variants]))
+
+
+def benchmarks(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
+               verbose: bool = True) -> dict[str, dict[str, Any]]:
+    """The harness (``evaluate.run_task``, cached per model weights) on each final model:
+    ``{variant: {"metrics": {task: [n_seeds] main metric}, "correct": {task: [n_seeds, n_items]},
+    "chance": {task: chance accuracy of the scored items}, "kept": {task: (questions whose answers fit
+    the context, questions)}}}``. Main metric: perplexity for the
+    WikiText tasks, accuracy otherwise."""
+    from ..core.models import load_model
+    from ..measure import evaluate
+
+    cfg = eval_config(P)
+    tasks = list(P.train_bench_tasks)
+    unknown = [t for t in tasks if t not in evaluate.TASKS]
+    if unknown:
+        raise ValueError(f"train_bench_tasks {unknown} unknown; known: {list(evaluate.TASKS)}")
+    out: dict[str, dict[str, Any]] = {}
+    t0 = time.perf_counter()
+    for name in names:
+        metrics = {t: [] for t in tasks}
+        correct = {t: [] for t in tasks if t in ZERO_SHOT}
+        chance: dict[str, float] = {}
+        kept: dict[str, tuple[int, int]] = {}
+        for s in seeds(P):
+            lm, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
+            for t in tasks:
+                limit = P.train_bench_limits.get(t)
+                if t in MC_TASKS:  # only the questions whose answers fit the model's context
+                    qs = fitting_questions(t, tok, info, cfg.context)
+                    res = evaluate.multiple_choice_score(lm, info, tok, qs, task=f"{t}-fit{cfg.context}", limit=limit,
+                                                         config=cfg)
+                else:
+                    res = evaluate.run_task(lm, info, t, tokenizer=tok, limit=limit, config=cfg)
+                metrics[t].append(res.metrics["ppl" if t in PPL_TASKS else "acc"][0])
+                if t in MC_TASKS:
+                    kept[t] = kept_share(t, tok, info, cfg.context)
+                if t in correct:
+                    correct[t].append(_correct(res))
+                    chance[t] = _chance(t, np.asarray(res.details["items"]), tok, info, cfg.context)
+        out[name] = {"metrics": {t: np.asarray(v) for t, v in metrics.items()},
+                     "correct": {t: np.stack(v) for t, v in correct.items()}, "chance": chance, "kept": kept}
+    if verbose:
+        print(f"{len(names)} variants x {len(seeds(P))} seeds x {len(tasks)} tasks scored in "
+              f"{time.perf_counter() - t0:.0f} s (cached: the harness stores each model's item scores)")
+    return out
+
+
+MC_TASKS = ("piqa", "arc-easy", "arc-challenge")
+_FIT: dict[tuple, list] = {}
+
+
+def fitting_questions(task: str, tokenizer, info, context: int) -> list:
+    """The questions of a multiple-choice task whose every answer fits the model's context (the
+    harness keeps the end of a long context but cannot cut an answer): at context 128 a few long PIQA
+    solutions do not fit. The kept share is printed by :func:`benchmark_table`'s caller."""
+    from ..measure import evaluate
+
+    from ..core.data import tokenizer_fingerprint
+
+    key = (task, tokenizer_fingerprint(tokenizer), context)
+    if key not in _FIT:
+        qs = evaluate.piqa_questions() if task == "piqa" else evaluate.arc_questions(task)
+        bos = info.bos_token_id if info.prepend_bos else None
+        keep = []
+        for q in qs:
+            lens_ = [len(evaluate.encode_pair(tokenizer, q.context, " " + c, bos_id=bos)[1]) for c in q.choices]
+            if max(lens_) < context - 1:
+                keep.append(q)
+        _FIT[key] = (keep, len(qs))
+    return _FIT[key][0]
+
+
+def kept_share(task: str, tokenizer, info, context: int) -> tuple[int, int]:
+    """(questions kept, questions in the task) by :func:`fitting_questions`."""
+    from ..core.data import tokenizer_fingerprint
+
+    fitting_questions(task, tokenizer, info, context)
+    keep, total = _FIT[(task, tokenizer_fingerprint(tokenizer), context)]
+    return len(keep), total
+
+
+def _chance(task: str, items: np.ndarray, tokenizer, info, context: int) -> float:
+    """Accuracy of a uniform guess on the scored items: 1/choices for multiple choice; LAMBADA (greedy
+    completion of the last word): 1/vocabulary, i.e. about 0."""
+    if task == "lambada":
+        return 1.0 / len(tokenizer)
+    qs = fitting_questions(task, tokenizer, info, context)
+    return float(np.mean([1.0 / len(qs[int(i)].choices) for i in items]))
+
+
+def benchmark_table(bench: Mapping[str, Mapping[str, Any]], P) -> pd.DataFrame:
+    """Table II's shape: one row per variant (mean over seeds), one column per task (perplexity for
+    WikiText, accuracy otherwise), and a chance row for the zero-shot tasks."""
+    rows = []
+    for name, b in bench.items():
+        rows.append({"variant": name, **{t: float(np.mean(v)) for t, v in b["metrics"].items()}})
+    first = next(iter(bench.values()))
+    rows.append({"variant": "chance (uniform guess)", **{t: first["chance"].get(t, np.nan)
+                                                        for t in first["metrics"]}})
+    frame = pd.DataFrame(rows).set_index("variant")
+    frame.columns = [f"{t} ({'ppl' if t in PPL_TASKS else 'acc'})" for t in frame.columns]
+    n = {t: first["correct"][t].shape[1] for t in first["correct"]}
+    frame.attrs["items"] = n
+    return frame.round(3)
+
+
+def c4_rows(bench: Mapping[str, Mapping[str, Any]], P) -> list:
+    """``verdicts.c4_benchmarks`` for every scored variant vs the baseline (McNemar per task and seed,
+    Holm across tasks, paired by item and seed)."""
+    base = bench["baseline"]["correct"]
+    if not base:
+        return []
+    rows = []
+    for name, b in bench.items():
+        if name == "baseline":
+            continue
+        rows += verdicts.c4_benchmarks(base, b["correct"], model=model_name(P), variant=name, n_boot=P.train_boot,
+                                       seed=P.seed, source=f"{NAME07}-benchmarks")
+    return rows
+
+
+# ============================================================================================
+# 08: the lens on the trained models
+# ============================================================================================
+
+
+def lens_variants(P) -> list[str]:
+    """What 08 looks at: the baseline, every late fixed cut, and the paper's gates in the grid."""
+    L = int(P.train_layers)
+    late = [fixed_name(a, l) for a in P.train_cut_alphas for l in cut_layers(P) if l >= LATE_FRACTION * L]
+    return ["baseline", *late, *[v for v in C3_GATES if v in P.train_variants]]
+
+
+def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | None = None,
+              *, verbose: bool = True) -> dict[tuple[str, int], Any]:
+    """The logit lens (``lens.run_lens``, cached) on each final model: WikiText-2 test windows of the
+    training context, ``train_lens_windows`` of them (the same windows for every model)."""
+    from ..core.models import load_model
+
+    names = lens_variants(P) if names is None else list(names)
+    out = {}
+    t0 = time.perf_counter()
+    for name in names:
+        for s in seeds(P):
+            lm, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
+            out[(name, s)] = lens.run_lens(lm, info, tok, corpus=LENS_CORPUS, split=LENS_SPLIT,
+                                           window=int(P.train_context), n=int(P.train_lens_windows), seed=P.seed,
+                                           batch=8, metrics=LENS_METRICS, positions=P.train_lens_positions)
+    if verbose:
+        r = next(iter(out.values()))
+        print(f"lens: {len(out)} models x {r.n_seq} windows x {P.train_context} tokens "
+              f"({LENS_CORPUS} {LENS_SPLIT}), h_0..h_{r.n_layers}; {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().double().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
+
+
+def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P) -> list:
+    """C1 on each baseline seed (``verdicts.c1_regimes`` against a unigram decoder counted on the lens
+    split, and ``verdicts.c1_depth``)."""
+    from ..core.models import load_model
+    from .alignment import BAND, depth_curves, min_run
+
+    rows = []
+    for s in seeds(P):
+        res = lenses[("baseline", s)]
+        lm, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
+        counts = lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT)
+        u = lens.unigram_baseline(res, counts)
+        who = dict(model=f"{model_name(P)} baseline, seed {s}", decoder="logit lens", n_boot=P.train_boot,
+                   seed=P.seed)
+        rows += verdicts.c1_regimes(_np(res.per_seq["top1_input"]), _np(res.per_seq["top1_next"]),
+                                    _np(u["top1_input"]), _np(u["top1_next"]), min_run=min_run(res.n_layers),
+                                    source=f"{NAME08}-regimes", **who)
+        rows += verdicts.c1_depth(depth_curves(res), band=BAND, source=f"{NAME08}-regimes", **who)
+    return rows
+
+
+def _seed_mean(lenses, name: str, S: Sequence[int]) -> dict[str, np.ndarray]:
+    """Per-window curves averaged over seeds (the same windows for every seed)."""
+    keys = lenses[(name, S[0])].per_seq.keys()
+    return {k: np.mean([_np(lenses[(name, s)].per_seq[k]) for s in S], axis=0) for k in keys}
+
+
+def _first_after(name: str, P) -> int:
+    """The first residual state after the edited block (fixed cut at block b: h_(b+1); gates: h_1)."""
+    for a in P.train_cut_alphas:
+        for l in cut_layers(P):
+            if name == fixed_name(a, l):
+                return l + 1
+    return 1
+
+
+def persistence_table(lenses: Mapping[tuple[str, int], Any], P) -> pd.DataFrame:
+    """``lens.input_persistence`` after the edited block, variant minus baseline, paired per window
+    (seed-averaged), with the loss change on the same positions beside it."""
+    S = seeds(P)
+    rows = []
+    for name in dict.fromkeys(n for n, _ in lenses):
+        if name == "baseline":
+            continue
+        first = _first_after(name, P)
+        pb = [lens.input_persistence(lenses[("baseline", s)], first) for s in S]
+        pa = [lens.input_persistence(lenses[(name, s)], first) for s in S]
+        row = {"variant": name, "from": f"h_{first}"}
+        for m in ("logprob", "logrank"):
+            b = np.mean([_np(p[m]) for p in pb], axis=0)
+            a = np.mean([_np(p[m]) for p in pa], axis=0)
+            d = stats.paired_delta(a, b, n_boot=P.train_boot, seed=P.seed)
+            row[f"{m} baseline"], row[f"{m} change"] = float(b.mean()), d["delta"]
+            row[f"{m} CI"] = f"[{d['lo']:.3f}, {d['hi']:.3f}]"
+        lb = np.mean([-_np(lenses[("baseline", s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
+        la = np.mean([-_np(lenses[(name, s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
+        d = stats.paired_delta(la, lb, n_boot=P.train_boot, seed=P.seed)
+        row["loss change"], row["loss CI"] = d["delta"], f"[{d['lo']:.3f}, {d['hi']:.3f}]"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("variant").round(4)
+
+
+def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
+    """``verdicts.c3_misalignment`` for each variant vs the baseline (seed-averaged per window; the
+    states after the edited block), with the loss change reported beside it."""
+    S, L = seeds(P), int(P.train_layers)
+    before = _seed_mean(lenses, "baseline", S)
+    rows = []
+    for name in dict.fromkeys(n for n, _ in lenses):
+        if name == "baseline":
+            continue
+        after = _seed_mean(lenses, name, S)
+        rows += verdicts.c3_misalignment(before, after, after_layers=range(_first_after(name, P), L + 1),
+                                         model=model_name(P), variant=name,
+                                         loss_before=-before["logprob_next"][:, -1],
+                                         loss_after=-after["logprob_next"][:, -1], n_boot=P.train_boot,
+                                         seed=P.seed, source=f"{NAME08}-persistence")
+    return rows
+
+
+def persistence_panel(lenses: Mapping[tuple[str, int], Any], P):
+    """Input- and next-token log-prob per layer (h_1..h_L; seed-averaged, 95% CI over windows) for the
+    baseline and each variant: does the input token fade faster after the edit?"""
+    plt = _plt()
+    S = seeds(P)
+    names = list(dict.fromkeys(n for n, _ in lenses))
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.9))
+    cmap = plt.get_cmap("tab10")
+    numbers: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        cur = _seed_mean(lenses, name, S)
+        numbers[name] = {}
+        for ax, which in zip(axes, ("input", "next")):
+            c = stats.curve_ci(cur[f"logprob_{which}"][:, 1:], n_boot=P.train_boot, seed=P.seed)
+            x = np.arange(1, len(c.estimate) + 1)
+            color = "k" if name == "baseline" else cmap(i % 10)
+            ax.plot(x, c.estimate, color=color, ls="-" if name == "baseline" else "--", marker="o", ms=3, label=name)
+            ax.fill_between(x, c.lo, c.hi, color=color, alpha=0.15, lw=0)
+            numbers[name][which] = np.asarray(c.estimate).tolist()
+    for ax, which in zip(axes, ("input", "next")):
+        ax.set_xlabel(r"residual state $h_l$")
+        ax.set_title(f"{which} token: lens log-prob")
+    axes[0].set_ylabel("log-prob (nats)")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"{model_name(P)}: the input token after the edit (seed-averaged; 95% CI over windows)")
+    fig.tight_layout()
+    return fig, numbers
