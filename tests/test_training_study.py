@@ -1,0 +1,205 @@
+"""residshift.study.training (notebooks 06-08) on a tiny grid trained in-process: the grid from the
+profile keys, training then reuse, per-window final losses that match the trainer's, the verdict rows
+of every rule the notebooks use, the harness and the lens on the trained models, and the panels."""
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from residshift.core import profiles  # noqa: E402
+from residshift.study import training as study  # noqa: E402
+from residshift.train import trainer as T  # noqa: E402
+
+# Tiny runs on real WikiText-2 text with the in-process byte tokenizer (as tests/test_trainer.py):
+# 4 blocks so that early, middle and late exist; 4 steps per run.
+TINY = dict(train_layers=4, train_heads=2, train_width=16, train_context=48, train_tokenizer="tiny-llama",
+            train_split="validation", train_val_split="test", train_tokens=48 * 8 * 4, train_batch=8,
+            train_warmup=1, train_eval_every=2, train_eval_windows=8, train_checkpoint_every=100, train_bf16=False,
+            train_compile=False, train_seeds=[0, 1], train_cut_layers=[1, 3], train_cut_alphas=[0.0],
+            train_variants=["learned", "learned-token"], train_bench_tasks=["arc-easy"],
+            train_bench_limits={"arc-easy": 6}, train_lens_windows=4, train_lens_positions=None, train_boot=50)
+
+
+def tiny_profile(**kw):
+    return profiles.resolve("smoke", **{**TINY, **kw})
+
+
+@pytest.fixture(scope="module")
+def grid_runs(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RESIDSHIFT_RESULTS", str(tmp_path_factory.mktemp("results")))
+    P = tiny_profile()
+    runs = study.train_grid(P, verbose=False)
+    finals = study.final_evals(runs, P)
+    yield P, runs, finals
+    mp.undo()
+
+
+# ------------------------------------------------------------------------------------------
+# The grid
+# ------------------------------------------------------------------------------------------
+
+
+def test_grid_from_profile_keys():
+    P = tiny_profile()
+    names = [v.name for v in study.grid(P)]
+    assert names == ["baseline", "alpha=0 @ block 1", "alpha=0 @ block 3", "learned", "learned-token"]
+    every = tiny_profile(train_cut_alphas=[0.0, 0.5])
+    every.train_cut_layers = None  # None = every block (the paper profile's value)
+    assert study.cut_layers(every) == [0, 1, 2, 3] and len(study.grid(every)) == 1 + 8 + 2
+    cfg = study.config(P, study.grid(P)[2], 1)
+    assert (cfg.mode, cfg.alpha, cfg.alpha_layers, cfg.seed) == ("fixed", 0.0, (3,), 1)
+    assert cfg.layers == 4 and cfg.tokenizer == "tiny-llama"
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(train_cut_layers=[4]), "distinct blocks in 0..3"),
+    (dict(train_cut_layers=[1, 1]), "distinct blocks"),
+    (dict(train_cut_alphas=[1.0]), r"must lie in \[0, 1\)"),
+    (dict(train_variants=["bogus"]), "unknown"),
+    (dict(train_seeds=[0, 0]), "distinct"),
+])
+def test_bad_grid_settings_name_the_fix(kw, match):
+    P = tiny_profile(**kw)
+    with pytest.raises(ValueError, match=match):
+        study.grid(P) and study.seeds(P)
+
+
+def test_only_unknown_variant_is_an_error():
+    with pytest.raises(ValueError, match="not in the grid"):
+        study.train_grid(tiny_profile(), only="nope")
+
+
+def test_profiles_define_the_grid_keys():
+    for name in profiles.PROFILE_NAMES:
+        P = profiles.resolve(name)
+        grid = study.grid(P)
+        assert grid[0].name == "baseline" and len(study.seeds(P)) >= 2
+        assert all(l < P.train_layers for l in study.cut_layers(P))
+    d = profiles.resolve("default")
+    assert len(study.seeds(d)) >= 3 and len(study.grid(d)) * len(study.seeds(d)) <= 40  # ~1 h at ~95 s per run
+    assert any(l >= study.LATE_FRACTION * d.train_layers for l in study.cut_layers(d))
+
+
+# ------------------------------------------------------------------------------------------
+# Training, reuse, final evaluation
+# ------------------------------------------------------------------------------------------
+
+
+def test_train_grid_trains_each_run_once_and_reuses_it(grid_runs, capsys):
+    P, runs, _ = grid_runs
+    assert set(runs) == {(v.name, s) for v in study.grid(P) for s in (0, 1)}
+    assert len(set(runs.values())) == len(runs)  # one directory per configuration
+    stamps = {k: (r / "summary.json").stat().st_mtime_ns for k, r in runs.items()}
+    again = study.train_grid(P, only=["baseline", "learned"])
+    assert "4 runs (4 reused, 0 trained" in capsys.readouterr().out
+    assert all(again[k] == runs[k] and (runs[k] / "summary.json").stat().st_mtime_ns == stamps[k] for k in again)
+    cost = study.grid_cost(runs)
+    assert cost["runs"] == len(runs) and cost["train_seconds"] > 0
+
+
+def test_final_eval_matches_the_trainers_validation_loss(grid_runs):
+    P, runs, finals = grid_runs
+    for key, run in runs.items():
+        x = finals[key]["losses"]
+        assert x.shape == (P.train_eval_windows,)
+        assert float(np.mean(x)) == pytest.approx(T.read_summary(run)["val_loss"], abs=1e-4)
+    assert all(a == 1.0 for a in finals[("baseline", 0)]["alphas"].values())
+    cut = finals[("alpha=0 @ block 3", 0)]["alphas"]
+    assert cut[3] == 0.0 and cut[0] == 1.0
+    learned = finals[("learned", 1)]["alphas"]
+    assert all(0 < a < 1 for a in learned.values())
+    # paired: different variants of one seed differ; the baseline is not its cut twin
+    assert not np.allclose(finals[("baseline", 0)]["losses"], finals[("alpha=0 @ block 3", 0)]["losses"])
+
+
+def test_curves_and_alpha_history(grid_runs):
+    P, runs, _ = grid_runs
+    frame = study.curves(runs)
+    assert set(frame.variant) == {v.name for v in study.grid(P)}
+    tps = P.train_batch * P.train_context
+    assert (frame.tokens == frame.step * tps).all() and sorted(frame.step.unique()) == [2, 4]
+    hist = study.alpha_history(frame)
+    assert set(hist.variant) == {"learned", "learned-token"} and set(hist.block) == {0, 1, 2, 3}
+    assert hist.alpha.between(0, 1).all()
+    for fig, _ in (study.curves_panel(frame, P), study.alpha_panel(hist, P)):
+        assert len(fig.axes) >= 2
+        plt.close(fig)
+
+
+# ------------------------------------------------------------------------------------------
+# Rules
+# ------------------------------------------------------------------------------------------
+
+
+def test_c2_rows_use_the_training_rules(grid_runs):
+    P, _, finals = grid_runs
+    rows = study.c2_rows(finals, P)
+    ids = [r.claim_id for r in rows]
+    assert ids == ["C2-training.alpha0-hurts", "C2-training.alpha0-hurts", "C2-training.layer-sensitive",
+                   "C2-training.late-cut"]
+    assert all(r.per_seed is None or len(r.per_seed) == 2 for r in rows)
+    table = study.cut_table(finals, P)
+    base = study.losses(finals, "baseline", [0, 1])
+    cut = study.losses(finals, "alpha=0 @ block 1", [0, 1])
+    assert table.loc[(0.0, 1), "change"] == pytest.approx((cut - base).mean())
+    fig, numbers = study.cut_panel(finals, P)
+    assert numbers["blocks"] == [1, 3] and np.asarray(numbers["alpha=0"]).shape == (2, 2)
+    plt.close(fig)
+
+
+def test_best_cut_compare_and_c3_rows(grid_runs):
+    P, _, finals = grid_runs
+    cut = study.best_cut(finals, P)
+    assert cut["variant"] in {"baseline", "alpha=0 @ block 1", "alpha=0 @ block 3"}
+    table = study.compare_table(finals, P, cut)
+    assert table.loc["baseline", "vs baseline"] == 0 and {"learned", "learned-token"} <= set(table.index)
+    rows = study.c3_rows(finals, P, cut)
+    assert [r.claim_id for r in rows] == ["C3-training.concentrates", "C3-training.beats-baseline",
+                                          "C3-training.beats-best-cut"] * 2
+    # the comparisons use the odd windows only (the best cut was chosen on the even ones)
+    assert rows[1].n == P.train_eval_windows // 2
+    fig, _ = study.compare_panel(table, P)
+    plt.close(fig)
+    alphas = study.alpha_table(finals, P)
+    assert alphas.loc[("learned", 3), "attenuation"] == pytest.approx(
+        1 - np.mean([finals[("learned", s)]["alphas"][3] for s in (0, 1)]), abs=1e-4)
+
+
+def test_benchmarks_table_with_chance_and_c4(grid_runs):
+    P, runs, _ = grid_runs
+    bench = study.benchmarks(runs, P, ["baseline", "learned"], verbose=False)
+    c = bench["baseline"]["correct"]["arc-easy"]
+    assert c.shape == (2, 6) and set(np.unique(c)) <= {0.0, 1.0}
+    kept, total = bench["baseline"]["kept"]["arc-easy"]
+    assert 6 <= kept <= total
+    assert 0.2 <= bench["baseline"]["chance"]["arc-easy"] <= 0.34  # mostly 4 choices
+    table = study.benchmark_table(bench, P)
+    assert "chance (uniform guess)" in table.index and list(table.columns) == ["arc-easy (acc)"]
+    rows = study.c4_rows(bench, P)
+    assert [(r.claim_id, r.variant) for r in rows] == [("C4.benchmarks", "learned")]
+
+
+def test_lens_c1_and_misalignment(grid_runs):
+    P, runs, _ = grid_runs
+    names = study.lens_variants(P)
+    assert names == ["baseline", "alpha=0 @ block 3", "learned", "learned-token"]
+    lenses = study.lens_runs(runs, P, verbose=False)
+    assert set(lenses) == {(n, s) for n in names for s in (0, 1)}
+    rows = study.c1_rows(lenses, runs, P)
+    assert {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"} <= {r.claim_id for r in rows}
+    table = study.persistence_table(lenses, P)
+    assert table.loc["alpha=0 @ block 3", "from"] == "h_4" and table.loc["learned", "from"] == "h_1"
+    mis = study.misalignment_rows(lenses, P)
+    assert [r.claim_id for r in mis[:3]] == ["C3.misalignment", "C3.misalignment.rank", "C3.emergence-shift"]
+    assert mis[0].details["after_layers"] == [4] and "loss_change" in mis[0].details
+    fig, numbers = study.persistence_panel(lenses, P)
+    assert set(numbers) == set(names)
+    plt.close(fig)
