@@ -193,6 +193,9 @@ def test_lens_c1_and_misalignment(grid_runs):
     assert names == ["baseline", "alpha=0 @ block 3", "learned", "learned-token"]
     lenses = study.lens_runs(runs, P, verbose=False)
     assert set(lenses) == {(n, s) for n in names for s in (0, 1)}
+    fig, numbers = study.regimes_panel(lenses, runs, P)
+    assert set(numbers) == {"0", "1"} and len(numbers["0"]["next"]) == P.train_layers + 1
+    plt.close(fig)
     rows = study.c1_rows(lenses, runs, P)
     assert {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"} <= {r.claim_id for r in rows}
     table = study.persistence_table(lenses, P)

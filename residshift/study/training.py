@@ -17,7 +17,7 @@ The notebooks orchestrate; what they compute or draw is a call into this module.
   :func:`benchmarks` (the harness on every final model, cached by the harness per model weights),
   :func:`benchmark_table` (Table II's shape, chance beside the zero-shot tasks), :func:`c4_rows`.
 - **08** — :func:`lens_runs` (the logit lens on each final model, cached by ``lens.run_lens``),
-  :func:`c1_rows` (three regimes and emergence depth of each baseline seed),
+  :func:`c1_rows` (three regimes and emergence depth of each baseline seed), :func:`regimes_panel`,
   :func:`persistence_table` (``lens.input_persistence`` after each cut, paired per window, loss
   beside it), :func:`misalignment_rows`, :func:`persistence_panel`.
 - **all** — :func:`verdict_table`, :func:`power_lines` (from ``study.attenuation``), :func:`verdict_lines`,
@@ -538,8 +538,10 @@ def _correct(res) -> np.ndarray:
 
 
 def bench_variants(P, cut: Mapping[str, Any]) -> list[str]:
-    """The variants 07 scores with the harness: baseline, the best fixed cut, and train_variants."""
-    return list(dict.fromkeys(["baseline", cut["variant"], *P.train_variants]))
+    """The variants 07 scores with the harness: the baseline, the best fixed cut and the paper's gates
+    (learned, learned-token) in the grid. The relatives (backout, scalars) are compared by validation
+    loss only: the harness costs about as much per model as training one at ``default``."""
+    return list(dict.fromkeys(["baseline", cut["variant"], *[v for v in C3_GATES if v in P.train_variants]]))
 
 
 def benchmarks(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
@@ -719,6 +721,38 @@ def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int]
                                     source=f"{NAME08}-regimes", **who)
         rows += verdicts.c1_depth(depth_curves(res), band=BAND, source=f"{NAME08}-regimes", **who)
     return rows
+
+
+def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P):
+    """Each baseline seed's top-1 rate of the input and the next token per residual state (logit lens,
+    95% CI over windows), with the unigram decoder's rates (dotted): where do the regimes change?"""
+    from ..core.models import load_model
+    from .plotting import PALETTE
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    numbers: dict[str, Any] = {}
+    for j, s in enumerate(seeds(P)):
+        res = lenses[("baseline", s)]
+        _, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
+        u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+        numbers[str(s)] = {}
+        for which, ls in (("input", "-"), ("next", "--")):
+            c = stats.curve_ci(res.per_seq[f"top1_{which}"], n_boot=P.train_boot, seed=P.seed)
+            x = np.arange(len(c.estimate))
+            ax.plot(x, c.estimate, color=PALETTE[which], ls=ls, marker="o", ms=3, alpha=0.9,
+                    label=f"{which} token" if j == 0 else None)
+            ax.fill_between(x, c.lo, c.hi, color=PALETTE[which], alpha=0.12, lw=0)
+            ax.axhline(float(_np(u[f"top1_{which}"]).mean()), color=PALETTE[which], ls=":", lw=1,
+                       label=f"unigram decoder ({which})" if j == 0 else None)
+            numbers[str(s)][which] = np.asarray(c.estimate).tolist()
+    ax.set_xticks(range(int(P.train_layers) + 1))
+    ax.set_xlabel(r"residual state $h_l$ ($h_0$: the embedding)")
+    ax.set_ylabel("top-1 rate (logit lens)")
+    ax.set_title(f"{model_name(P)} baselines ({len(seeds(P))} seeds): input early, next late?")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, numbers
 
 
 def _seed_mean(lenses, name: str, S: Sequence[int]) -> dict[str, np.ndarray]:
