@@ -340,14 +340,14 @@ def cut_panel(finals: Mapping[tuple[str, int], dict], P):
             ax.plot(layers, per[:, j], "o", color="#0173b2", alpha=0.45, ms=4,
                     label="one seed" if j == 0 else None)
         ax.plot(layers, per.mean(1), "-", color="#0173b2", lw=1.8, label="mean over seeds")
-        ax.axvline(LATE_FRACTION * P.train_layers - 0.5, color="grey", ls=":", lw=1)
+        ax.axvline(int(np.ceil(LATE_FRACTION * P.train_layers)) - 0.5, color="grey", ls=":", lw=1)
         ax.set_xticks(layers)
         ax.set_xlabel("block with the cut (late: right of the dotted line)")
         ax.set_title(rf"fixed $\alpha = {a:g}$ at one block")
         ax.legend(fontsize=8)
         numbers[f"alpha={a:g}"] = per.tolist()
     axes[0][0].set_ylabel("final validation loss (nats)")
-    fig.suptitle(f"{model_name(P)}: where the cut sits matters")
+    fig.suptitle(f"{model_name(P)}: final validation loss against the block of the cut")
     fig.tight_layout()
     return fig, numbers
 
