@@ -29,21 +29,26 @@ def books(tmp_path):
     out = tmp_path / "seen.json"
     _notebook(folder / "00-first.ipynb", 'profile = "default"\nppl_windows = None\nseed = None',
               f"import json, os\njson.dump({{'profile': profile, 'ppl_windows': ppl_windows, 'seed': seed, "
-              f"'env': os.environ.get('RESIDSHIFT_PROFILE')}}, open({str(out)!r}, 'w'))")
+              f"'env': os.environ.get('RESIDSHIFT_PROFILE'), 'omp': os.environ.get('OMP_WAIT_POLICY')}}, "
+              f"open({str(out)!r}, 'w'))")
     _notebook(folder / "01-second.ipynb", 'profile = "default"', "x = 1")
     (folder / "notes.ipynb").write_text("{}")  # not NN-name: ignored
     return folder, out
 
 
-def test_runner_injects_profile_values_and_overrides(books, tmp_path):
+def test_runner_injects_profile_values_and_overrides(books, tmp_path, monkeypatch):
     folder, seen = books
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     done = runner.run_notebooks("smoke", only=["00"], folder=folder, output_dir=tmp_path / "out",
                                 overrides={"seed": 7}, log=lambda *a, **k: None)
     assert [p.name for p in done] == ["00-first.ipynb"]
     got = json.loads(seen.read_text())
     assert got == {"profile": "smoke", "ppl_windows": profiles.get("smoke")["ppl_windows"],
-                   "seed": 7, "env": "smoke"}
+                   "seed": 7, "env": "smoke", "omp": "PASSIVE"}  # kernels' OpenMP threads sleep, not spin
     assert (tmp_path / "out" / "00-first.ipynb").is_file()
+    import os
+
+    assert "OMP_WAIT_POLICY" not in os.environ  # the runner's process is left as it was
 
 
 def test_runner_runs_in_order(books, tmp_path):
