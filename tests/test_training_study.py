@@ -183,6 +183,11 @@ def test_benchmarks_table_with_chance_and_c4(grid_runs):
     assert 0.2 <= bench["baseline"]["chance"]["arc-easy"] <= 0.34  # mostly 4 choices
     table = study.benchmark_table(bench, P)
     assert "chance (uniform guess)" in table.index and list(table.columns) == ["arc-easy (acc)"]
+    import json
+
+    numbers = study.benchmark_numbers(table)
+    json.dumps(numbers, allow_nan=False)
+    assert numbers["variant"][-1] == "chance (uniform guess)" and numbers["items"] == {"arc-easy": 6}
     rows = study.c4_rows(bench, P)
     assert [(r.claim_id, r.variant) for r in rows] == [("C4.benchmarks", "learned")]
 

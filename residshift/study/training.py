@@ -649,6 +649,15 @@ def benchmark_table(bench: Mapping[str, Mapping[str, Any]], P) -> pd.DataFrame:
     return frame.round(3)
 
 
+def benchmark_numbers(table: pd.DataFrame) -> dict[str, Any]:
+    """:func:`benchmark_table` as JSON-ready columns (missing values, e.g. no chance for perplexity: null)."""
+    out: dict[str, Any] = {"variant": [str(v) for v in table.index]}
+    for c in table.columns:
+        out[c] = [None if pd.isna(v) else float(v) for v in table[c]]
+    out["items"] = {t: int(n) for t, n in table.attrs.get("items", {}).items()}
+    return out
+
+
 def c4_rows(bench: Mapping[str, Mapping[str, Any]], P) -> list:
     """``verdicts.c4_benchmarks`` for every scored variant vs the baseline (McNemar per task and seed,
     Holm across tasks, paired by item and seed)."""
