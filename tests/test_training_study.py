@@ -59,6 +59,18 @@ def test_grid_from_profile_keys():
     assert cfg.layers == 4 and cfg.tokenizer == "tiny-llama"
 
 
+def test_gate_init_reaches_the_learned_gates_only():
+    P = tiny_profile(train_gate_init=2.5)
+    by_name = {v.name: study.config(P, v, 0) for v in study.grid(P)}
+    assert by_name["learned"].theta_init == 2.5 and by_name["learned-token"].theta_init == 2.5
+    assert by_name["baseline"].theta_init is None and by_name["alpha=0 @ block 1"].theta_init is None
+    # None keeps the model's default; the gated runs' keys differ only where the init differs
+    keep = tiny_profile()
+    keep.train_gate_init = None  # None = the model's default (the paper profile's value)
+    default = {v.name: study.config(keep, v, 0) for v in study.grid(P)}
+    assert default["learned"].theta_init is None and default["baseline"] == by_name["baseline"]
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(train_cut_layers=[4]), "distinct blocks in 0..3"),
     (dict(train_cut_layers=[1, 1]), "distinct blocks"),

@@ -127,9 +127,18 @@ def seeds(P) -> list[int]:
     return s
 
 
+GATED_MODES = ("learned", "learned-token")
+
+
 def config(P, variant: Variant, seed: int) -> T.TrainConfig:
-    """The TrainConfig of one run: the profile's ``train_*`` values, the variant, the seed."""
-    return T.TrainConfig.from_profile(P).with_(seed=int(seed), **variant.overrides())
+    """The TrainConfig of one run: the profile's ``train_*`` values, the variant, the seed; for the
+    learned gates, ``train_gate_init`` as the gates' starting logit ``theta_init`` (None = the
+    model's default, 6: alpha = 0.9975)."""
+    extra: dict[str, Any] = {}
+    gate_init = getattr(P, "train_gate_init", None)
+    if variant.mode in GATED_MODES and gate_init is not None:
+        extra["theta_init"] = float(gate_init)
+    return T.TrainConfig.from_profile(P).with_(seed=int(seed), **variant.overrides(), **extra)
 
 
 def _select(variants: list[Variant], only) -> list[Variant]:
