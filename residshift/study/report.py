@@ -261,6 +261,9 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
     harness_b = _load(bench / "bench-harness.json")
     if harness_b is not None:
         parts.append(_harness_benchmark(harness_b))
+    train_b = _load(bench / "bench-train.json")
+    if train_b is not None:
+        parts.append(_train_benchmark(train_b))
     tuned_b = _load(bench / "bench-tuned-lens.json")
     if tuned_b is not None:
         parts.append(_tuned_lens_benchmark(tuned_b))
@@ -349,6 +352,38 @@ def _lens_benchmark(b: dict) -> str:
              f"{_num(100 * check.get('top1_next_agree', float('nan')), 2)}%; compiled vs eager: ranks "
              f"{_num(100 * b['agreement_compiled_vs_eager']['rank_next_agree'], 2)}%, log-probs within "
              f"{b['agreement_compiled_vs_eager']['logprob_next_maxreldiff']:.0e} (relative).")
+    return text
+
+
+def _train_benchmark(b: dict) -> str:
+    m, parts = b["machine"], []
+    for name, sh in b["shapes"].items():
+        d = sh["shape"]
+        rows = [[k, f"{v['tokens_per_s']:,.0f}", f"{v['ratio_vs_fp32_eager']:.2f}×",
+                 " / ".join(f"{x:,.0f}" for x in v["rounds"])] for k, v in sh["precision"].items()]
+        rows += [[f"mode `{k}` ({sh['chosen']})", f"{v['tokens_per_s']:,.0f}",
+                  f"{v['tokens_per_s'] / sh['modes']['baseline']['tokens_per_s']:.2f}× baseline",
+                  " / ".join(f"{x:,.0f}" for x in v["rounds"])] for k, v in sh["modes"].items()]
+        parts.append(f"*{name}* shape ({d['n_layer']} layers, width {d['n_embd']}, context {d['block_size']}, "
+                     f"vocabulary {d['vocab_size']:,}, batch {d['batch']}):\n\n"
+                     + _table(["variant", "tokens/s (median)", "ratio", "per round"], rows))
+    t = b["targets"]
+    text = (f"**Training throughput** (`benchmarks/bench_train.py`, {m['cpu']}, {m['threads']} threads, "
+            f"native bf16: {', '.join(m['cpu_bf16']) or 'none'}, torch {m['torch']}, {b['settings']['rounds']} "
+            f"interleaved rounds of {b['settings']['steps']} steps; 1-min load average "
+            f"{_num(m['load_avg_start'], 1)} → {_num(m['load_avg_end'], 1)}: the per-round columns show how much "
+            "the shared CPU moved the numbers):\n\n" + "\n\n".join(parts)
+            + f"\n\nTargets: best bf16 variant {t['bf16_speedup']:.2f}× fp32 eager (target ≥ {t['bf16_speedup_target']}×: "
+            f"{_met(t['bf16_speedup_met'])}; this CPU has no native bf16, so autocast emulates it); learned-gate "
+            f"cost {t['learned_cost']:+.1%} over baseline (target ≤ {t['learned_cost_target']:.0%}: "
+            f"{_met(t['learned_cost_met'])}).")
+    c = b.get("calibration")
+    if c:
+        lines = [f"{r['label']}: validation loss {r['val_loss']:.3f} vs unigram {r['unigram_ce']:.3f} "
+                 f"({r['below_unigram']:.2f} nats below) after {r['tokens']:,} tokens, {r['train_seconds']:.0f} s "
+                 "of training" for r in (c[k] for k in ("baseline", "fixed_a0_last") if k in c)]
+        text += (" Calibration of the `default` training size: " + "; ".join(lines)
+                 + f"; a grid cutting every block would be {c['grid_runs']} runs (~{c['grid_minutes']:.0f} min).")
     return text
 
 
