@@ -578,7 +578,11 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
             found = tagged or _first_image(list(enumerate(nb.cells)))
             if found is not None:
                 ci, oi, mime = found
-                fname = nb.cells[ci].outputs[oi].metadata.get("filenames", {}).get(mime)
+                # ExtractOutputPreprocessor works on a copy: find the file it wrote for that output
+                # (nbconvert's template "{unique_key}_{cell_index}_{index}{extension}")
+                fname = nb.cells[ci].outputs[oi].metadata.get("filenames", {}).get(mime) or next(
+                    (rel for rel in res.get("outputs", {}) if Path(rel).name.startswith(f"{ch.stem}_{ci}_{oi}.")),
+                    None)
                 if fname:
                     ch.key_figure, ch.key_figure_link = fname, f"{ch.page}#{nb.cells[ci].get('id', '')}"
                     ch.key_figure_caption = f'<a href="{ch.page}">from the notebook</a>'
