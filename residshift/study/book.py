@@ -584,7 +584,7 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
                     (rel for rel in res.get("outputs", {}) if Path(rel).name.startswith(f"{ch.stem}_{ci}_{oi}.")),
                     None)
                 if fname:
-                    ch.key_figure, ch.key_figure_link = fname, f"{ch.page}#{nb.cells[ci].get('id', '')}"
+                    ch.key_figure, ch.key_figure_link = fname, ch.page  # the lab template gives cells no id anchor
                     ch.key_figure_caption = f'<a href="{ch.page}">from the notebook</a>'
         log(f"book: {ch.page}")
 
