@@ -75,8 +75,9 @@ browser:
 book: setup
 	$(PY) -m residshift book --profile $(PROFILE)
 
-# Register the project's kernel in the virtual environment and open the notebooks in JupyterLab.
+# Register the project's kernel in the virtual environment and open the notebooks in JupyterLab
+# (kernels inherit OMP_WAIT_POLICY=PASSIVE, as under the runner: OpenMP threads sleep, not spin).
 LAB_ARGS ?=
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name residshift --display-name "Python (residshift)"
-	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(if $(SUDO),,--allow-root) $(LAB_ARGS)
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(if $(SUDO),,--allow-root) $(LAB_ARGS)
