@@ -99,10 +99,13 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
         raise ValueError(f"windows must be [n, length >= 2], got {tuple(windows.shape)}")
     module = lm._module
     batches = [windows[s:s + cfg.batch_size] for s in range(0, len(windows), cfg.batch_size)]
-    caps = [capture(module, info, b, keep_logits=True) for b in batches]
-    base_tok = torch.cat([next_token_losses(c.logits, c.ids).cpu() for c in caps])
-    for c in caps:
-        c.logits = None  # free the big tensors early
+    caps, base_parts = [], []
+    for b in batches:  # one batch's logits alive at a time (Gemma: 8 x 64 x 262k floats = 0.5 GiB each)
+        c = capture(module, info, b, keep_logits=True)
+        base_parts.append(next_token_losses(c.logits, c.ids).cpu())
+        c.logits = None
+        caps.append(c)
+    base_tok = torch.cat(base_parts)
     base = base_tok.mean(dim=1)
     rows = []
     layers = list(cfg.layers)
