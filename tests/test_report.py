@@ -74,3 +74,12 @@ def test_every_image_the_readme_shows_is_committed():
     assert images, "the README shows the key figures inline"
     missing = [i for i in images if not (REPO_ROOT / i).is_file()]
     assert not missing, f"README shows figures that do not exist: {missing}"
+
+
+def test_rules_list_each_claim_id_once():
+    row = VerdictRow(model="m", variant=None, claim_id="C2.layer-sensitive", claim="c", verdict="reproduced",
+                     statistic="s", estimate=1.0, ci=(0.5, 1.5), level=0.95, n=8,
+                     rule="C2.layer-sensitive. At alpha = 0.5, the spread")
+    text = report._rules([row])
+    assert "- **C2.layer-sensitive**: At alpha = 0.5, the spread" in text
+    assert text.count("C2.layer-sensitive") == 1

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -49,6 +50,26 @@ def test_runner_injects_profile_values_and_overrides(books, tmp_path, monkeypatc
     import os
 
     assert "OMP_WAIT_POLICY" not in os.environ  # the runner's process is left as it was
+
+
+def test_kernels_import_this_checkouts_package(books, tmp_path, monkeypatch):
+    """A shadowing package earlier on the path (another checkout's, say) does not reach the kernels."""
+    folder, _ = books
+    fake = tmp_path / "elsewhere" / "residshift"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    seen = tmp_path / "pkg.txt"
+    _notebook(folder / "02-third.ipynb", 'profile = "default"',
+              f"import residshift\nopen({str(seen)!r}, 'w').write(residshift.__file__)")
+    runner.run_notebooks("smoke", only=["02"], folder=folder, output_dir=tmp_path / "out",
+                         log=lambda *a, **k: None, record=False)
+    from residshift.core.paths import REPO_ROOT
+
+    assert Path(seen.read_text()).resolve().is_relative_to(REPO_ROOT / "residshift")
+    import os
+
+    assert os.environ["PYTHONPATH"] == str(fake.parent)  # restored for the runner's own process
 
 
 def test_runner_runs_in_order(books, tmp_path):

@@ -446,13 +446,19 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     check_overrides(books, overrides)
     out_dir = Path(output_dir) if output_dir else build_dir() / profile
     out_dir.mkdir(parents=True, exist_ok=True)
-    env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES", "OMP_WAIT_POLICY")}
+    env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES", "OMP_WAIT_POLICY",
+                                                 "PYTHONPATH")}
     os.environ["RESIDSHIFT_PROFILE"] = profile
     # Kernels start with OpenMP threads that sleep at barriers instead of spinning (unless the user
     # chose otherwise): on a CPU shared with other work, spinning threads steal the cores the other
     # threads need (notebook 06's cold smoke run took 205 s spinning, 22 s passive, on this 2-core
     # machine under load).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # the kernels import this checkout's package, not whichever one the environment installed
+    # (a virtual environment shared with another checkout would otherwise run that one's code and
+    # write its results and figures into that checkout)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env_before["PYTHONPATH"]]
+                                                                      if env_before["PYTHONPATH"] else []))
     if profile == "smoke" and "RESIDSHIFT_FIGURES" not in os.environ:
         os.environ["RESIDSHIFT_FIGURES"] = str(out_dir / "figures")
     done = []

@@ -173,12 +173,17 @@ def _verdict_rows(rows) -> list[list[str]]:
     return out
 
 
+def _without_prefix(rule: str, cid: str) -> str:
+    """A rule's text without its own claim id in front (the list shows the id already)."""
+    return rule[len(cid):].lstrip(". ") if rule.startswith(cid) else rule
+
+
 def _rules(rows) -> str:
     """Each distinct rule once, under its claim id, folded."""
     seen: dict[tuple[str, str], None] = {}
     for r in rows:
         seen.setdefault((r.claim_id, r.rule), None)
-    items = "\n".join(f"- **{cid}**: {rule}" for cid, rule in seen)
+    items = "\n".join(f"- **{cid}**: {_without_prefix(rule, cid)}" for cid, rule in seen)
     return f"<details><summary>Rules</summary>\n\n{items}\n\n</details>"
 
 
