@@ -195,14 +195,18 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     folder = tmp_path / "notebooks"
     folder.mkdir()
     body = "import numpy as np\na = np.ones({} * 2**17)  # MiB of float64\ndel a"
-    _notebook(folder / "00-big.ipynb", 'profile = "default"', body.format(400))
+    computes = ("\nimport os, pathlib\nr = pathlib.Path(os.environ['RESIDSHIFT_RESULTS']) / 'kind'\n"
+                "r.mkdir(parents=True, exist_ok=True)\n(r / 'key.pt').write_text('result')")
+    _notebook(folder / "00-big.ipynb", 'profile = "default"', body.format(400) + computes)
     _notebook(folder / "01-small.ipynb", 'profile = "default"', body.format(1))
     monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
     runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
     runs = runner.load_runs(tmp_path / "figures" / "RUNS.json")
     big, small = runs["default"]["00-big"], runs["default"]["01-small"]
     assert big["peak_rss_mib"] >= 400 and small["peak_rss_mib"] < big["peak_rss_mib"] - 300
     assert big["wall_s"] > 0 and small["wall_s"] > 0
+    assert (big["results_written"], small["results_written"]) == (1, 0)  # computed vs only reused
     assert big["machine"]["cpus"] >= 1 and isinstance(big["code_dirty"], bool)
     assert big["device"] == profiles.get("default")["device"]  # the profile's, though undeclared
     assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]

@@ -50,8 +50,9 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "lens_positions": None, "lens_check_windows": 3,
                   "lens_sentences": ["The Eiffel Tower is in Paris, the capital of France.",
                                      "One, two, three, four, five, six, seven, eight."]},
-        # Sized for ~8 minutes of notebook 03 on 2 CPU cores from a cold results cache (measured in
-        # the notebook's closing note); float32 unembedding: faster than bf16 on this CPU, and exact.
+        # Sized for notebook 03 to run in under 8 minutes on 2 idle CPU cores from an empty results
+        # cache (the last measured times: figures/RUNS.json, rendered in the README); float32
+        # unembedding: faster than bf16 on a CPU without native bf16, and exact.
         "default": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 128,
                     "lens_windows": 32, "lens_batch": 8, "n_boot": 1000, "lens_matmul": "float32",
                     "lens_positions": 16, "lens_check_windows": 12,
@@ -103,8 +104,8 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "gate_train": 8, "gate_heldout": 4, "gate_batch": 4, "gate_steps": 2, "gate_lr": 0.1,
                   "gate_eval_every": 1, "gate_patience": 2, "gate_bf16": False,
                   "eval_windows": 4, "eval_window": 32, "eval_items": 4},
-        # Sized for 2 CPU cores (measured run times: notes.runtime at the top of notebooks 04/05):
-        # 04 ~5 min, 05 ~8 min from a cold results cache (05 after 04: it reuses 04's sweep and lens).
+        # Sized for 2 CPU cores (the last measured run times: figures/RUNS.json, shown at the top
+        # of notebooks 04/05 and in the README); 05 after 04 reuses 04's sweep and lens.
         "default": {"sweep_corpus": "wikitext-103", "sweep_split": "validation", "sweep_window": 64,
                     "sweep_windows": 8, "sweep_confirm_windows": 64, "sweep_batch": 8,
                     "sweep_alphas": [0.0, 0.5, 0.9, 1.0],

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from . import profiles
-from .paths import REPO_ROOT, build_dir, figures_dir
+from .paths import REPO_ROOT, build_dir, figures_dir, results_dir
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 
@@ -409,13 +409,31 @@ def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def results_written_since(start: float, folder: Path | None = None) -> int:
+    """How many files under the results cache were written at or after ``start`` (a ``time.time()``):
+    0 for a notebook that only reused cached results (a warm run), more for one that computed."""
+    folder = Path(folder) if folder is not None else results_dir()
+    if not folder.is_dir():
+        return 0
+    count, stack = 0, [folder]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for e in entries:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.is_file(follow_symlinks=False) and e.stat().st_mtime >= start:
+                    count += 1
+    return count
+
+
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
-               load: float | None, profile_values: dict[str, Any]) -> dict[str, Any]:
+               load: float | None, profile_values: dict[str, Any], written: int | None = None) -> dict[str, Any]:
     from .cache import code_state
 
     state = code_state()
     return {
         "wall_s": round(seconds, 1),
+        "results_written": written,
         "peak_rss_mib": round(peak / 2**20),
         "finished": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "device": params.get("device", profile_values.get("device")),
@@ -469,7 +487,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
             log(f"[{i}/{len(books)}] {book.name}  ({shown})", flush=True)
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-            t0 = time.perf_counter()
+            t0, started = time.perf_counter(), time.time() - 1  # -1: file times are coarser than the clock
             try:
                 with PeakMemory() as mem:
                     pm.execute_notebook(str(book), str(target), parameters=params, kernel_name="python3",
@@ -484,7 +502,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 flush=True)
             if record:
                 record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
-                                                          values))
+                                                          values, results_written_since(started)))
             done.append(target)
     finally:
         for k, v in env_before.items():

@@ -202,25 +202,28 @@ def section_provenance(fig: Path, bench: Path) -> str:
         nb["commits"].add(str(e.get("commit")) + ("-dirty" if e.get("code_dirty") else ""))
         nb["profiles"].add(str(e.get("profile")))
     runs = load_runs(fig / "RUNS.json").get("default", {})
-    rows, total = [], 0.0
+    rows, total, first_half = [], 0.0, 0.0
     stems = sorted(set(runs) | {f"{k}-…" for k in by_nb if not any(r.startswith(k) for r in runs)})
     for stem in stems:
         r = runs.get(stem, {})
         nb = by_nb.get(stem[:2], {"files": 0, "commits": set(), "profiles": set()})
         total += r.get("wall_s") or 0.0
+        first_half += (r.get("wall_s") or 0.0) if stem[:2] <= "05" else 0.0
         load = (r.get("machine") or {}).get("load_1min_at_start")
+        written = r.get("results_written")
         rows.append([f"`{stem}`", _num(None if not r else r["wall_s"] / 60, 1), _num(r.get("peak_rss_mib"), 0),
-                     _num(load, 1), str(r.get("commit", "–")) + ("-dirty" if r.get("code_dirty") else ""),
+                     _num(load, 1), "–" if written is None else ("0 (all cached)" if written == 0 else str(written)), str(r.get("commit", "–")) + ("-dirty" if r.get("code_dirty") else ""),
                      str(nb["files"]), ", ".join(sorted(nb["commits"])) or "–", ", ".join(sorted(nb["profiles"])) or "–"])
     problems = manifest_problems(entries)
     cpus = next(((r.get("machine") or {}).get("cpus") for r in runs.values()), None)
     return ("**Provenance and run times** (`figures/MANIFEST.json`, `figures/RUNS.json`; the runner measures "
             f"every notebook it runs; {cpus or '?'} CPU cores, load = 1-minute load average when the notebook "
-            "started; a cache warm from an earlier run shortens a notebook, so the times are those of the last "
-            "run, not of a fresh clone):\n\n"
-            + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "run at commit", "outputs",
-                      "outputs' commits", "profile"], rows)
-            + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes. "
+            "started; results written = files the notebook wrote to the results cache, 0 when it only reused "
+            "cached results, so a warm rerun shows as such; the times are those of the last run):\n\n"
+            + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "results written", "run at commit",
+                      "outputs", "outputs' commits", "profile"], rows)
+            + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes, of which notebooks 00–05 "
+            f"{_num(first_half / 60, 1)}. "
             + ("Every output comes from committed code." if not problems else
                f"**{len(problems)} outputs do not come from committed code** (first: {problems[0]})."))
 
