@@ -256,3 +256,17 @@ def test_keys_read_follow_the_profile_into_package_functions(tmp_path):
     keys = runner.profile_keys_read(path)
     assert {"sweep_corpus", "sweep_window", "sweep_alphas", "seed"} <= keys
     assert "sweep_corpus" in runner.undeclared_profile_keys(path) and "seed" not in runner.undeclared_profile_keys(path)
+
+
+def test_results_written_counts_new_and_rewritten_files(tmp_path):
+    (tmp_path / "kind").mkdir()
+    old = tmp_path / "kind" / "old.pt"
+    old.write_text("a")
+    before = runner.results_snapshot(tmp_path)
+    assert runner.results_written(before, runner.results_snapshot(tmp_path)) == 0
+    import os
+
+    os.utime(old, ns=(before[str(old)] + 10**9, before[str(old)] + 10**9))  # rewritten in place
+    (tmp_path / "kind" / "new.pt").write_text("b")
+    assert runner.results_written(before, runner.results_snapshot(tmp_path)) == 2
+    assert runner.results_snapshot(tmp_path / "absent") == {}

@@ -409,21 +409,26 @@ def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def results_written_since(start: float, folder: Path | None = None) -> int:
-    """How many files under the results cache were written at or after ``start`` (a ``time.time()``):
-    0 for a notebook that only reused cached results (a warm run), more for one that computed."""
+def results_snapshot(folder: Path | None = None) -> dict[str, int]:
+    """Every file under the results cache with its modification time (ns): compare two with
+    :func:`results_written` to count what a notebook wrote."""
     folder = Path(folder) if folder is not None else results_dir()
-    if not folder.is_dir():
-        return 0
-    count, stack = 0, [folder]
+    found: dict[str, int] = {}
+    stack = [folder] if folder.is_dir() else []
     while stack:
         with os.scandir(stack.pop()) as entries:
             for e in entries:
                 if e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
-                elif e.is_file(follow_symlinks=False) and e.stat().st_mtime >= start:
-                    count += 1
-    return count
+                elif e.is_file(follow_symlinks=False):
+                    found[e.path] = e.stat().st_mtime_ns
+    return found
+
+
+def results_written(before: dict[str, int], after: dict[str, int]) -> int:
+    """Files new or rewritten between two snapshots: 0 for a notebook that only reused cached
+    results (a warm run), more for one that computed."""
+    return sum(1 for path, t in after.items() if before.get(path) != t)
 
 
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
@@ -487,7 +492,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
             log(f"[{i}/{len(books)}] {book.name}  ({shown})", flush=True)
             load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-            t0, started = time.perf_counter(), time.time() - 1  # -1: file times are coarser than the clock
+            t0, before = time.perf_counter(), results_snapshot()
             try:
                 with PeakMemory() as mem:
                     pm.execute_notebook(str(book), str(target), parameters=params, kernel_name="python3",
@@ -502,7 +507,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 flush=True)
             if record:
                 record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
-                                                          values, results_written_since(started)))
+                                                          values, results_written(before, results_snapshot())))
             done.append(target)
     finally:
         for k, v in env_before.items():
