@@ -422,7 +422,11 @@ def _harness_benchmark(b: dict) -> str:
             + "). Not profiled further; what the token count leaves out is the work per forward call "
             "(prefix reuse makes two traced forwards per batch, the second on an expanded KV cache) and "
             "the unembedding of every scored continuation token, which both paths pay alike. The "
-            "per-round times show how much the shared CPU moved each pair.")
+            "per-round times show how much the shared CPU moved each pair."
+            + "".join(f" On {task} prefix reuse is **slower** ({_num(t['bare']['speedup'], 2)}×): its shared "
+                      f"contexts are short beside its choices ({t['tokens_plain'] / t['tokens_prefix']:.1f}× fewer "
+                      "tokens), so the tokens it saves do not pay for the second forward per batch (our reading; not profiled)."
+                      for task, t in b["tasks"].items() if "bare" in t and t["bare"]["speedup"] < 1))
 
 
 def _tuned_lens_benchmark(b: dict) -> str:
