@@ -232,3 +232,90 @@ def test_epoch_batch_cached_order_is_not_mutated_by_callers():
     assert torch.equal(a, expect)
     a.zero_()
     assert torch.equal(F.epoch_batch(50, 10, 2, 7), expect)
+
+
+def test_fit_keeps_its_keyword_arguments_and_defaults():
+    import inspect
+
+    params = inspect.signature(F.fit).parameters
+    assert [(n, p.kind.name) for n, p in params.items()][:2] == [("module", "POSITIONAL_OR_KEYWORD"),
+                                                                  ("cfg", "POSITIONAL_OR_KEYWORD")]
+    defaults = {n: p.default for n, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert defaults == {"step_fn": inspect.Parameter.empty, "eval_fn": None, "param_groups": None,
+                        "best_keys": None, "checkpoint": None, "log_path": None, "tokens_per_step": None,
+                        "stop_after": None, "progress": False, "no_sync": None, "is_main": True,
+                        "extra": None, "eval_extra": None}
+
+
+def test_schedule_values_constant_and_cosine():
+    cfg = F.FitConfig(steps=10, lr=0.5, warmup=4)
+    assert [F.lr_at(cfg, s) for s in range(6)] == [0.1, 0.2, 0.5 * 3 / 5, 0.4, 0.5, 0.5]
+    cos = F.FitConfig(steps=14, lr=2.0, warmup=4, schedule="cosine", min_lr_ratio=0.25)
+    assert F.lr_at(cos, 4) == 2.0  # the peak right after warm-up
+    assert F.lr_at(cos, 9) == pytest.approx(0.5 + 0.5 * 1.5)  # half-way: the mean of peak and floor
+    assert F.lr_at(cos, 14) == pytest.approx(0.5) and F.lr_at(cos, 99) == pytest.approx(0.5)  # the floor
+
+
+def test_due_improvement_and_patience_decisions():
+    assert [s for s in range(1, 13) if F._due(s, 4)] == [4, 8, 12]
+    assert not any(F._due(s, 0) for s in range(5))  # period 0: never
+    assert F._improved([1.0, 2.0, 3.0], [1.5, 2.05, 2.0], 0.1) == [True, False, False]  # must beat by > min_delta
+    assert F._improved([1.0], [F.math.inf], 0.0) == [True]  # the first evaluation always improves
+    assert not F._out_of_patience(None, 10**6)  # None: never stop
+    assert not F._out_of_patience(3, 2) and F._out_of_patience(3, 3)
+
+
+def test_update_best_tracks_each_part_and_counts_evaluations_without_improvement():
+    net = Net()
+    cfg = F.FitConfig(steps=10, lr=0.1, patience=2)
+    keys = {0: ["a.weight", "a.bias"], 1: ["b.weight", "b.bias"]}
+    state = F._fresh_state(None)
+    F._update_best(state, [2.0, 3.0], cfg, net, lambda i: keys[i])
+    assert state["best"] == [2.0, 3.0] and state["best_step"] == [0, 0] and state["bad_evals"] == 0
+    state["step"] = 5
+    with torch.no_grad():
+        net.a.weight.add_(1.0)
+        net.b.weight.add_(1.0)
+    F._update_best(state, [1.0, 4.0], cfg, net, lambda i: keys[i])  # part 0 improves, part 1 does not
+    assert state["best"] == [1.0, 3.0] and state["best_step"] == [5, 0] and state["bad_evals"] == 0
+    assert torch.equal(state["best_state"]["a.weight"], net.a.weight)
+    assert not torch.equal(state["best_state"]["b.weight"], net.b.weight)
+    F._update_best(state, [1.0, 3.0], cfg, net, lambda i: keys[i])  # ties do not improve
+    assert state["bad_evals"] == 1 and not state["stopped_early"]
+    F._update_best(state, [1.5, 3.5], cfg, net, lambda i: keys[i])
+    assert state["bad_evals"] == 2 and state["stopped_early"]
+    with pytest.raises(F.FitError, match="returned 1 values"):
+        F._update_best(state, [1.0], cfg, net, None)
+
+
+def test_step_loss_and_record():
+    parts, loss = F._mean_loss([torch.tensor([1.0, 3.0]), [3.0, 5.0]])  # two micro-steps, two parts
+    assert parts == [2.0, 4.0] and loss == 3.0
+    assert F._mean_loss([torch.tensor(2.0), 4.0]) == ([3.0], 3.0)
+    rec = F._step_record(3, 1.5, [1.5], 0.1, 0.5, None, None)
+    assert list(rec) == ["step", "loss", "lr", "seconds"]  # the log's column order
+    rec = F._step_record(3, 3.0, [2.0, 4.0], 0.1, 0.5, 0.7, 10)
+    assert rec == {"step": 3, "loss": 3.0, "lr": 0.1, "seconds": 0.5, "parts": [2.0, 4.0], "grad_norm": 0.7,
+                   "tokens": 30, "tokens_per_s": 20.0}
+    assert F._step_record(1, 1.0, [1.0], 0.1, 0.0, None, 10)["tokens_per_s"] is None
+
+
+def test_micro_steps_scale_backward_and_skip_sync_except_on_the_last():
+    w = torch.zeros(1, requires_grad=True)
+    entered = []
+
+    class NoSync:
+        def __enter__(self):
+            entered.append(True)
+
+        def __exit__(self, *exc):
+            return False
+
+    def step_fn(step, micro, backward):
+        loss = (w * (micro + 1)).sum()
+        backward(loss)
+        return float(loss)
+
+    losses = F._micro_steps(7, 4, step_fn, lambda: NoSync())
+    assert losses == [0.0] * 4 and len(entered) == 3
+    assert w.grad.item() == pytest.approx((1 + 2 + 3 + 4) / 4)

@@ -24,12 +24,18 @@ It also writes a JSON-lines log (one record per step: loss, lr, tokens/s, grad n
 evaluation) and shows a progress bar with the loss and tokens/s. ``stop_after`` ends a call after
 that many steps, as an interruption would (tests use it).
 
+:func:`fit` itself is a short loop over named pieces: ``_start_or_resume`` (a fresh, seeded start or
+the checkpoint's), ``_train_step`` (items 1-3: ``lr_at``, ``_micro_steps``, ``_clip``, the update),
+``_evaluate`` (item 4: ``_update_best``, ``_out_of_patience``), ``_Checkpoint`` (item 5), ``_Log``
+and ``_progress_bar`` (the log and the bar) and ``_result`` (the best state, the report).
+
 >>> cfg = FitConfig(steps=200, lr=0.1, eval_every=10, patience=3)
 >>> result = fit(gates, cfg, step_fn=step, eval_fn=heldout_loss, checkpoint=path)
 >>> result.best, result.best_step, result.stopped_early
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -158,7 +164,22 @@ class FitResult:
         return [(r["step"], r["eval"]) for r in self.history if "eval" in r]
 
 
+# --------------------------------------------------------------------------------------------
+# Setting up: what to optimise, the optimiser, a fresh or resumed start
+# --------------------------------------------------------------------------------------------
+
+
+def _trainable(module: nn.Module, param_groups: Iterable | None) -> tuple[list, list[torch.Tensor]]:
+    """The optimiser's groups (``param_groups``, else the trainable parameters) and their flat parameter list."""
+    groups = list(param_groups) if param_groups is not None else [p for p in module.parameters()
+                                                                    if p.requires_grad]
+    if not groups:
+        raise FitError("nothing to optimise: the module has no parameter with requires_grad=True")
+    return groups, [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+
+
 def _optimizer(cfg: FitConfig, groups) -> torch.optim.Optimizer:
+    """Adam or AdamW over ``groups``, fused where torch supports it (see ``FitConfig.fused``)."""
     cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     kwargs: dict[str, Any] = {"lr": cfg.lr, "betas": cfg.betas, "weight_decay": cfg.weight_decay}
     params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
@@ -176,12 +197,210 @@ def _optimizer(cfg: FitConfig, groups) -> torch.optim.Optimizer:
         return cls(groups, **kwargs)
 
 
+def _fresh_state(extra: dict[str, Any] | None) -> dict[str, Any]:
+    """The loop state of a fit that has not started (checkpointed as is: keep the keys and their order)."""
+    return {"step": 0, "history": [], "best": None, "best_step": None, "best_state": None,
+            "bad_evals": 0, "stopped_early": False, "seconds": 0.0, "extra": dict(extra or {})}
+
+
+class _Checkpoint:
+    """Atomic, resumable checkpoints of one fit at ``path`` (None = none); only ``write`` processes save."""
+
+    def __init__(self, path: str | Path | None, config: dict[str, Any], write: bool):
+        self.path = Path(path) if path is not None else None
+        self.config = config  # asdict(cfg): a checkpoint of another configuration is refused
+        self.write = write
+
+    def load(self, module: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any] | None:
+        """Restore module, optimiser and RNG from the checkpoint and return its loop state; None if there is none."""
+        if self.path is None or not self.path.is_file():
+            return None
+        ckpt = self.path
+        try:
+            saved = torch.load(ckpt, weights_only=False, map_location="cpu")
+        except Exception as err:  # a truncated or foreign file
+            raise FitError(f"checkpoint {ckpt} cannot be read ({type(err).__name__}: {err}); delete it "
+                           "to start the fit over") from err
+        if not isinstance(saved, dict) or saved.get("format") != FORMAT:
+            raise FitError(f"{ckpt} is not a residshift fit checkpoint; delete it to start over")
+        if saved["config"] != self.config:
+            raise FitError(f"checkpoint {ckpt} belongs to another fit configuration "
+                           f"({saved['config']} vs {self.config}); delete it to start over")
+        module.load_state_dict(saved["module"])
+        opt.load_state_dict(saved["opt"])
+        torch.set_rng_state(saved["rng"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():  # dropout on the GPU
+            torch.cuda.set_rng_state(saved["cuda_rng"])
+        return saved["state"]
+
+    def save(self, module: nn.Module, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        """Write module, optimiser, RNG and loop state in one atomic replace (a no-op without a path or off main)."""
+        if self.path is not None and self.write:
+            atomic_torch_save({"format": FORMAT, "config": self.config, "module": module.state_dict(),
+                               "opt": opt.state_dict(), "rng": torch.get_rng_state(),
+                               "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None,
+                               "state": state}, self.path)
+
+
+def _start_or_resume(cfg: FitConfig, ckpt: _Checkpoint, module: nn.Module, opt: torch.optim.Optimizer,
+                     extra: dict[str, Any] | None) -> tuple[dict[str, Any], int | None]:
+    """The loop state, resumed from ``ckpt`` or fresh (RNG seeded), and the step resumed at (None = fresh)."""
+    state = ckpt.load(module, opt)
+    if state is not None:
+        return state, state["step"]
+    torch.manual_seed(cfg.seed)
+    return _fresh_state(extra), None
+
+
+# --------------------------------------------------------------------------------------------
+# One optimiser step
+# --------------------------------------------------------------------------------------------
+
+
+def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """Set ``lr`` on every parameter group (the schedule is :func:`lr_at`)."""
+    for g in opt.param_groups:
+        g["lr"] = lr
+
+
+def _micro_steps(step: int, accumulate: int, step_fn: Callable, no_sync: Callable[[], ContextManager] | None) -> list:
+    """Run the ``accumulate`` micro-steps of ``step`` (all but the last inside ``no_sync()``); their losses."""
+
+    def backward(loss: torch.Tensor) -> None:
+        (loss / accumulate).backward()
+
+    losses = []
+    for micro in range(accumulate):
+        last_micro = micro == accumulate - 1
+        with no_sync() if no_sync is not None and not last_micro else contextlib.nullcontext():
+            losses.append(step_fn(step, micro, backward))
+    return losses
+
+
+def _clip(params: list[torch.Tensor], max_norm: float | None) -> float | None:
+    """Clip the global gradient norm to ``max_norm``; the norm before clipping (None = no clipping)."""
+    return None if max_norm is None else float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def _mean_loss(losses: list) -> tuple[list[float], float]:
+    """Each part's mean over the micro-steps (one part, or one per layer), and their mean: the step's loss."""
+    parts = [_as_list(x) for x in losses]
+    parts = [sum(col) / len(col) for col in zip(*parts)]
+    return parts, sum(parts) / len(parts)
+
+
 def _as_list(value) -> list[float]:
+    """A number, a sequence or a tensor of numbers as a flat list of floats."""
     if isinstance(value, torch.Tensor):
         return [float(v) for v in value.detach().reshape(-1)]
     if isinstance(value, (list, tuple)):
         return [float(v) for v in value]
     return [float(value)]
+
+
+def _step_record(step: int, loss: float, parts: list[float], lr: float, seconds: float,
+                 grad_norm: float | None, tokens_per_step: int | None) -> dict[str, Any]:
+    """The history / log record of the optimiser step that ended at ``step``."""
+    record = {"step": step, "loss": loss, "lr": lr, "seconds": seconds}
+    if len(parts) > 1:
+        record["parts"] = parts
+    if grad_norm is not None:
+        record["grad_norm"] = grad_norm
+    if tokens_per_step:
+        record["tokens"] = step * tokens_per_step
+        record["tokens_per_s"] = tokens_per_step / seconds if seconds > 0 else None
+    return record
+
+
+def _train_step(state: dict[str, Any], cfg: FitConfig, opt: torch.optim.Optimizer, params: list[torch.Tensor],
+                step_fn: Callable, no_sync: Callable[[], ContextManager] | None,
+                tokens_per_step: int | None) -> dict[str, Any]:
+    """Take optimiser step ``state["step"]`` (schedule, micro-steps, clipping, update), count it; its record."""
+    t0 = time.perf_counter()
+    step = state["step"]
+    lr = lr_at(cfg, step)
+    _set_lr(opt, lr)
+    opt.zero_grad(set_to_none=True)
+    losses = _micro_steps(step, cfg.accumulate, step_fn, no_sync)
+    grad_norm = _clip(params, cfg.grad_clip)
+    opt.step()
+    state["step"] += 1
+    seconds = time.perf_counter() - t0
+    state["seconds"] += seconds
+    parts, loss = _mean_loss(losses)
+    if not math.isfinite(loss):
+        raise FitError(f"the training loss is {loss} at step {step}: lower the learning rate "
+                       f"(lr={cfg.lr}) or enable grad_clip")
+    return _step_record(state["step"], loss, parts, lr, seconds, grad_norm, tokens_per_step)
+
+
+# --------------------------------------------------------------------------------------------
+# Evaluation, best states and early stopping
+# --------------------------------------------------------------------------------------------
+
+
+def _due(step: int, every: int) -> bool:
+    """Whether a periodic action with period ``every`` (0 = never) falls on ``step``."""
+    return bool(every) and step % every == 0
+
+
+def _improved(values: list[float], best: list[float], min_delta: float) -> list[bool]:
+    """Which parts beat their best by more than ``min_delta`` (lower is better)."""
+    return [v < b - min_delta for v, b in zip(values, best)]
+
+
+def _out_of_patience(patience: int | None, bad_evals: int) -> bool:
+    """Whether early stopping ends the fit: ``patience`` evaluations in a row without an improvement."""
+    return patience is not None and bad_evals >= patience
+
+
+def _snapshot(module: nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of ``module``'s state dict."""
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def _update_best(state: dict[str, Any], values: list[float], cfg: FitConfig, module: nn.Module,
+                 best_keys: Callable[[int], Sequence[str]] | None) -> None:
+    """Fold one evaluation into ``state``: each improved part's best value, step and state; the patience count."""
+    if state["best"] is None:
+        state["best"], state["best_step"] = [math.inf] * len(values), [state["step"]] * len(values)
+        state["best_state"] = _snapshot(module) if cfg.keep_best else None  # (a trainer keeps the last state)
+    if len(values) != len(state["best"]):
+        raise FitError(f"eval_fn returned {len(values)} values, earlier {len(state['best'])}")
+    improved = _improved(values, state["best"], cfg.min_delta)
+    current = None
+    for i, ok in enumerate(improved):
+        if not ok:
+            continue
+        state["best"][i], state["best_step"][i] = values[i], state["step"]
+        if state["best_state"] is None:
+            continue
+        current = current or module.state_dict()
+        keys = best_keys(i) if best_keys is not None and len(values) > 1 else list(current)
+        for k in keys:
+            state["best_state"][k] = current[k].detach().clone()
+    state["bad_evals"] = 0 if any(improved) else state["bad_evals"] + 1
+    if _out_of_patience(cfg.patience, state["bad_evals"]):
+        state["stopped_early"] = True
+
+
+def _evaluate(state: dict[str, Any], cfg: FitConfig, module: nn.Module, eval_fn: Callable[[], Any],
+              best_keys: Callable[[int], Sequence[str]] | None,
+              eval_extra: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+    """Evaluate on held-out data (no gradients), update the best in ``state``; the evaluation's record."""
+    with torch.no_grad():
+        values = _as_list(eval_fn())
+    _update_best(state, values, cfg, module, best_keys)
+    record = {"step": state["step"], "eval": values if len(values) > 1 else values[0],
+              "best": list(state["best"]) if len(values) > 1 else state["best"][0]}
+    if eval_extra is not None:
+        record.update({k: v for k, v in eval_extra().items() if k not in record})
+    return record
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting: the log, the progress bar, the result
+# --------------------------------------------------------------------------------------------
 
 
 class _Log:
@@ -200,9 +419,50 @@ class _Log:
             atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def write(self, record: dict[str, Any]) -> None:
+        """Append ``record`` as one JSON line."""
         if self.path is not None:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record) + "\n")
+
+
+def _progress_bar(label: bool | str, total: int, initial: int):
+    """A tqdm bar over the steps, labelled ``label`` (True = "fit"); None when ``label`` is false."""
+    if not label:
+        return None
+    # imported here, only with a bar: tqdm.auto looks for notebook widgets on import
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=label if isinstance(label, str) else "fit",
+                unit="step", leave=False)
+
+
+def _show(bar, record: dict[str, Any]) -> None:
+    """Advance ``bar`` by one step, showing the step's loss and tokens/s."""
+    if bar is None:
+        return
+    shown = {"loss": f"{record['loss']:.4f}"}
+    if record.get("tokens_per_s") is not None:
+        shown["tok/s"] = f"{record['tokens_per_s']:,.0f}"
+    bar.set_postfix(shown, refresh=False)
+    bar.update(1)
+
+
+def _result(module: nn.Module, cfg: FitConfig, state: dict[str, Any], finished: bool) -> FitResult:
+    """Load the best state into ``module`` (a finished fit with ``keep_best``) and report the fit."""
+    best = state["best"]
+    if finished and cfg.keep_best and state["best_state"] is not None:
+        module.load_state_dict(state["best_state"])
+    scalar = best is not None and len(best) == 1
+    return FitResult(module=module, steps=state["step"], finished=finished,
+                     stopped_early=state["stopped_early"],
+                     best=(best[0] if scalar else best), best_step=(state["best_step"][0] if scalar
+                                                                    else state["best_step"]),
+                     history=list(state["history"]), seconds=state["seconds"], extra=dict(state["extra"]))
+
+
+# --------------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------------
 
 
 def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Callable], Any],
@@ -226,162 +486,44 @@ def fit(module: nn.Module, cfg: FitConfig, *, step_fn: Callable[[int, int, Calla
     - ``extra``: caller's numbers saved with the checkpoint and returned (e.g. the loss before fitting).
     - ``eval_extra()``: more fields for each evaluation record (e.g. learned gate values over training).
     """
-    groups = list(param_groups) if param_groups is not None else [p for p in module.parameters()
-                                                                    if p.requires_grad]
-    if not groups:
-        raise FitError("nothing to optimise: the module has no parameter with requires_grad=True")
-    params = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    groups, params = _trainable(module, param_groups)
     opt = _optimizer(cfg, groups)
-    config = asdict(cfg)
-    state: dict[str, Any] = {"step": 0, "history": [], "best": None, "best_step": None, "best_state": None,
-                             "bad_evals": 0, "stopped_early": False, "seconds": 0.0, "extra": dict(extra or {})}
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    resume_step = None
-    if ckpt is not None and ckpt.is_file():
-        try:
-            saved = torch.load(ckpt, weights_only=False, map_location="cpu")
-        except Exception as err:  # a truncated or foreign file
-            raise FitError(f"checkpoint {ckpt} cannot be read ({type(err).__name__}: {err}); delete it "
-                           "to start the fit over") from err
-        if not isinstance(saved, dict) or saved.get("format") != FORMAT:
-            raise FitError(f"{ckpt} is not a residshift fit checkpoint; delete it to start over")
-        if saved["config"] != config:
-            raise FitError(f"checkpoint {ckpt} belongs to another fit configuration "
-                           f"({saved['config']} vs {config}); delete it to start over")
-        module.load_state_dict(saved["module"])
-        opt.load_state_dict(saved["opt"])
-        torch.set_rng_state(saved["rng"])
-        if saved.get("cuda_rng") is not None and torch.cuda.is_available():  # dropout on the GPU
-            torch.cuda.set_rng_state(saved["cuda_rng"])
-        state = saved["state"]
-        resume_step = state["step"]
-    else:
-        torch.manual_seed(cfg.seed)
+    ckpt = _Checkpoint(checkpoint, asdict(cfg), write=is_main)
+    state, resume_step = _start_or_resume(cfg, ckpt, module, opt, extra)
     log = _Log(log_path if is_main else None, resume_step)
 
-    def save() -> None:
-        if ckpt is not None and is_main:
-            atomic_torch_save({"format": FORMAT, "config": config, "module": module.state_dict(),
-                               "opt": opt.state_dict(), "rng": torch.get_rng_state(),
-                               "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None,
-                               "state": state}, ckpt)
-
-    def snapshot() -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-    def evaluate() -> None:
-        with torch.no_grad():
-            values = _as_list(eval_fn())
-        if state["best"] is None:
-            state["best"], state["best_step"] = [math.inf] * len(values), [state["step"]] * len(values)
-            state["best_state"] = snapshot() if cfg.keep_best else None  # (a trainer keeps the last state)
-        if len(values) != len(state["best"]):
-            raise FitError(f"eval_fn returned {len(values)} values, earlier {len(state['best'])}")
-        improved = [v < b - cfg.min_delta for v, b in zip(values, state["best"])]
-        current = None
-        for i, ok in enumerate(improved):
-            if not ok:
-                continue
-            state["best"][i], state["best_step"][i] = values[i], state["step"]
-            if state["best_state"] is None:
-                continue
-            current = current or module.state_dict()
-            keys = best_keys(i) if best_keys is not None and len(values) > 1 else list(current)
-            for k in keys:
-                state["best_state"][k] = current[k].detach().clone()
-        state["bad_evals"] = 0 if any(improved) else state["bad_evals"] + 1
-        if cfg.patience is not None and state["bad_evals"] >= cfg.patience:
-            state["stopped_early"] = True
-        record = {"step": state["step"], "eval": values if len(values) > 1 else values[0],
-                  "best": list(state["best"]) if len(values) > 1 else state["best"][0]}
-        if eval_extra is not None:
-            record.update({k: v for k, v in eval_extra().items() if k not in record})
+    def keep(record: dict[str, Any]) -> None:
+        """Append ``record`` to the history (checkpointed) and the log."""
         state["history"].append(record)
         log.write(record)
 
-    def backward_scaled(loss: torch.Tensor) -> None:
-        (loss / cfg.accumulate).backward()
+    def evaluate() -> None:
+        """Evaluate, update the best state(s) and patience, record it."""
+        keep(_evaluate(state, cfg, module, eval_fn, best_keys, eval_extra))
 
-    bar = None
-    if progress and is_main:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=cfg.steps, initial=state["step"], desc=progress if isinstance(progress, str) else "fit",
-                   unit="step", leave=False)
+    bar = _progress_bar(progress if is_main else False, cfg.steps, state["step"])
     if eval_fn is not None and cfg.eval_at_start and state["step"] == 0 and state["best"] is None:
         evaluate()
-        save()
-    done_here = 0
-    interrupted = False
+        ckpt.save(module, opt, state)
+    done_here, interrupted = 0, False
     try:
         while state["step"] < cfg.steps and not state["stopped_early"]:
             if stop_after is not None and done_here >= stop_after:
                 interrupted = True
                 break
-            t0 = time.perf_counter()
-            step = state["step"]
-            lr = lr_at(cfg, step)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            losses = []
-            for micro in range(cfg.accumulate):
-                last_micro = micro == cfg.accumulate - 1
-                if no_sync is not None and not last_micro:
-                    with no_sync():
-                        losses.append(step_fn(step, micro, backward_scaled))
-                else:
-                    losses.append(step_fn(step, micro, backward_scaled))
-            grad_norm = None
-            if cfg.grad_clip is not None:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
-            opt.step()
-            state["step"] += 1
+            record = _train_step(state, cfg, opt, params, step_fn, no_sync, tokens_per_step)
+            keep(record)
             done_here += 1
-            seconds = time.perf_counter() - t0
-            state["seconds"] += seconds
-            parts = [_as_list(x) for x in losses]  # one value, or one per part (e.g. per layer)
-            parts = [sum(col) / len(col) for col in zip(*parts)]
-            loss = sum(parts) / len(parts)
-            if not math.isfinite(loss):
-                raise FitError(f"the training loss is {loss} at step {step}: lower the learning rate "
-                               f"(lr={cfg.lr}) or enable grad_clip")
-            record = {"step": state["step"], "loss": loss, "lr": lr, "seconds": seconds}
-            if len(parts) > 1:
-                record["parts"] = parts
-            if grad_norm is not None:
-                record["grad_norm"] = grad_norm
-            if tokens_per_step:
-                record["tokens"] = state["step"] * tokens_per_step
-                record["tokens_per_s"] = tokens_per_step / seconds if seconds > 0 else None
-            state["history"].append(record)
-            log.write(record)
             last = state["step"] >= cfg.steps
-            evaluated = False
-            if eval_fn is not None and (last or (cfg.eval_every and state["step"] % cfg.eval_every == 0)):
+            evaluated = eval_fn is not None and (last or _due(state["step"], cfg.eval_every))
+            if evaluated:
                 evaluate()
-                evaluated = True
-            if bar is not None:
-                shown = {"loss": f"{loss:.4f}"}
-                if tokens_per_step and seconds > 0:
-                    shown["tok/s"] = f"{tokens_per_step / seconds:,.0f}"
-                bar.set_postfix(shown, refresh=False)
-                bar.update(1)
-            if evaluated or last or state["stopped_early"] or (
-                    cfg.checkpoint_every and state["step"] % cfg.checkpoint_every == 0):
-                save()
+            _show(bar, record)
+            if evaluated or last or state["stopped_early"] or _due(state["step"], cfg.checkpoint_every):
+                ckpt.save(module, opt, state)
     finally:
         if bar is not None:
             bar.close()
     if interrupted:
-        save()
-    finished = not interrupted
-    best = state["best"]
-    if finished and cfg.keep_best and state["best_state"] is not None:
-        module.load_state_dict(state["best_state"])
-    scalar = best is not None and len(best) == 1
-    return FitResult(module=module, steps=state["step"], finished=finished,
-                     stopped_early=state["stopped_early"],
-                     best=(best[0] if scalar else best), best_step=(state["best_step"][0] if scalar
-                                                                    else state["best_step"]),
-                     history=list(state["history"]), seconds=state["seconds"], extra=dict(state["extra"]))
+        ckpt.save(module, opt, state)
+    return _result(module, cfg, state, finished=not interrupted)
