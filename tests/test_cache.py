@@ -4,7 +4,9 @@ import subprocess
 import sys
 import time
 import types
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -49,6 +51,84 @@ def test_failed_write_leaves_no_partial_file(tmp_path):
     with pytest.raises(RuntimeError):
         cache.atomic_torch_save({"x": Unpicklable()}, target)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_path_replaces_on_success_and_cleans_up_on_failure(tmp_path):
+    target = tmp_path / "sub" / "out.txt"
+    with cache.atomic_path(target) as tmp:
+        assert tmp.parent == target.parent and tmp.name.startswith(".out.txt.") and tmp.is_file()
+        tmp.write_text("one")
+        assert not target.exists()  # nothing at the target until the block ends
+    assert target.read_text() == "one" and os.listdir(target.parent) == ["out.txt"]
+    with pytest.raises(KeyboardInterrupt):  # any exception, not only errors
+        with cache.atomic_path(target, suffix=".npy") as tmp:
+            assert tmp.suffix == ".npy"
+            tmp.write_text("half")
+            raise KeyboardInterrupt
+    assert target.read_text() == "one" and os.listdir(target.parent) == ["out.txt"]
+
+
+def test_atomic_writers_write_exactly_the_bytes(tmp_path):
+    cache.atomic_write_bytes(tmp_path / "b", b"\x00\xffab")
+    cache.atomic_write_text(tmp_path / "t", "é\n")
+    assert (tmp_path / "b").read_bytes() == b"\x00\xffab" and (tmp_path / "t").read_bytes() == "é\n".encode()
+    arr = np.arange(6, dtype=np.int32).reshape(2, 3)
+    cache.atomic_save_npy(tmp_path / "a.npy", arr)
+    np.save(tmp_path / "ref.npy", arr)
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "ref.npy").read_bytes()
+    cache.atomic_torch_save({"x": torch.arange(3)}, tmp_path / "x.pt")
+    assert torch.equal(torch.load(tmp_path / "x.pt")["x"], torch.arange(3))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_atomic_dir_replaces_a_folder_whole(tmp_path):
+    target = tmp_path / "models" / "m"
+    with cache.atomic_dir(target) as tmp:
+        assert tmp.is_dir() and not any(tmp.iterdir()) and tmp.name.startswith(".m.")
+        (tmp / "a").write_text("1")
+    assert (target / "a").read_text() == "1"
+    with cache.atomic_dir(target) as tmp:  # an existing folder is replaced, not merged
+        (tmp / "b").write_text("2")
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+
+    class Boom(RuntimeError):
+        pass
+
+    with pytest.raises(Boom):
+        with cache.atomic_dir(target) as tmp:
+            (tmp / "c").write_text("3")
+            raise Boom
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    assert os.listdir(target.parent) == ["m"], "no temporary folder left"
+
+
+def test_atomic_dir_move_aside_keeps_the_old_folder_until_the_new_one_is_in(tmp_path, monkeypatch):
+    target = tmp_path / "site"
+    with cache.atomic_dir(target, move_aside=True) as tmp:
+        (tmp / "index.html").write_text("v1")
+    with cache.atomic_dir(target, move_aside=True) as tmp:
+        (tmp / "index.html").write_text("v2")
+        assert (target / "index.html").read_text() == "v1"
+    assert (target / "index.html").read_text() == "v2" and os.listdir(tmp_path) == ["site"]
+    real = os.replace
+
+    def fail_new(src, dst):  # the rename of the new folder into place fails
+        if Path(dst) == target and ".old-" not in Path(src).name:
+            raise OSError("disk gone")
+        return real(src, dst)
+
+    monkeypatch.setattr(cache.os, "replace", fail_new)
+    with pytest.raises(OSError, match="disk gone"):
+        with cache.atomic_dir(target, move_aside=True) as tmp:
+            (tmp / "index.html").write_text("v3")
+    assert (target / "index.html").read_text() == "v2" and os.listdir(tmp_path) == ["site"]
+
+
+def test_atomic_dir_makes_folders_with_the_usual_mode(tmp_path):
+    with cache.atomic_dir(tmp_path / "d"):
+        pass
+    (tmp_path / "plain").mkdir()
+    assert (tmp_path / "d").stat().st_mode == (tmp_path / "plain").stat().st_mode
 
 
 def test_config_must_be_json_like():

@@ -24,19 +24,23 @@ pyproject.toml) differs from it; the figures manifest records it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import functools
 import hashlib
 import inspect
 import json
 import os
+import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
 import types
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
+import numpy as np
 import torch
 
 from .paths import REPO_ROOT, results_dir
@@ -67,35 +71,97 @@ def _canonical(value: Any) -> Any:
     )
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary file beside ``path``, then rename: readers never see half a file."""
+@contextlib.contextmanager
+def atomic_path(path: Path, *, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a new empty file beside ``path`` (``.<name>.XXXXXXXX<suffix>``, mode 0600) to write;
+    when the block ends it replaces ``path`` in one rename, so readers never see half a file. On any
+    exception it is removed and ``path`` is left as it was. ``path``'s folder is created if missing.
+
+    >>> with atomic_path(target) as tmp:
+    ...     fig.savefig(tmp)
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
+@contextlib.contextmanager
+def atomic_dir(target: Path, *, move_aside: bool = False) -> Iterator[Path]:
+    """Yield a new empty folder beside ``target`` (``.<name>.XXXXXXXX``) to fill; when the block
+    ends it takes ``target``'s place in one rename. On any exception it is removed and ``target``
+    is left as it was. ``target``'s folder is created if missing.
+
+    An existing ``target`` is deleted just before the rename (``shutil.rmtree``; its errors
+    propagate), or with ``move_aside=True`` renamed to ``.<name>.old-XXXXXXXX`` first and deleted
+    (errors ignored) once the new folder is in place, so it is never half deleted where readers look
+    (it is renamed back when the final rename fails).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _new_dir(target)
+    try:
+        yield tmp
+        if not target.exists():
+            os.replace(tmp, target)
+        elif not move_aside:
+            shutil.rmtree(target)
+            os.replace(tmp, target)
+        else:
+            old = target.parent / f".{target.name}.old-{tmp.name.rpartition('.')[2]}"
+            os.replace(target, old)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                os.replace(old, target)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _new_dir(target: Path) -> Path:
+    """A new folder ``.<name>.XXXXXXXX`` beside ``target``, made like any folder (the umask's mode,
+    not mkdtemp's 0700), so the folder that replaces ``target`` has the usual permissions."""
+    for _ in range(100):
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}"
+        try:
+            tmp.mkdir()
+            return tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary folder name beside {target}")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_path`)."""
     atomic_write_bytes(path, text.encode())
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    """``torch.save(obj, path)`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` of ``array`` to ``path`` atomically (see :func:`atomic_path`)."""
+    with atomic_path(path, suffix=".npy") as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
 
 
 # --------------------------------------------------------------------------------------------

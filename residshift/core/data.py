@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .cache import atomic_save_npy
 from .paths import REPO_ROOT, cache_dir
 
 
@@ -260,18 +260,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npy", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def tokenize_text(text: str, tokenizer, *, cache: bool = True) -> np.ndarray:
     """Token ids of ``text`` (no special tokens) as int32, cached by text and tokenizer hash.
 
@@ -297,7 +285,7 @@ def tokenize_text(text: str, tokenizer, *, cache: bool = True) -> np.ndarray:
             ids.extend(row)
     array = np.asarray(ids, dtype=np.int32)
     if cache:
-        _atomic_save_npy(path, array)
+        atomic_save_npy(path, array)
     return array
 
 

@@ -38,15 +38,14 @@ import importlib.util
 import json
 import math
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager, NamedTuple, Protocol
+from typing import Any, Callable, ContextManager, NamedTuple, Protocol, Sequence
 
 import torch
 from torch import nn
 
+from .cache import atomic_dir
 from .paths import cache_dir
 
 
@@ -305,12 +304,29 @@ def _find_paths(model: nn.Module, layers_path=None, norm_path=None, embed_path=N
     )
 
 
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two weights are one tensor (same storage and shape), not merely equal values."""
+    return a is b or (a.data_ptr() == b.data_ptr() and a.shape == b.shape)
+
+
+def tie_write_probe(model: nn.Module) -> float:
+    """Max |E_in - E_out| after adding 1 to one entry of the input embedding (undone afterwards):
+    0.0 only if the input embedding and the output head are one tensor, 1.0 for an equal copy."""
+    w = model.get_input_embeddings().weight
+    with torch.no_grad():
+        old = w[0, 0].item()
+        w[0, 0] += 1.0
+        diff = (model.get_output_embeddings().weight[0, 0] - w[0, 0]).abs().item()
+        w[0, 0] = old
+    return diff
+
+
 def check_tied(model: nn.Module, name: str = "model") -> torch.Tensor:
     """Return the tied embedding matrix, or raise if input and output embeddings differ."""
     inp, out = model.get_input_embeddings(), model.get_output_embeddings()
     if inp is None or out is None:
         raise UntiedEmbeddingsError(f"{name} has no input or output embedding module.")
-    if inp.weight.data_ptr() != out.weight.data_ptr() or inp.weight.shape != out.weight.shape:
+    if not same_storage(inp.weight, out.weight):
         raise UntiedEmbeddingsError(
             f"{name} does not tie its input and output embeddings. The study decodes hidden states "
             "through the matrix that embeds the input, so it needs tied embeddings: pick a tied "
@@ -480,18 +496,10 @@ def embedded_cache_path(name: str) -> Path:
 
 def _atomic_save_pretrained(model, tokenizer, target: Path, meta: dict) -> None:
     """save_pretrained into a temporary folder beside ``target``, then rename it into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "residshift.json").write_text(json.dumps(meta, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def prepare_embedded(name: str, *, force: bool = False) -> Path:
@@ -800,6 +808,11 @@ def load_model(
     model = model.to(device)
     info = describe_model(model, tokenizer, name=name, source=source, prepend_bos=prepend_bos, **paths)
     return wrap(model, tokenizer, info)
+
+
+def load_models(names: Sequence[str], *, device: str = "cpu") -> dict[str, LoadedModel]:
+    """``{name: LoadedModel}`` for several models (a profile's ``models``), on ``device``."""
+    return {name: load_model(name, device=device) for name in names}
 
 
 def _load_remote(name: str, *, prepend_bos=None, **paths) -> LoadedModel:

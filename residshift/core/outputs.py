@@ -14,16 +14,63 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 from .cache import _canonical, atomic_write_text, code_state
 from .paths import REPO_ROOT, figures_dir
 
 _NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
+
+
+class NotJSONError(TypeError, ValueError):
+    """A value :func:`json_ready` (strict) cannot make JSON-like; the message names its type."""
+
+
+def json_ready(value: Any, *, strict: bool = False, what: str = "values") -> Any:
+    """``value`` made JSON-safe: mappings to dicts with string keys, lists and tuples to lists,
+    numpy arrays and torch tensors to (nested) lists, numpy scalars to Python ones, bools to
+    ``bool``, integers to ``int``, floats to ``float`` with NaN and +-inf replaced by ``None``;
+    ``None`` and strings stay.
+
+    Lenient (default; what ``save_numbers`` should receive): a DataFrame becomes its records (index
+    included, ``reset_index``), pandas' missing value ``pd.NA`` becomes ``None``, and anything else
+    is returned as it is. ``strict=True``: anything else (a DataFrame, ``pd.NA``, a set, an object)
+    raises :class:`NotJSONError`, "``<what>`` must be JSON-like ...".
+    """
+    if not strict and hasattr(value, "to_dict") and hasattr(value, "columns"):  # a DataFrame
+        return json_ready(value.reset_index().to_dict(orient="records"))
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v, strict=strict, what=what) for k, v in value.items()}
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return json_ready(value.tolist(), strict=strict, what=what)
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v, strict=strict, what=what) for v in value]
+    if not strict and isinstance(value, np.generic):
+        value = value.item()  # np.str_ -> str, np.datetime64 -> datetime, ...
+    if isinstance(value, (bool, np.bool_)):  # before int: a bool stays a bool
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    if strict:
+        raise NotJSONError(f"{what} must be JSON-like (numbers, strings, lists, dicts); got "
+                           f"{type(value).__name__}: convert it first")
+    if type(value).__name__ == "NAType":  # pandas' missing value in nullable integer columns
+        return None
+    return value
 
 
 def check_name(name: str) -> str:

@@ -54,14 +54,16 @@ import copy
 import datetime as _dt
 import html
 import json
-import os
 import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import profiles
+from ..core.cache import atomic_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
+from . import report
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -267,8 +269,6 @@ def _figures_source(executed: Path, profile: str) -> Path:
 
 def _profile_note(profile: str) -> str:
     """The profile's models and its one-line description from ``residshift.core.profiles``."""
-    from ..core import profiles
-
     values = profiles.get(profile)
     doc = profiles.__doc__ or ""
     m = re.search(rf"^- ``{re.escape(profile)}``: (.+?)(?=\n- |\n\n|\Z)", doc, flags=re.S | re.M)
@@ -488,9 +488,6 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
     ``build/book/<profile>``. The site is built beside ``out`` and moved into place when complete."""
     import nbformat
 
-    from ..core import profiles
-    from . import report
-
     t0 = time.perf_counter()
     try:
         profiles.get(profile)
@@ -505,19 +502,8 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
     manifest_path = fig_src / "MANIFEST.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     out = Path(out) if out else build_dir() / "book" / profile
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_dir(out, move_aside=True) as tmp:  # the old site stays whole until the new one is in
         _build(profile, books, fig_src, manifest, tmp, executed, nbformat, report, log)
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        if out.exists():
-            os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     log(f"book: {len(books)} notebooks -> {out}/index.html ({size / 2**20:.1f} MiB) in "
         f"{time.perf_counter() - t0:.1f} s")
@@ -525,9 +511,7 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
 
 
 def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbformat, report, log) -> None:
-    from ..core import profiles
-
-    site.mkdir(parents=True)
+    """Write the site into the empty folder ``site``."""
     _write(site / "_static" / "jupyterlab.css", _stylesheet())
     _write(site / "_static" / "book.css", BOOK_CSS)
 

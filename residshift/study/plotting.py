@@ -8,11 +8,10 @@ name. ``publish`` does both and shows the figure.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..core.cache import atomic_path
 from ..core.outputs import (  # noqa: F401 (re-exported)
     check_name,
     git_commit,
@@ -80,16 +79,10 @@ def save_figure(fig, name: str, *, parameters: dict[str, Any] | None = None,
     paths = []
     for fmt in formats:
         target = folder / f"{name}.{fmt}"
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=f".{fmt}", dir=folder)
-        os.close(fd)
-        try:
-            # A fixed creation date keeps the PDF byte-stable across reruns.
-            meta = {"CreationDate": None} if fmt == "pdf" else ({"Software": None} if fmt == "png" else None)
+        # A fixed creation date keeps the PDF byte-stable across reruns.
+        meta = {"CreationDate": None} if fmt == "pdf" else ({"Software": None} if fmt == "png" else None)
+        with atomic_path(target, suffix=f".{fmt}") as tmp:
             fig.savefig(tmp, format=fmt, bbox_inches="tight", metadata=meta)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         paths.append(target)
         record(target.name, parameters)
     return paths

@@ -33,15 +33,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from ..core.cache import atomic_write_text
+from ..core import data as core_data
+from ..core.cache import atomic_save_npy, atomic_write_text, code_fingerprint
 from ..core.fitting import epoch_batch
 from ..core.paths import cache_dir
 
@@ -127,8 +126,6 @@ class TokenWindows:
 
 def eval_windows(tokens: np.ndarray, length: int, n: int | None, bos_id: int | None) -> torch.Tensor:
     """A fixed set of ``n`` validation windows (all when None), the same for every seed and variant."""
-    from ..core.data import cut_windows
-
     body = length - (1 if bos_id is not None else 0)
     available = len(tokens) // body
     if available == 0:
@@ -136,7 +133,7 @@ def eval_windows(tokens: np.ndarray, length: int, n: int | None, bos_id: int | N
     if n is not None and n > available:
         raise DataError(f"asked for {n} validation windows of {length} tokens but the validation stream has "
                         f"room for {available}; lower eval_windows to at most {available}")
-    return cut_windows(tokens, length=length, n=n, seed=0, bos_id=bos_id)
+    return core_data.cut_windows(tokens, length=length, n=n, seed=0, bos_id=bos_id)
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,9 +148,6 @@ def named_corpus_tokens(name: str, split: str, tokenizer) -> np.ndarray:
     of ``core.data`` (detokenization), so a cached stream loads without reading the corpus text;
     without a local file, ``core.data.tokenize_text`` (keyed by the text) does the work.
     """
-    from ..core import data as core_data
-    from ..core.cache import code_fingerprint
-
     try:
         path = core_data.local_file(name, split)
         if path is None:
@@ -166,7 +160,7 @@ def named_corpus_tokens(name: str, split: str, tokenizer) -> np.ndarray:
             return np.load(cached)
         tokens = core_data.tokenize_text(core_data.corpus_text(name, split), tokenizer, cache=False)
         cached.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_save_npy(cached, tokens)
+        atomic_save_npy(cached, tokens)
         return tokens
     except (KeyError, ValueError) as err:
         raise DataError(f"cannot read corpus {name!r} split {split!r}: {err}") from err
@@ -200,9 +194,8 @@ def unigram_cross_entropy(train_tokens: np.ndarray | torch.Tensor, scored: np.nd
 
 
 def stream_key(spec: dict[str, Any], tokenizer, *, val_tokens: int, shard_tokens: int, window: int) -> str:
-    from ..core.data import tokenizer_fingerprint
-
-    payload = json.dumps({"format": STREAM_FORMAT, "spec": spec, "tokenizer": tokenizer_fingerprint(tokenizer),
+    payload = json.dumps({"format": STREAM_FORMAT, "spec": spec,
+                          "tokenizer": core_data.tokenizer_fingerprint(tokenizer),
                           "val_tokens": val_tokens, "shard_tokens": shard_tokens, "window": window},
                          sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
@@ -217,17 +210,6 @@ def check_stream_spec(spec: Any) -> dict[str, Any]:
     if "streaming" in spec:
         raise DataError("leave 'streaming' out of the corpus spec: it is always streamed")
     return spec
-
-
-def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class StreamData:
@@ -298,7 +280,7 @@ def prepare_stream(spec: dict[str, Any], tokenizer, *, train_tokens: int, val_to
         keep = (min(len(stream), target) // window) * window  # whole windows only; the rest is dropped
         index = len(manifest["shards"])
         name = "val.npy" if kind == "val" else f"train-{index:05d}.npy"
-        _atomic_save_npy(folder / name, stream[:keep].astype(dtype))
+        atomic_save_npy(folder / name, stream[:keep].astype(dtype))
         entry = {"file": name, "tokens": int(keep), "docs_end": docs}
         if kind == "val":
             manifest["val"] = entry

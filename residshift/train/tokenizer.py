@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..core import models
+from ..core.cache import atomic_dir
+from ..core.data import CORPORA, corpus_text
 from ..core.paths import cache_dir
 
 EOT = "<|endoftext|>"
@@ -51,8 +51,6 @@ class BPEConfig:
     min_frequency: int = 2
 
     def checked(self) -> "BPEConfig":
-        from ..core.data import CORPORA
-
         if self.corpus not in CORPORA:
             raise TokenizerSpecError(f"unknown corpus {self.corpus!r}; known: {', '.join(CORPORA)}")
         splits = CORPORA[self.corpus].splits
@@ -122,8 +120,6 @@ def train_bpe(corpus: str = "wikitext-2", vocab_size: int = 4096, *, split: str 
     :class:`TokenizerSpecError` for an unknown corpus or split, a vocabulary too small, or a corpus
     too small to learn ``vocab_size`` tokens.
     """
-    from ..core.data import corpus_text
-
     cfg = BPEConfig(corpus, split, vocab_size, min_frequency).checked()
     try:
         text = corpus_text(cfg.corpus, cfg.split)
@@ -149,24 +145,14 @@ def tokenizer_dir(cfg: BPEConfig, text: str) -> Path:
 
 
 def _atomic_save(tokenizer, target: Path, meta: dict) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with atomic_dir(target) as tmp:
         tokenizer.save_pretrained(str(tmp))
         (tmp / "residshift.json").write_text(json.dumps(meta, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def prepends_bos(tokenizer) -> bool:
     """Does ``tokenizer`` put BOS first when asked for special tokens? (the training-window rule)"""
-    from ..core.models import _tokenizer_adds_bos
-
-    return _tokenizer_adds_bos(tokenizer)
+    return models._tokenizer_adds_bos(tokenizer)
 
 
 SPEC_HELP = ("a tokenizer spec is 'bpe:<vocab>' (WikiText-2 train), 'bpe:<corpus>:<vocab>', a BPEConfig, "
@@ -191,8 +177,6 @@ def parse_spec(spec: str) -> BPEConfig:
 def get_tokenizer(spec):
     """One entry point: a trained BPE (``"bpe:..."`` or a :class:`BPEConfig`) or a pretrained
     model's tokenizer by the names ``residshift.core.models.load_model`` accepts (offline)."""
-    from ..core import models
-
     if isinstance(spec, BPEConfig):
         c = spec.checked()
         return train_bpe(c.corpus, c.vocab_size, split=c.split, min_frequency=c.min_frequency)
@@ -231,8 +215,6 @@ def _embedded_tokenizer(name: str):
     """An embedded model's tokenizer: from its dequantized folder when cached, else from the GGUF
     (no need to dequantize the weights for the tokenizer alone)."""
     from transformers import AutoTokenizer
-
-    from ..core import models
 
     folder = models.embedded_cache_path(name)
     if (folder / "residshift.json").is_file():

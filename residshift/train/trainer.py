@@ -74,9 +74,7 @@ import functools
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
@@ -85,7 +83,7 @@ from typing import Any
 
 import torch
 
-from ..core.cache import _canonical, atomic_write_text, config_key
+from ..core.cache import _canonical, atomic_dir, atomic_write_text, config_key
 from ..core.fitting import FitConfig, FitError, fit
 from ..core.paths import results_dir
 from ..core.unembed import next_token_losses
@@ -534,18 +532,12 @@ def _save_model(model, tokenizer, target: Path) -> None:
     """``save_pretrained`` into a temporary folder beside ``target``, then rename it into place."""
     from transformers.utils import logging as hf_logging
 
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     bars = hf_logging.is_progress_bar_enabled()
     try:
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar per run
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with atomic_dir(target) as tmp:
+            model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
     finally:
         if bars:
             hf_logging.enable_progress_bar()
