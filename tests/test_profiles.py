@@ -58,3 +58,93 @@ def test_from_namespace_takes_the_declared_keys_only():
     import pytest
     with pytest.raises(KeyError, match="parameters cell"):
         profiles.from_namespace({"seed": 1})
+
+
+# --------------------------------------------------------------------------------------------
+# parameters_table: the setup cell's view of the resolved parameters
+# --------------------------------------------------------------------------------------------
+
+
+def _cell_globals(**declared):
+    """A notebook's globals at its setup cell: IPython's names, the parameters cell's declarations
+    (in order), then the setup cell's imports."""
+    ns = {"__name__": "__main__", "_": None, "In": [], "Out": {}}
+    ns.update(declared)
+    ns.update({"np": object(), "profiles": profiles, "P": None})
+    return ns
+
+
+def test_parameters_table_lists_the_declared_keys_in_order():
+    ns = _cell_globals(profile="smoke", seed=None, sweep_alphas=None, models=None, device=None)
+    table = profiles.parameters_table(ns)
+    assert list(table.columns) == ["parameter", "value", "source"]
+    assert list(table["parameter"]) == ["seed", "sweep_alphas", "models", "device"]
+
+
+def test_parameters_table_shows_the_profile_value_of_a_none_key():
+    table = profiles.parameters_table(_cell_globals(profile="smoke", models=None, sweep_alphas=None))
+    row = table.set_index("parameter")
+    smoke = profiles.get("smoke")
+    assert row.loc["models", "value"] == smoke["models"]
+    assert row.loc["sweep_alphas", "value"] == smoke["sweep_alphas"]
+    assert set(row["source"]) == {"profile smoke"}
+
+
+def test_parameters_table_shows_an_override_and_its_source():
+    ns = _cell_globals(profile="default", seed=7, models=["tiny-llama"], device=None,
+                       ppl_windows=profiles.get("default")["ppl_windows"])  # what the runner injects
+    row = profiles.parameters_table(ns).set_index("parameter")
+    assert row.loc["seed", "value"] == 7 and row.loc["seed", "source"] == "override"
+    assert row.loc["models", "value"] == ["tiny-llama"] and row.loc["models", "source"] == "override"
+    assert row.loc["device", "source"] == "profile default"
+    assert row.loc["ppl_windows", "source"] == "profile default"  # the profile's own value, injected
+
+
+def test_parameters_table_ignores_names_that_are_not_profile_keys():
+    ns = _cell_globals(profile="smoke", seed=None, not_a_key=3)
+    ns["lm"] = object()
+    assert list(profiles.parameters_table(ns)["parameter"]) == ["seed"]
+
+
+def test_parameters_table_needs_a_profile_like_from_namespace():
+    with pytest.raises(KeyError, match="parameters cell") as err:
+        profiles.parameters_table({"seed": None, "models": None})
+    with pytest.raises(KeyError) as same:
+        profiles.from_namespace({"seed": None, "models": None})
+    assert str(err.value) == str(same.value)
+    with pytest.raises(KeyError, match="unknown profile"):
+        profiles.parameters_table({"profile": "nope", "seed": None})
+
+
+def test_parameters_table_leaves_the_namespace_and_p_alone():
+    import copy
+
+    ns = _cell_globals(profile="smoke", models=["tiny-llama"], seed=None, causal_alphas=None)
+    before = copy.deepcopy({k: v for k, v in ns.items() if k not in ("np", "profiles")})
+    P = profiles.from_namespace(ns)
+    vars_before = copy.deepcopy(vars(P))
+    table = profiles.parameters_table(ns)
+    table["value"].iloc[0].append("mutated")  # the table holds copies
+    assert {k: v for k, v in ns.items() if k not in ("np", "profiles")} == before
+    assert vars(P) == vars_before and P.models == ["tiny-llama"]
+
+
+def test_parameters_table_shows_whole_values():
+    smoke = profiles.get("smoke")
+    table = profiles.parameters_table(_cell_globals(profile="smoke", lens_sentences=None,
+                                                    harness_limits=None, device=None))
+    html, text = table._repr_html_(), repr(table)
+    for shown in (html.replace("&#39;", "'"), text):
+        assert "..." not in shown
+        assert repr(smoke["lens_sentences"]) in shown and repr(smoke["harness_limits"]) in shown
+        assert "'cpu'" in shown  # written as in a cell
+    assert "<th></th>" not in html  # no row numbers
+
+
+def test_importing_profiles_does_not_import_pandas():
+    import subprocess
+    import sys
+
+    code = "import sys, residshift.core.profiles; print('pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -11,8 +11,12 @@ cell declares, and ``resolve`` fills in whatever is still None when a notebook r
 from __future__ import annotations
 
 import copy
+import functools
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas
 
 # Each section owns the parameters of a group of notebooks: {section: {profile: {key: value}}}.
 # Keys must be unique across sections (the runner injects them by name).
@@ -294,3 +298,67 @@ def from_namespace(namespace: dict[str, Any]) -> SimpleNamespace:
                        "notebook's parameters cell")
     keys = set(next(iter(PROFILES.values())))
     return resolve(namespace["profile"], **{k: v for k, v in namespace.items() if k in keys})
+
+
+def parameter_rows(namespace: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """``(parameter, value, source)`` for every profile key in ``namespace``, in its order.
+
+    ``namespace`` is what :func:`from_namespace` takes (a notebook's globals right after its
+    ``parameters`` cell; dicts keep insertion order, so the rows follow the cell's declarations;
+    imports and any other name that is not a profile key are left out). ``value`` is the resolved
+    value (a copy: the rows never touch the notebook's ``P``). ``source`` is ``"profile <name>"``
+    when the namespace holds None or the profile's own value (what the runner injects) and
+    ``"override"`` when it holds another value (set in the cell, or ``-p`` on the command line).
+    """
+    resolved = vars(from_namespace(namespace))  # same checks and errors as the notebook's own P
+    profile = resolved["profile"]
+    defaults = PROFILES[profile]
+    rows = []
+    for key, given in namespace.items():
+        if key not in defaults:
+            continue
+        try:
+            same = given is None or bool(given == defaults[key])
+        except Exception:  # noqa: BLE001 - a value that cannot be compared (an array) is an override
+            same = False
+        rows.append((key, copy.deepcopy(resolved[key]), f"profile {profile}" if same else "override"))
+    return rows
+
+
+def parameters_table(namespace: dict[str, Any]) -> pandas.DataFrame:
+    """:func:`parameter_rows` as a ``pandas.DataFrame`` (columns parameter, value, source) that
+    displays every value whole, as it would be written in the parameters cell (``repr``: lists of
+    models and alpha grids are never cut to "..."), without the row numbers. A notebook's setup
+    cell shows it right after resolving: ``display(profiles.parameters_table(globals()))``.
+    """
+    import pandas as pd  # here, not at the top: the command-line runner imports this module
+
+    rows = parameter_rows(namespace)
+    values = pd.Series([v for _, v, _ in rows], dtype=object)  # object: 64 and 0.001 stay as given
+    return _table_class()({"parameter": [k for k, _, _ in rows], "value": values,
+                           "source": [s for _, _, s in rows]})
+
+
+@functools.cache
+def _table_class() -> type:
+    import pandas as pd  # see parameters_table
+
+    class ParametersTable(pd.DataFrame):
+        """A DataFrame that renders whole values, without its index (slices are plain frames)."""
+
+        def _formatters(self, pad: bool = False) -> dict:
+            out = {}
+            for column in self.columns:  # values as written in a cell ('cpu', [0.0, 0.5])
+                show = repr if column == "value" else str
+                width = max((len(show(v)) for v in self[column]), default=0) if pad else 0
+                out[column] = lambda v, show=show, width=width: show(v).ljust(width)  # text: left-aligned
+            return out
+
+        def __repr__(self) -> str:
+            return self.to_string(index=False, formatters=self._formatters(pad=True), justify="left")
+
+        def _repr_html_(self) -> str:
+            with pd.option_context("display.max_colwidth", None):  # to_html would cut at 50
+                return self.to_html(index=False, formatters=self._formatters(), notebook=True)
+
+    return ParametersTable
