@@ -7,21 +7,22 @@ On the same windows, in one invocation:
               with torch.compile: two loops over the vocabulary that write nothing vocabulary-sized);
 - eager     : the same pass with the metric function run op by op (``lens.COMPILE = "never"``: what
               runs where compiling is unavailable, or for passes too small to pay for it);
-- reference : hidden states from ``output_hidden_states=True``, the full logits of every position
-              per layer, ``log_softmax``, ranks by ``argsort`` of the vocabulary;
+- reference : the package's reference lens, ``lens.reference_metrics`` (the oracle the tests hold
+              every fast path to): the full logits of every position per layer from the model's own
+              final norm and tied matrix, ``log_softmax``, ranks by counting the logits strictly
+              greater; on the same saved residuals;
 - bare      : the unembedding matmuls alone (final norm + ``@ E.T`` for every layer and position,
               same chunks), i.e. the floor any lens has to pay.
 
-The residuals' forward pass is timed separately (``forward_s``; the reference's
-``output_hidden_states`` forward is run before its timing too); the ratios compare the lens work
-after it. The CPU is shared, so every comparison is timed in pairs, batch by batch, alternating
-which of the two goes first: ``--rounds`` rounds of (bare, streamed), whose per-round ratios give
-``ratio_vs_bare_matmul`` (their median); one round each of (bare, eager), (bare bf16, streamed
-bf16) and (streamed, reference). The 1-minute load average is recorded around every round.
-``compile_s`` is the first call of the compiled functions in this process, with an empty inductor
-cache unless ``--warm-compile`` (the cost a fresh clone pays once per process), and
-``compile_pays_at_default`` weighs it against the eager time it saves over the default profile's
-lens pass on this model.
+The residuals' forward pass is timed separately (``forward_s``; the reference reads the same
+residuals); the ratios compare the lens work after it. The CPU is shared, so every comparison is
+timed in pairs, batch by batch, alternating which of the two goes first: ``--rounds`` rounds of
+(bare, streamed), whose per-round ratios give ``ratio_vs_bare_matmul`` (their median); one round
+each of (bare, eager), (bare bf16, streamed bf16) and (streamed, reference). The 1-minute load
+average is recorded around every round. ``compile_s`` is the first call of the compiled functions
+in this process, with an empty inductor cache unless ``--warm-compile`` (the cost a fresh clone
+pays once per process), and ``compile_pays_at_default`` weighs it against the eager time it saves
+over the default profile's lens pass on this model.
 
 Checks that streamed and reference agree (ranks exactly up to float ties, log-probs / entropy / KL
 to 1e-3 relative), measures which of the two is closer to a float64 computation on a few hundred
@@ -50,12 +51,16 @@ if __name__ == "__main__" and "--warm-compile" not in sys.argv and "TORCHINDUCTO
 
 import torch
 
+from residshift.core import forward
 from residshift.core.unembed import Unembed
 from residshift.measure import lens
 from residshift.core.data import token_windows
 from residshift.core.models import load_model
 
 LOGIT_METRICS = ["rank", "logprob", "top1", "entropy", "kl_final"]
+# the reference's columns, in the order of the JSON's "check" (as written before the reference lens)
+REFERENCE_COLUMNS = ("rank_input", "logprob_input", "top1_input", "rank_next", "logprob_next", "top1_next",
+                     "entropy", "kl_final")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -100,13 +105,7 @@ def peak_rss(box: dict, key: str, interval: float = 0.005, quiet: bool = False):
 
 
 def residuals(lm, info, windows, batch):
-    return [(w, lens.collect_residuals(lm, info, w)) for w in windows.split(batch)]
-
-
-def hidden_states(lm, windows, batch):
-    """The reference's input: ``output_hidden_states`` per batch (computed before its timing)."""
-    with torch.no_grad():
-        return [lm._module(w, output_hidden_states=True).hidden_states for w in windows.split(batch)]
+    return [(w, forward.collect_residuals(lm, info, w)) for w in windows.split(batch)]
 
 
 def streamed_one(info, ids, hs, dtype, mode="always"):
@@ -139,32 +138,11 @@ def bare_one(info, ids, hs, dtype):
     return checksum
 
 
-def reference_one(info, ids, hidden, dtype=torch.float32):
-    """The straightforward way: full logits per layer, ``log_softmax``, argsort ranks."""
-    E = info.embedding.detach().to(dtype)
-    with torch.no_grad():
-        cur, nxt = ids[:, 1:-1], ids[:, 2:]
-        per_layer: dict[str, list] = {}
-        final_lp = None
-        for l in reversed(range(len(hidden))):
-            # transformers returns the last hidden state after the final norm already
-            z = hidden[l] if l == len(hidden) - 1 else info.final_norm(hidden[l])
-            logits = z[:, 1:-1].to(dtype) @ E.T
-            if info.logit_softcap:
-                logits = info.logit_softcap * torch.tanh(logits / info.logit_softcap)
-            lp = torch.log_softmax(logits, -1)
-            if final_lp is None:
-                final_lp = lp
-            order = torch.argsort(logits, dim=-1, descending=True)
-            for which, tok in (("input", cur), ("next", nxt)):
-                rank = (order == tok[..., None]).int().argmax(-1) + 1
-                per_layer.setdefault(f"rank_{which}", []).append(rank.float())
-                per_layer.setdefault(f"logprob_{which}", []).append(lp.gather(-1, tok[..., None])[..., 0])
-                per_layer.setdefault(f"top1_{which}", []).append((order[..., 0] == tok).float())
-            per_layer.setdefault("entropy", []).append(-(lp.exp() * lp).sum(-1))
-            per_layer.setdefault("kl_final", []).append((final_lp.exp() * (final_lp - lp)).sum(-1))
-            del logits, lp, order
-    return {k: torch.stack(v[::-1]) for k, v in per_layer.items()}
+def reference_one(info, ids, hs, dtype=torch.float32):
+    """The package's reference lens (:func:`residshift.measure.lens.reference_metrics`) on the
+    metrics the streamed pass computes here."""
+    ref = lens.reference_metrics(info, hs, ids, dtype=dtype)
+    return {c: ref[c] for c in REFERENCE_COLUMNS}
 
 
 def paired(name_a, run_a, name_b, run_b, n, box, round_no=0):
@@ -207,11 +185,11 @@ def compare(a: dict, b: dict) -> dict:
     return out
 
 
-def float64_check(info, windows, hidden, fast: dict, ref: dict) -> dict:
+def float64_check(info, windows, hs, fast: dict, ref: dict) -> dict:
     """Largest |difference| to a float64 computation of log-prob / entropy / KL on the first
-    windows (``hidden``: their hidden states), for the streamed pass and for the fp32 reference."""
-    k_win = hidden[0][0].shape[0]
-    truth = reference_one(info, windows[:k_win], [h for h in hidden[0]], dtype=torch.float64)
+    windows (``hs``: their residuals), for the streamed pass and for the fp32 reference."""
+    k_win = hs.shape[1]
+    truth = reference_one(info, windows[:k_win], hs, dtype=torch.float64)
     out = {}
     for k in ("logprob_next", "entropy", "kl_final"):
         t = truth[k].double()
@@ -233,7 +211,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the interleaved streamed / bare pair")
     ap.add_argument("--bf16", action="store_true", help="also time the streamed pass with a bf16 matmul")
-    ap.add_argument("--no-reference", action="store_true", help="skip the (slow) argsort reference")
+    ap.add_argument("--no-reference", action="store_true", help="skip the (slow) reference lens")
     ap.add_argument("--warm-compile", action="store_true",
                     help="keep inductor's on-disk cache (default: time a cold compile)")
     ap.add_argument("--threads", type=int, default=None)
@@ -319,11 +297,9 @@ def main(argv=None) -> dict:
 
     ref = None
     if not args.no_reference:
-        hidden = hidden_states(lm, windows, args.batch)  # the reference's forward, untimed like ours
         rm = {}
         _, ref = paired("streamed", run_streamed("float32"), "reference",
-                        lambda i: reference_one(info, batches[i][0], hidden[i]), nb, rm)
-        del hidden
+                        lambda i: reference_one(info, *batches[i]), nb, rm)
         ref = cat(ref)
         out.update(reference_s=rm["reference_s"], reference_peak_mib=rm["reference_peak_mib"],
                    reference_load=rm["reference_load"], streamed_with_reference_s=rm["streamed_s"])
@@ -333,7 +309,8 @@ def main(argv=None) -> dict:
             out["speedup_bf16_vs_reference"] = round(
                 out["speedup_vs_reference"] * out["streamed_s"] / out["streamed_bf16_s"], 2)
         out["check"] = compare(fast, ref)
-        out["float64_check"] = float64_check(info, windows, hidden_states(lm, windows[:2], 2), fast, ref)
+        out["float64_check"] = float64_check(info, windows, forward.collect_residuals(lm, info, windows[:2]),
+                                             fast, ref)
 
     # memory: the streamed pass on a quarter of the windows and on all of them (same batches)
     quarter, left = [], max(1, n // 4)

@@ -1,20 +1,30 @@
 """residshift: a companion to "Residual Connections and the Causal Shift" (arXiv 2602.14760).
 
 The package holds all the logic the notebooks call, in one sub-package per stage of the study.
-Data flows one way: notebooks -> study -> (analysis | measure | attenuate | train) -> core.
+Data flows one way (a sub-package imports only those to its right; the three stages never import
+each other; ``tests/test_layers.py`` enforces it):
+
+notebooks → study → (measure | attenuate | train) → analysis → core
 
 - ``core``      what every stage stands on: ``models`` (load_model: one interface for every
-                model), ``data`` (corpora, token windows), ``cache`` (results keyed by config and
-                code), ``profiles`` (sizes), ``runner`` (papermill), ``paths``, ``unembed`` (the one
-                final-norm -> tied-matrix -> soft-cap head and the one next-token loss),
-                ``interventions`` (the one residual edit), ``fitting`` (the one fitting loop)
-- ``measure``   what the residual stream holds: ``lens`` (logit lens, streamed), ``tuned_lens``,
-                ``causal`` (interventions scored by loss), ``evaluate`` (the benchmark harness)
+                model), ``data`` (corpora, token windows), ``forward`` (the residual stream and
+                per-token losses of a batch), ``cache`` (results keyed by config and code; atomic
+                writes), ``outputs`` (save_numbers, the manifest), ``profiles`` (sizes),
+                ``runner`` (papermill), ``paths``, ``unembed`` (the one head and next-token loss),
+                ``interventions`` (the one residual edit), ``gating``, ``replay``, ``fitting``
+                (the one fitting loop)
+- ``analysis``  ``stats`` (bootstrap, paired tests, corrections, power) and ``verdicts`` (one row
+                type, every rule and its constants); computes, writes nothing
+- ``measure``   what the residual stream holds: ``lens`` (logit lens, streamed; the reference
+                lens), ``tuned_lens``, ``causal`` (interventions scored by loss), ``evaluate``
+                (the benchmark harness)
 - ``attenuate`` mitigation on frozen pretrained models: ``sweep`` (layer x alpha), ``gates``
-- ``train``     small tied-embedding GPTs trained with attenuation in place
-- ``analysis``  ``stats`` (bootstrap, paired tests, corrections), ``verdicts`` (one schema, the rules)
-- ``study``     the outputs: ``plotting`` (figures + manifest), ``figures`` (the notebooks'
-                panels), ``report`` (the README's generated block)
+- ``train``     small tied-embedding GPTs trained with attenuation in place: ``gpt``,
+                ``tokenizer``, ``data``, ``trainer``, ``final``
+- ``study``     composes the stages and writes the outputs: ``plotting`` (figures + manifest),
+                ``tables`` (verdict rows for readers; save_verdicts), ``tour``, ``alignment``,
+                ``attenuation``, ``training`` (each notebook group's glue and panels), ``notes``,
+                ``report`` (the README's generated block), ``book``
 
 ``from residshift import load_model`` is a shortcut for ``residshift.core.models.load_model``.
 """

@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from residshift.analysis import stats, verdicts
+from residshift.core import forward
+from residshift.analysis import verdicts
 from residshift.core import profiles, runner
+from residshift.core.models import load_models
 from residshift.measure import lens
+from residshift.study import tables  # noqa: E402
 from residshift.study import alignment as A
 
 NOTEBOOK = runner.notebooks_dir() / "03-alignment-curves.ipynb"
@@ -41,7 +44,7 @@ def test_notebook_declares_every_profile_key_the_module_reads():
 
     keys |= runner._from_profile_keys(tuned_lens.TunedLensConfig.from_profile)
     keys |= runner._from_profile_keys(causal.CausalConfig.from_profile)
-    assert {"lens_windows", "n_boot", "tuned_patience", "causal_alphas", "device"} <= keys
+    assert {"lens_windows", "n_boot", "tuned_patience", "causal_alphas"} <= keys
     declared = set(runner.declared_parameters(NOTEBOOK))
     assert keys - declared == set(), f"notebook 03 must declare {sorted(keys - declared)}"
     assert set(profiles.get("default")) >= keys
@@ -133,10 +136,6 @@ def test_depth_curves_keep_only_meaningful_metrics():
         A.depth_curves(res)
 
 
-def test_min_run_fits_the_model():
-    assert A.min_run(4) == 1 and A.min_run(5) == 2 and A.min_run(30) == 2
-
-
 def test_the_figure_shows_the_interval_c1_depth_judges():
     P = _P()
     res, counts = _regimes()
@@ -221,7 +220,7 @@ def tiny_study(tmp_path_factory):
     old = os.environ.get("RESIDSHIFT_RESULTS")
     os.environ["RESIDSHIFT_RESULTS"] = str(tmp_path_factory.mktemp("results"))
     P = _P()
-    loaded = A.load_models(P)
+    loaded = load_models(P.models, device=P.device)
     results = A.lens_passes(loaded, P, verbose=False)
     counts = A.token_counts(loaded, P)
     yield P, loaded, results, counts, A.unigram_baselines(results, counts)
@@ -255,7 +254,7 @@ def test_figures_and_tables_on_a_tiny_model(tiny_study):
     tr = {f"{name} · logit lens": A.transition_rows(results[name], P)}
     fig3, sn = A.shift_depth_panel(tr, rows, P)
     assert [r["metric"] for r in sn[f"{name} · logit lens"]] == ["top1", "prob", "logrank"]
-    assert len(A.verdict_table(rows)) == len(rows)
+    assert len(tables.verdict_table(rows)) == len(rows)
     groups = A.token_groups(loaded, results, counts)
     fig4, grows = A.token_group_panel(results, groups, P)
     assert all(r["tokens"] >= A.MIN_GROUP_TOKENS for r in grows)
@@ -366,8 +365,8 @@ def test_residuals_are_the_same_when_the_trace_stops_after_the_last_block(tiny):
     # collect_residuals stops the trace after the last block unless the logits are asked for
     for name, (lm, tok, info) in tiny.items():
         ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(1))
-        stopped = lens.collect_residuals(lm, info, ids)
-        full, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+        stopped = forward.collect_residuals(lm, info, ids)
+        full, logits = forward.collect_residuals(lm, info, ids, return_logits=True)
         assert torch.equal(stopped, full), name
         assert stopped.shape == (info.n_layers + 1, 2, 9, info.d_model)
         with torch.no_grad():

@@ -13,11 +13,13 @@ import torch
 
 matplotlib.use("Agg")
 
+from residshift.core import forward
 from residshift.analysis import verdicts  # noqa: E402
 from residshift.attenuate import gates as G  # noqa: E402
 from residshift.core import profiles, runner  # noqa: E402
 from residshift.core.paths import REPO_ROOT  # noqa: E402
 from residshift.measure import lens  # noqa: E402
+from residshift.study import tables  # noqa: E402
 from residshift.study import attenuation as A  # noqa: E402
 
 NOTEBOOKS = {"04": REPO_ROOT / "notebooks" / "04-attenuation-sweep.ipynb",
@@ -214,7 +216,7 @@ def test_gated_lens_with_positions_equals_the_lens_with_a_fixed_plan(tiny):
     g = G.ScalarGates.from_alphas(range(info.n_layers), info.d_model, alphas)
     kw = dict(corpus="wikitext-103", split="test", window=24, n=3, seed=0, batch=2,
               metrics=("logprob", "logrank", "top1"), positions=5)
-    got = G.gated_lens(lm, info, tok, _fit_result(info, g, "fixed"), **kw)
+    got = A.gated_lens(lm, info, tok, _fit_result(info, g, "fixed"), **kw)
     plan = {l: float(a) for l, a in zip(g.layers, g.alphas())}
     ref = lens.run_lens(lm, info, tok, attenuation=plan, **kw)
     assert got.tokens["cur"].numel() == 3 * 5
@@ -275,7 +277,7 @@ def test_c2_rows_select_on_the_grid_and_confirm_on_further_windows(tiny, sweeps,
     rows = A.c2_rows(models, sweeps, conf, P)
     assert [r.claim_id for r in rows] == ["C2.layer-sensitive", "C2.late-cut"]
     assert A.chosen_cut(rows, "tiny-llama") in set(conf["tiny-llama"])
-    assert not A.late_cut_table(rows).empty and A.verdict_table(rows).shape[0] == 2
+    assert not A.late_cut_table(rows).empty and tables.verdict_table(rows).shape[0] == 2
 
 
 def test_power_lines_say_when_power_gave_way():
@@ -283,7 +285,7 @@ def test_power_lines_say_when_power_gave_way():
                               statistic="s", estimate=0.0, ci=(-0.01, 0.01), level=0.95, n=8, rule="r",
                               details={"mde": 0.02, "mde_unit": "nats", "margin": 0.005})
     small = verdicts.VerdictRow(**{**row.__dict__, "details": {"mde": 0.001, "mde_unit": "nats", "margin": 0.005}})
-    lines = A.power_lines([row, small])
+    lines = tables.power_lines([row, small])
     assert "power gave way" in lines[0] and "power gave way" not in lines[1]
 
 
@@ -338,11 +340,10 @@ def test_gate_glue_on_fixed_gates(tiny, sweeps, P):
     if d["cut_info"]["layer"] is None:
         np.testing.assert_array_equal(d["cut"], d["unmodified"])
     from residshift.core.data import token_windows
-    from residshift.measure.evaluate import window_losses
 
     w = token_windows(P.sweep_corpus, "test", tiny.tokenizer, length=P.eval_window, n=P.eval_windows, seed=P.seed,
                       prepend_bos=info.prepend_bos)
-    np.testing.assert_allclose(d["unmodified"], window_losses(tiny.model, info, w).mean(1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(d["unmodified"], forward.window_losses(tiny.model, info, w).mean(1).numpy(), atol=1e-5)
     lrows = A.loss_rows(losses, fits, P2)
     assert [r.claim_id for r in lrows] == ["C3.beats-baseline", "C3.beats-best-cut"] * 2
     table = A.loss_table(losses, P2)

@@ -2,7 +2,9 @@
 import pytest
 import torch
 
+from residshift.core import forward
 from residshift.attenuate import gates as G
+from residshift.study.attenuation import gated_lens
 from residshift.core.data import token_windows
 from residshift.core.models import load_model
 
@@ -26,11 +28,10 @@ def test_init_is_close_to_identity_and_applies_the_shared_edit(tiny, windows):
     x = torch.randn(2, 5, info.d_model)
     assert torch.allclose(t.alpha(1)(x), torch.full((2, 5, 1), 0.99752738), atol=1e-6)
     # Scalar gates at the same alphas as a fixed plan give the same losses.
-    from residshift.measure.evaluate import window_losses
     from residshift.core.interventions import attenuate
     g2 = G.ScalarGates.from_alphas([1, 3], info.d_model, [0.3, 0.6])
     got = G.gated_window_losses(lm, info, g2, windows[:2])
-    ref = window_losses(lm, info, windows[:2], intervene=lambda m, i: attenuate(m, i, {1: 0.3, 3: 0.6}))
+    ref = forward.window_losses(lm, info, windows[:2], intervene=lambda m, i: attenuate(m, i, {1: 0.3, 3: 0.6}))
     assert torch.allclose(got, ref.mean(dim=1), atol=1e-5)
 
 
@@ -149,5 +150,5 @@ def test_token_alpha_stats_and_gated_lens(tiny, windows, tmp_path, monkeypatch):
     cfg = _cfg("token", corpus="tiny-shakespeare", window=16, n_train=4, n_heldout=2, steps=1,
                batch_size=2, eval_every=1)
     fit = G.fit_gates(lm, info, tok, cfg)
-    res = G.gated_lens(lm, info, tok, fit, corpus="tiny-shakespeare", split="train", window=16, n=2)
+    res = gated_lens(lm, info, tok, fit, corpus="tiny-shakespeare", split="train", window=16, n=2)
     assert res.per_seq["logprob_next"].shape == (2, info.n_layers + 1)

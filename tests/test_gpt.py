@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from residshift.core import forward
 from residshift.core import gating
 from residshift.core.interventions import attenuate
 from residshift.core.models import byte_tokenizer, check_tied, describe_model, load_model, wrap
@@ -281,7 +282,7 @@ def test_lens_reproduces_the_logits_at_the_last_layer(mode, tmp_path):
     byte_tokenizer().save_pretrained(tmp_path)
     lm, tok, info = load_model(str(tmp_path))
     x = ids(2, 12)
-    hs, logits = lens.collect_residuals(lm, info, x, return_logits=True)
+    hs, logits = forward.collect_residuals(lm, info, x, return_logits=True)
     assert hs.shape == (5, 2, 12, 32)
     torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
@@ -297,13 +298,13 @@ def test_harness_scores_a_checkpoint(checkpoint):
     folder, model = checkpoint
     lm, tok, info = load_model(str(folder))
     x = ids(4, 24)
-    losses = ev.window_losses(lm, info, x, batch_size=3)
+    losses = forward.window_losses(lm, info, x, batch_size=3)
     with torch.no_grad():
         logits = model(x).logits
     want = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), x[:, 1:].reshape(-1), reduction="none")
     torch.testing.assert_close(losses, want.view(4, -1))
     # the same windows under the pretrained edit, through the harness's intervene hook
-    cut = ev.window_losses(lm, info, x, batch_size=3, intervene=lambda m, i: attenuate(m, i, {3: 0.0}))
+    cut = forward.window_losses(lm, info, x, batch_size=3, intervene=lambda m, i: attenuate(m, i, {3: 0.0}))
     assert not torch.allclose(cut, losses)
     # score_requests: right-padded batches with logits_to_keep, against one plain forward each
     reqs = [ev.Request(tuple(int(t) for t in x[i, :n]), n_ctx=n - 5) for i, n in enumerate((24, 17, 11, 9))]

@@ -1,8 +1,11 @@
-"""The package's layers: data flows notebooks -> study -> stages -> core, never back.
+"""The package's layers: data flows one way, and the README, the package docstring and this test
+say the same thing.
 
-Every ``from ..x import`` / ``import residshift.x`` in a module (at top level or inside a function)
-is checked against the layer order below; a lower layer that imports a higher one is a cycle
-waiting to happen, and the reason ``core`` holds the output manifest rather than ``study``.
+:data:`LAYERS` is the one description: a sub-package imports only sub-packages of lower layers
+(never a sibling of its own layer, never a higher one). The README and ``residshift/__init__.py``
+state the same order in the words :func:`diagram` renders (tested), and every
+``from ..x import`` / ``import residshift.x`` in a module, at top level or inside a function, is
+checked against it.
 """
 from __future__ import annotations
 
@@ -12,17 +15,18 @@ from pathlib import Path
 import pytest
 
 import residshift
+from residshift.core.paths import REPO_ROOT
 
 PACKAGE = Path(residshift.__file__).parent
-# what each sub-package may import from the package (itself always)
-ALLOWED = {
-    "core": set(),
-    "analysis": {"core"},  # statistics and verdict rules: pure functions of numbers
-    "measure": {"core", "analysis"},
-    "attenuate": {"core", "analysis", "measure"},
-    "train": {"core", "analysis", "measure"},
-    "study": {"core", "measure", "analysis", "attenuate", "train"},
-}
+# highest first; the sub-packages of one layer are siblings and do not import each other
+LAYERS: list[tuple[str, ...]] = [("study",), ("measure", "attenuate", "train"), ("analysis",), ("core",)]
+ALLOWED = {pkg: {low for layer in LAYERS[i + 1:] for low in layer} for i, layer in enumerate(LAYERS) for pkg in layer}
+
+
+def diagram() -> str:
+    """The order in words: ``notebooks → study → (measure | attenuate | train) → analysis → core``."""
+    parts = [layer[0] if len(layer) == 1 else "(" + " | ".join(layer) + ")" for layer in LAYERS]
+    return " → ".join(["notebooks", *parts])
 
 
 def _imports(path: Path) -> set[str]:
@@ -45,6 +49,11 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+def test_every_sub_package_has_a_layer():
+    found = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert found == set(ALLOWED)
+
+
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
 def test_a_layer_imports_only_the_layers_below_it(layer):
     bad = []
@@ -55,7 +64,21 @@ def test_a_layer_imports_only_the_layers_below_it(layer):
     assert not bad, "\n".join(bad)
 
 
+def test_the_readme_and_the_package_docstring_draw_this_order():
+    text = diagram()
+    readme = " ".join((REPO_ROOT / "README.md").read_text(encoding="utf-8").split())
+    doc = " ".join((residshift.__doc__ or "").split())
+    assert text in readme, f"README.md should state the layering as: {text}"
+    assert text in doc, f"residshift/__init__.py's docstring should state the layering as: {text}"
+
+
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
-    mod = PACKAGE / "analysis" / "verdicts.py"
-    assert "core" in _imports(mod) and "study" not in _imports(mod)
+    mod = PACKAGE / "study" / "report.py"
+    assert {"analysis", "core"} <= _imports(mod) and "study" not in _imports(mod) - {"study"}
     assert "core" in _imports(PACKAGE / "study" / "plotting.py")
+    probe = PACKAGE / "measure" / "_probe_for_test.py"
+    try:
+        probe.write_text("def f():\n    from ..attenuate import gates\n")
+        assert "attenuate" in _imports(probe) and "attenuate" not in ALLOWED["measure"]
+    finally:
+        probe.unlink()

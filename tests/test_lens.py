@@ -1,9 +1,13 @@
-"""The lens on tiny in-process models, checked against slow direct computations."""
+"""The lens on tiny in-process models: every fast path checked against the package's reference
+lens (``lens.reference_metrics`` / ``lens.reference_logits``, the oracle), which is checked
+against the models' own logits."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
+from residshift.core import data, forward
 from residshift.measure import lens
 from residshift.core.models import load_model
 
@@ -20,54 +24,10 @@ def _ids(info, b=3, t=14, seed=0):
     return torch.randint(0, min(info.vocab_size, 256), (b, t), generator=g)
 
 
-def _reference(info, hs, ids, decoder=None):
-    """Slow, direct: full logits per layer, ranks by argsort, torch's own softmax/KL/cosine."""
-    L1 = hs.shape[0]
-    cur, nxt = ids[:, 1:-1], ids[:, 2:]
-    E = info.embedding.detach().float()
-    out = {}
-    with torch.no_grad():
-        final = info.final_norm(hs[-1]).float() @ E.T
-        if info.logit_softcap:
-            final = info.logit_softcap * torch.tanh(final / info.logit_softcap)
-        final_lp = torch.log_softmax(final[:, 1:-1], -1)
-        mu = hs[:, :, 1:].mean(dim=(1, 2))
-        for l in range(L1):
-            h = hs[l]
-            z = info.final_norm(decoder(l, h) if decoder else h).float()
-            logits = z @ E.T
-            if info.logit_softcap:
-                logits = info.logit_softcap * torch.tanh(logits / info.logit_softcap)
-            lp = torch.log_softmax(logits[:, 1:-1], -1)
-            order = torch.argsort(logits[:, 1:-1], dim=-1, descending=True, stable=True)
-            for which, tok in (("input", cur), ("next", nxt)):
-                # rank = 1 + number strictly greater: position of the first tie in the sorted list
-                sorted_vals = torch.gather(logits[:, 1:-1], -1, order)
-                tgt = logits[:, 1:-1].gather(-1, tok[..., None])
-                rank = (sorted_vals > tgt).sum(-1) + 1
-                out.setdefault(f"rank_{which}", []).append(rank.float())
-                out.setdefault(f"logrank_{which}", []).append(torch.log10(rank.float()))
-                out.setdefault(f"logprob_{which}", []).append(lp.gather(-1, tok[..., None])[..., 0])
-                out.setdefault(f"prob_{which}", []).append(lp.exp().gather(-1, tok[..., None])[..., 0])
-                top = order[..., 0]
-                ties = sorted_vals[..., 0] == tgt[..., 0]
-                out.setdefault(f"top1_{which}", []).append(((top == tok) | ties).float())
-                e = E[tok]
-                out.setdefault(f"cos_raw_{which}", []).append(F.cosine_similarity(h[:, 1:-1], e, dim=-1))
-                out.setdefault(f"cos_norm_{which}", []).append(F.cosine_similarity(z[:, 1:-1], e, dim=-1))
-                out.setdefault(f"cos_centred_{which}", []).append(
-                    F.cosine_similarity(h[:, 1:-1] - mu[l], e - E.mean(0), dim=-1))
-                out.setdefault(f"proj_{which}", []).append((z[:, 1:-1] * e).sum(-1) / e.norm(dim=-1))
-            out.setdefault("entropy", []).append(-(lp.exp() * lp).sum(-1))
-            kl = F.kl_div(lp, final_lp, log_target=True, reduction="none").sum(-1)
-            out.setdefault("kl_final", []).append(kl)
-    return {k: torch.stack(v) for k, v in out.items()}
-
-
 def test_residuals_match_hidden_states(model):
     lm, tok, info = model
     ids = _ids(info)
-    hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+    hs, logits = forward.collect_residuals(lm, info, ids, return_logits=True)
     assert hs.shape == (info.n_layers + 1, 3, 14, info.d_model)
     with torch.no_grad():
         ref = lm._module(ids, output_hidden_states=True)
@@ -80,30 +40,49 @@ def test_residuals_match_hidden_states(model):
 def test_last_layer_lens_equals_model_logits(model):
     lm, tok, info = model
     ids = _ids(info)
-    hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+    hs, logits = forward.collect_residuals(lm, info, ids, return_logits=True)
     ll = lens.lens_logits(info, hs[-1], info.n_layers)
     torch.testing.assert_close(ll, logits, rtol=1e-5, atol=1e-5)
     if info.logit_softcap:  # the soft-cap is applied: no logit beyond the cap
         assert ll.abs().max() <= info.logit_softcap
+    # the oracle is the model at L, and the fast head equals the oracle at every layer
+    torch.testing.assert_close(lens.reference_logits(info, hs[-1]), logits, rtol=1e-5, atol=1e-5)
+    for l in range(info.n_layers + 1):
+        torch.testing.assert_close(lens.lens_logits(info, hs[l], l), lens.reference_logits(info, hs[l]),
+                                   rtol=1e-5, atol=1e-5, msg=f"layer {l}")
 
 
 def test_softcap_is_exercised():
     lm, tok, info = load_model("tiny-gemma3")
     assert info.logit_softcap == 30.0
     ids = _ids(info)
-    hs = lens.collect_residuals(lm, info, ids)
-    raw = info.final_norm(hs[-1]) @ info.embedding.T
+    hs = forward.collect_residuals(lm, info, ids)
+    raw = lens.reference_logits(dataclasses.replace(info, logit_softcap=None), hs[-1])
     capped = lens.lens_logits(info, hs[-1], info.n_layers)
     assert not torch.allclose(raw, capped)  # would fail if the cap were skipped
+    torch.testing.assert_close(capped, lens.reference_logits(info, hs[-1]), rtol=1e-5, atol=1e-5)
+    # the tiny model's logits stay far below 30, where tanh is nearly linear: a cap below their
+    # range makes the fast paths' cap matter to every metric (ranks aside), checked on the oracle
+    tight = dataclasses.replace(info, logit_softcap=0.25)
+    assert raw.abs().max() > 2 * tight.logit_softcap
+    ref = lens.reference_metrics(tight, hs, ids)
+    loose = lens.reference_metrics(info, hs, ids)
+    assert not torch.allclose(ref["logprob_next"], loose["logprob_next"], atol=1e-2)
+    for l in range(info.n_layers + 1):
+        torch.testing.assert_close(lens.lens_logits(tight, hs[l], l), lens.reference_logits(tight, hs[l]),
+                                   rtol=1e-5, atol=1e-5, msg=f"layer {l}")
+    got = lens.residual_metrics(tight, hs, ids)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=2e-5, msg=k)
 
 
 @pytest.mark.parametrize("chunk_elems", [1 << 24, 300])  # one chunk, and many (rows=1)
 def test_metrics_match_slow_reference(model, chunk_elems):
     lm, tok, info = model
     ids = _ids(info)
-    hs = lens.collect_residuals(lm, info, ids)
+    hs = forward.collect_residuals(lm, info, ids)
     got = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(chunk_elems=chunk_elems))
-    ref = _reference(info, hs, ids)
+    ref = lens.reference_metrics(info, hs, ids)
     assert set(got) == set(ref) == set(lens.metric_columns(lens.METRICS))
     for k in ref:
         torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=2e-5, msg=k)
@@ -116,7 +95,7 @@ def test_metrics_match_slow_reference(model, chunk_elems):
 def test_decoder_hook_is_applied_before_the_norm():
     lm, tok, info = load_model("tiny-llama")
     ids = _ids(info)
-    hs = lens.collect_residuals(lm, info, ids)
+    hs = forward.collect_residuals(lm, info, ids)
     W = torch.randn(info.d_model, info.d_model, generator=torch.Generator().manual_seed(1)) * 0.3
     calls = []
 
@@ -125,7 +104,7 @@ def test_decoder_hook_is_applied_before_the_norm():
         return h + h @ W if layer < info.n_layers else h
 
     got = lens.residual_metrics(info, hs, ids, decoder=decoder)
-    ref = _reference(info, hs, ids, decoder=decoder)
+    ref = lens.reference_metrics(info, hs, ids, decoder=decoder)
     for k in ("logprob_next", "rank_input", "entropy", "cos_norm_next", "proj_input"):
         torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=2e-5, msg=k)
     plain = lens.residual_metrics(info, hs, ids)
@@ -137,8 +116,8 @@ def test_decoder_hook_is_applied_before_the_norm():
 def test_bf16_matmul_changes_little():
     lm, tok, info = load_model("tiny-llama")
     ids = _ids(info, b=4, t=32)
-    hs = lens.collect_residuals(lm, info, ids)
-    a = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["logprob", "top1"]))
+    hs = forward.collect_residuals(lm, info, ids)
+    a = lens.reference_metrics(info, hs, ids)
     b = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(
         metrics=["logprob", "top1"], matmul_dtype="bfloat16", token_table=()))
     assert (a["logprob_next"] - b["logprob_next"]).abs().max() < 0.1
@@ -150,8 +129,8 @@ def test_attenuation_inside_the_layer_loop(model):
     from residshift.core.interventions import attenuated_logits
 
     ids = _ids(info)
-    plain = lens.collect_residuals(lm, info, ids)
-    hs, logits = lens.collect_residuals(lm, info, ids, attenuation={1: 0.25}, return_logits=True)
+    plain = forward.collect_residuals(lm, info, ids)
+    hs, logits = forward.collect_residuals(lm, info, ids, attenuation={1: 0.25}, return_logits=True)
     torch.testing.assert_close(hs[:2], plain[:2])  # before the edited block: unchanged
     # block 1 output becomes block_1(h_1) - (1 - alpha) h_1, with block_1(h_1) the plain output
     torch.testing.assert_close(hs[2], plain[2] - 0.75 * plain[1], rtol=1e-5, atol=1e-5)
@@ -160,7 +139,7 @@ def test_attenuation_inside_the_layer_loop(model):
     torch.testing.assert_close(logits, ref.float())
     torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits,
                                rtol=1e-5, atol=1e-5)
-    same = lens.collect_residuals(lm, info, ids, attenuation={1: 1.0})
+    same = forward.collect_residuals(lm, info, ids, attenuation={1: 1.0})
     torch.testing.assert_close(same, plain)
 
 
@@ -170,10 +149,12 @@ def test_corpus_metrics_aggregates_and_streams():
     opt = lens.LensOptions()
     res = lens.corpus_metrics(lm, info, windows, batch=2, options=opt)
     assert res.n_seq == 5 and res.n_layers == info.n_layers
-    direct = lens.residual_metrics(info, lens.collect_residuals(lm, info, windows), windows, options=opt)
+    # the oracle on the same batches of 2 (cos_centred is centred on the batch mean by definition)
+    parts = [lens.reference_metrics(info, forward.collect_residuals(lm, info, w), w)
+             for w in windows.split(2)]
+    direct = {c: torch.cat([p[c] for p in parts], 1) for c in parts[0]}
+    assert res.columns == lens.metric_columns(lens.METRICS)
     for c in res.columns:
-        if c.startswith("cos_centred"):
-            continue  # centred on the batch mean: depends on the batch by definition
         torch.testing.assert_close(res.per_seq[c], direct[c].mean(-1).T, rtol=1e-4, atol=1e-5, msg=c)
     torch.testing.assert_close(res.per_seq_median["rank_next"], direct["rank_next"].median(-1).values.T)
     n_tok = 5 * 10
@@ -193,15 +174,15 @@ def test_errors_name_the_fix():
         lens.encode(tok, info, "   ")
     with pytest.raises(lens.LensError, match="too short|at least 3"):
         lens.encode(tok, info, "a")
-    with pytest.raises(lens.LensError, match="too short"):
+    with pytest.raises(forward.TokenIdsError, match="too short"):  # ids are checked in core.forward
         lens.residual_metrics(info, torch.zeros(info.n_layers + 1, 1, 2, info.d_model),
                               torch.zeros(1, 2, dtype=torch.long))
     with pytest.raises(lens.LensError, match="out of range"):
         lens.lens_logits(info, torch.zeros(1, info.d_model), info.n_layers + 1)
-    with pytest.raises(lens.LensError, match="0..258"):
-        lens.check_ids(torch.tensor([[1, 2, 999]]), info)
+    with pytest.raises(forward.TokenIdsError, match="0..258"):
+        forward.check_ids(torch.tensor([[1, 2, 999]]), info)
     with pytest.raises(IndexError, match="out of range"):
-        lens.collect_residuals(lm, info, _ids(info), attenuation={info.n_layers: 0.5})
+        forward.collect_residuals(lm, info, _ids(info), attenuation={info.n_layers: 0.5})
     with pytest.raises(lens.LensError, match="decoder_id"):
         lens.run_lens(lm, info, tok, corpus="wikitext-2", split="validation", window=16, n=2,
                       decoder=lambda l, h: h)
@@ -218,6 +199,12 @@ def test_decode_top_first_and_last_layer():
     # last layer: the model's own argmax
     assert torch.equal(out["ids"][-1, ..., 0], out["model_logits"].argmax(-1))
     assert torch.all(out["probs"][..., 0] >= out["probs"][..., 1])
+    # every layer: the oracle's top 3 (a soft-capped model with an embedding scale)
+    ref = lens.reference_logits(info, forward.collect_residuals(lm, info, ids))  # [L+1, 1, T, V]
+    p, i = torch.softmax(ref, -1).topk(3, dim=-1)
+    assert torch.equal(out["ids"], i)
+    torch.testing.assert_close(out["probs"], p, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(out["model_logits"], ref[-1], rtol=1e-5, atol=1e-5)
 
 
 def test_run_lens_is_cached(tmp_path, monkeypatch):
@@ -230,6 +217,13 @@ def test_run_lens_is_cached(tmp_path, monkeypatch):
     assert not calls
     torch.testing.assert_close(a.per_seq["top1_next"], b.per_seq["top1_next"])
     assert a.config["window"] == 16 and a.per_seq["rank_input"].shape == (3, info.n_layers + 1)
+    # the cached corpus pass against the oracle on the same windows
+    windows = data.token_windows("wikitext-2", "validation", tok, length=16, n=3, seed=0,
+                                 prepend_bos=info.prepend_bos)
+    ref = lens.reference_metrics(info, forward.collect_residuals(lm, info, windows), windows)
+    for c in a.columns:
+        torch.testing.assert_close(a.per_seq[c], ref[c].mean(-1).T, rtol=1e-4, atol=1e-5, msg=c)
+    torch.testing.assert_close(a.per_seq_median["rank_next"], ref["rank_next"].median(-1).values.T)
 
 
 def test_token_kinds_and_frequency_bins():
@@ -253,7 +247,7 @@ def test_real_model_last_layer_and_regimes():
     """SmolLM2: the lens at L is the model; h_0 decodes to the input, h_L beats it on the next token."""
     lm, tok, info = load_model("smollm2-135m")
     ids = lens.encode(tok, info, "The capital of France is Paris, and the capital of Italy is Rome.")
-    hs, logits = lens.collect_residuals(lm, info, ids, return_logits=True)
+    hs, logits = forward.collect_residuals(lm, info, ids, return_logits=True)
     torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits, rtol=1e-4, atol=1e-4)
     m = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=["top1"], token_table=()))
     # SmolLM2's final-norm gains keep layer 0 from decoding every input token (64-79% on
@@ -282,11 +276,13 @@ def test_position_subset_matches_full_pass():
     assert where.numel() == 6 and where.min() >= 1 and where.max() <= 18
     assert torch.equal(where, where.sort().values) and where.unique().numel() == 6
     assert not torch.equal(where, lens.LensOptions(positions=6, seed=4).position_index(20))
-    hs = lens.collect_residuals(lm, info, windows)
+    hs = forward.collect_residuals(lm, info, windows)
     a = lens.residual_metrics(info, hs, windows, options=full)
     b = lens.residual_metrics(info, hs, windows, options=sub)
+    ref = lens.reference_metrics(info, hs, windows)
     for k in b:
         torch.testing.assert_close(b[k], a[k][:, :, where - 1], msg=k)  # column j of `a` is t = j + 1
+        torch.testing.assert_close(b[k], ref[k][:, :, where - 1], msg=k)
     res = lens.corpus_metrics(lm, info, windows, batch=3, options=sub)
     assert res.tokens["pos"].tolist() == where.tolist() * 4
     assert torch.equal(res.tokens["cur"].long(), windows[:, where].reshape(-1))
@@ -344,11 +340,11 @@ def test_compiled_metrics_match_eager_and_reference(monkeypatch):
     float rounding), with a soft-cap, in multi-row chunks and in a one-row chunk (padded)."""
     lm, tok, info = load_model("tiny-gemma3")
     ids = _ids(info, b=3, t=9)  # 21 analysed positions
-    hs = lens.collect_residuals(lm, info, ids)
+    hs = forward.collect_residuals(lm, info, ids)
     monkeypatch.setattr(lens, "COMPILE", "never")
     eager = lens.residual_metrics(info, hs, ids)
     monkeypatch.setattr(lens, "COMPILE", "always")
-    ref = _reference(info, hs, ids)
+    ref = lens.reference_metrics(info, hs, ids)
     for chunk_elems in (10 * info.vocab_size, 1 << 24):  # chunks of 10, 10 and 1 rows; one chunk
         got = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(chunk_elems=chunk_elems))
         for k in ref:
@@ -363,7 +359,7 @@ def test_compiled_metrics_match_eager_and_reference(monkeypatch):
 def test_compile_failure_falls_back_to_eager(monkeypatch):
     lm, tok, info = load_model("tiny-llama")
     ids = _ids(info)
-    hs = lens.collect_residuals(lm, info, ids)
+    hs = forward.collect_residuals(lm, info, ids)
     monkeypatch.setattr(lens, "COMPILE", "never")
     eager = lens.residual_metrics(info, hs, ids)
 

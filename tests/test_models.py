@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from residshift.core import forward
 from residshift.core import models
 from residshift.core.models import (
     MissingPackageError,
@@ -141,7 +142,7 @@ def test_unfindable_architecture_asks_for_paths(tiny_llama):
 ])
 def test_embedded_models_load_tied_and_sane(name, layers, d, vocab, bos):
     from residshift.core import data
-    from residshift.measure.evaluate import perplexity, window_losses
+    from residshift.measure.evaluate import perplexity
 
     lm, tok, info = load_model(name)
     assert (info.n_layers, info.d_model, info.vocab_size, info.prepend_bos) == (layers, d, vocab, bos)
@@ -150,7 +151,7 @@ def test_embedded_models_load_tied_and_sane(name, layers, d, vocab, bos):
     assert info.embedding.dtype == torch.float32
     windows = data.token_windows("wikitext-2", "validation", tok, length=128, n=2, seed=0,
                                  prepend_bos=info.prepend_bos)
-    ppl = perplexity(window_losses(lm, info, windows))["ppl"]
+    ppl = perplexity(forward.window_losses(lm, info, windows))["ppl"]
     assert ppl < 100, f"{name}: perplexity {ppl:.1f} on WikiText-2 means broken weights"
 
 

@@ -5,7 +5,7 @@ import torch
 from residshift.core import cache
 from residshift.attenuate import sweep
 from residshift.core import replay
-from residshift.core.interventions import attenuate, attenuated_logits
+from residshift.core.interventions import attenuated_logits
 from residshift.core.models import load_model
 
 TINY = ["tiny-llama", "tiny-gpt2", "tiny-gemma3"]
@@ -146,11 +146,3 @@ def test_summaries_of_a_sweep():
     assert best.set_index("layer").loc[0, "alpha"] == 1.0
 
 
-def test_best_late_cut():
-    res = {"dloss": torch.tensor([[[1.0, 1.0], [0.0, 0.0]], [[-0.2, -0.1], [0.0, 0.0]],
-                                  [[0.3, 0.3], [0.0, 0.0]]]), "layers": [0, 1, 2], "alphas": [0.5, 1.0],
-           "n_layers": 3}
-    assert sweep.best_late_cut(res) == (2, 0.5, pytest.approx(0.3))
-    assert sweep.best_late_cut(res, late_fraction=0.3)[:2] == (1, 0.5)
-    with pytest.raises(ValueError, match="no late layer"):
-        sweep.best_late_cut({**res, "layers": [0]}, late_fraction=0.9)

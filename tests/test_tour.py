@@ -9,8 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from residshift.core import data
+from residshift.core import forward
+from residshift.core import data, models
 from residshift.measure import lens
+from residshift.core.outputs import json_ready
 from residshift.study import tour
 
 
@@ -27,7 +29,7 @@ class _Tok:
 def test_json_ready_replaces_non_finite_and_plain_types():
     frame = pd.DataFrame({"m": ["a", "b"], "x": [1.0, float("nan")],
                           "n": pd.array([3, None], dtype="Int64")}).set_index("m")
-    out = tour.json_ready({"f": frame, "t": torch.tensor([1.5, float("inf")]), "g": np.float32(2.5),
+    out = json_ready({"f": frame, "t": torch.tensor([1.5, float("inf")]), "g": np.float32(2.5),
                            "nested": [np.int64(3), (float("-inf"),)]})
     assert out["f"] == [{"m": "a", "x": 1.0, "n": 3}, {"m": "b", "x": None, "n": None}]
     assert out["t"] == [1.5, None] and out["g"] == 2.5 and type(out["g"]) is float
@@ -58,18 +60,16 @@ def test_model_row_checks_the_tie_two_ways(tiny_llama):
     assert row["layers"] == tiny_llama.info.n_layers and row["load_s"] == 0.5
     module = tiny_llama.model._module
     before = module.get_input_embeddings().weight[0, 0].item()
-    tour.tie_probe(module)
+    models.tie_write_probe(module)
     assert module.get_input_embeddings().weight[0, 0].item() == before  # the probe undoes its write
 
 
 def test_tie_probe_sees_an_equal_copy():
-    from residshift.core import models
-
     model, _ = models.build_tiny("tiny-llama")
     emb, head = model.get_input_embeddings(), model.get_output_embeddings()
     head.weight = torch.nn.Parameter(emb.weight.detach().clone())
     assert torch.equal(emb.weight, head.weight)
-    assert tour.tie_probe(model) == pytest.approx(1.0, abs=1e-5)
+    assert models.tie_write_probe(model) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_sample_perplexity_matches_a_direct_computation(tiny_llama):
@@ -137,20 +137,18 @@ def test_layer0_misdecodes_explains_a_longer_row():
     assert median == 1.0
 
 
-def test_shift_curves_match_an_argsort_reference(tiny):
+def test_shift_curves_match_the_reference_lens(tiny):
     lm, tok, info = tiny["tiny-gemma3"]                  # has a soft-cap and an embedding scale
     ids = lens.encode(tok, info, "The cat sat on the mat, and the dog sat on the log.")
-    hs = lens.collect_residuals(lm, info, ids)
+    hs = forward.collect_residuals(lm, info, ids)
     curves = tour.shift_curves(info, hs, ids, model=info.name, sentence="s")
-    x_in, x_next = ids[0, 1:-1], ids[0, 2:]
+    ref = lens.reference_metrics(info, hs, ids)          # the oracle: [L+1, 1, positions] per column
     for l in (0, info.n_layers // 2, info.n_layers):
-        logits = lens.lens_logits(info, hs[l], l)[0, 1:-1]                 # [positions, V]
-        order = logits.argsort(dim=-1, descending=True)
-        rank_in = (order == x_in[:, None]).float().argmax(-1) + 1
-        logp = logits.log_softmax(-1)
-        assert curves["rank_input_median"][l] == pytest.approx(float(np.median(rank_in.numpy())))
-        assert curves["logprob_next_median"][l] == pytest.approx(
-            float(np.median(logp.gather(-1, x_next[:, None])[:, 0].numpy())), abs=1e-4)
+        for which in lens.WHICH:
+            median = lambda c: float(np.median(ref[f"{c}_{which}"][l, 0].numpy()))  # noqa: E731
+            assert curves[f"rank_{which}_median"][l] == pytest.approx(median("rank"))
+            assert curves[f"logprob_{which}_median"][l] == pytest.approx(median("logprob"), abs=1e-4)
+            assert curves[f"cos_raw_{which}_median"][l] == pytest.approx(median("cos_raw"), abs=1e-4)
     assert curves["positions"] == ids.shape[1] - 2 and set(curves["events"]) == {
         "rank crossing", "log-prob crossing", "input leaves top-1", "next becomes top-1"}
 

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from residshift.core import forward
 from residshift.core.paths import REPO_ROOT  # noqa: E402
 from residshift.train import data as D  # noqa: E402
 from residshift.train import trainer as T  # noqa: E402
@@ -189,7 +190,6 @@ def test_a_run_folder_holds_model_log_and_summary_and_the_loss_falls(learned_run
 
 def test_the_trained_model_loads_keeps_its_tie_and_the_harness_agrees(learned_run):
     from residshift.core.models import load_model
-    from residshift.measure import evaluate as ev
     from residshift.measure import lens
 
     c, run = learned_run
@@ -198,9 +198,9 @@ def test_the_trained_model_loads_keeps_its_tie_and_the_harness_agrees(learned_ru
     assert model.lm_head.weight is model.transformer.wte.weight  # the tie holds after training
     assert info.n_layers == 2 and len(tok) == 259 and model.config.residual == "learned"
     val = T.load_data(c, tok).val
-    losses = ev.window_losses(lm, info, val, batch_size=4)
+    losses = forward.window_losses(lm, info, val, batch_size=4)
     assert float(losses.mean()) == pytest.approx(T.read_summary(run)["val_loss"], abs=1e-5)
-    hs, logits = lens.collect_residuals(lm, info, val[:2], return_logits=True)
+    hs, logits = forward.collect_residuals(lm, info, val[:2], return_logits=True)
     torch.testing.assert_close(lens.lens_logits(info, hs[-1], info.n_layers), logits, rtol=1e-4, atol=1e-4)
 
 

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from residshift.analysis import verdicts  # noqa: E402
 from residshift.core import profiles  # noqa: E402
 from residshift.study import training as study  # noqa: E402
 from residshift.train import trainer as T  # noqa: E402
@@ -97,7 +98,7 @@ def test_profiles_define_the_grid_keys():
         assert all(l < P.train_layers for l in study.cut_layers(P))
     d = profiles.resolve("default")
     assert len(study.seeds(d)) >= 3 and len(study.grid(d)) * len(study.seeds(d)) <= 40  # ~1 h at ~95 s per run
-    assert any(l >= study.LATE_FRACTION * d.train_layers for l in study.cut_layers(d))
+    assert any(verdicts.is_late(l, d.train_layers) for l in study.cut_layers(d))
 
 
 # ------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from residshift.analysis import stats
 from residshift.analysis import verdicts as V
+from residshift.study import tables
 
 R, N, I = V.REPRODUCED, V.NOT_REPRODUCED, V.INCONCLUSIVE
 RULES = [V.c1_regimes, V.c1_depth, V.c2_late_cut, V.c2_layer_sensitive, V.c3_beats_baseline,
@@ -58,17 +59,17 @@ def test_row_validates_and_cleans():
 def test_save_and_load_round_trip(tmp_path):
     rows = [_row(), _row(claim_id="C1", verdict=N, estimate=None, ci=(None, None), level=None,
                          per_seed=[N, N], details={"k": 1}, source="03-alignment-curves-shift-table")]
-    path = V.save_verdicts("09-test-verdicts", rows, parameters={"seed": 0})
+    path = tables.save_verdicts("09-test-verdicts", rows, parameters={"seed": 0})
     assert path.name == "09-test-verdicts.json"
     data = json.loads(path.read_text())
     assert V.is_verdict_layout(data) and all(d["schema"] == V.SCHEMA for d in data)
     assert V.load_verdicts(path) == rows
     with pytest.raises(V.VerdictError, match="verdicts"):
-        V.save_verdicts("09-test-numbers", rows)
+        tables.save_verdicts("09-test-numbers", rows)
     with pytest.raises(V.VerdictError, match="no verdict rows"):
-        V.save_verdicts("09-test-verdicts", [])
+        tables.save_verdicts("09-test-verdicts", [])
     with pytest.raises(V.VerdictError, match="VerdictRow"):
-        V.save_verdicts("09-test-verdicts", [{"verdict": R}])
+        tables.save_verdicts("09-test-verdicts", [{"verdict": R}])
     old = tmp_path / "old-verdicts.json"
     old.write_text(json.dumps({"m": {"c1": {"verdict": R}}}))
     with pytest.raises(V.VerdictError, match="rerun the notebook"):
@@ -78,6 +79,18 @@ def test_save_and_load_round_trip(tmp_path):
     bad = rows[0].as_dict() | {"extra": 1}
     with pytest.raises(V.VerdictError, match="unknown"):
         V.rows_from_json([bad])
+
+def test_every_view_renders_a_row_the_same_way():
+    row = _row(details={"mde": 0.0123, "mde_unit": "nats"}, per_seed=[R, N])
+    rec = tables.verdict_record(row)
+    assert list(rec) == list(tables.COLUMNS) and rec["MDE"] == "0.0123 nats" and rec["per seed"] == f"{R}, {N}"
+    frame = tables.verdict_table([row])
+    assert frame.reset_index().iloc[0].to_dict() == rec
+    (line,) = tables.verdict_lines([row])
+    assert rec["estimate [CI]"] in line and rec["per seed"] in line
+    from residshift.study import report
+    assert report._verdict_rows([row])[0][5] == rec["estimate [CI]"]
+
 
 
 def test_every_rule_states_itself():
@@ -98,12 +111,32 @@ def test_decision_helpers():
     assert V.improvement_verdict(-0.01, 0.01, sign=-1, margin=0.005) == I
     assert V.improvement_verdict(0.1, 0.3, sign=1) == R
     assert V.improvement_verdict(-0.1, 0.001, sign=1, margin=0.005) == N
-    # moved from sweep, same results as before
-    assert V.verdict_from_ci(-2, -1) == R
-    assert V.verdict_from_ci(1, 2) == N
-    assert V.verdict_from_ci(-1, 1) == I
-    assert V.verdict_from_ci(1, 2, better_if="higher") == R
-    assert V.verdict_from_ci(1, 2, better_if="higher", n=3) == I
+    assert V.band_verdict(0.55, 0.75, (0.5, 0.8)) == R
+    assert V.band_verdict(0.1, 0.3, (0.5, 0.8)) == N and V.band_verdict(0.85, 0.9, (0.5, 0.8)) == N
+    assert V.band_verdict(0.4, 0.6, (0.5, 0.8)) == I and V.band_verdict(None, 0.6, (0.5, 0.8)) == I
+
+
+def test_the_rules_pieces():
+    # "late": l >= 2/3 L, one definition for the sweep, the training grid and the figures
+    assert [l for l in range(6) if V.is_late(l, 6)] == [4, 5] and V.first_late_block(6) == 4
+    assert [l for l in range(30) if V.is_late(l, 30)] == list(range(20, 30)) and V.first_late_block(30) == 20
+    assert V.first_late_block(26) == 18 and not V.is_late(17, 26)
+    assert V.c1_middle_candidates(6) == [2, 3, 4]
+    assert V.c1_min_run(4) == 1 and V.c1_min_run(5) == 2 and V.c1_min_run(30) == 2
+    assert V.bonferroni_level(0.95, 5) == pytest.approx(0.99)
+    sel, conf = V.selection_confirmation(7)
+    assert sel.tolist() == [0, 2, 4, 6] and conf.tolist() == [1, 3, 5]
+    # every rule's default parameters are the module's constants (one home for each number)
+    assert V.c1_depth.__doc__.count(f"[{V.DEPTH_BAND[0]}, {V.DEPTH_BAND[1]}]") == 1
+    import inspect
+    for fn, name, const in [(V.c1_regimes, "margin", V.C1_MARGIN), (V.c1_depth, "band", V.DEPTH_BAND),
+                            (V.c2_late_cut, "late_fraction", V.LATE_FRACTION),
+                            (V.c2_training_late_cut, "late_fraction", V.LATE_FRACTION),
+                            (V.c3_concentration, "min_attenuation", V.MIN_ATTENUATION),
+                            (V.c2_layer_sensitive, "probe_alpha", V.PROBE_ALPHA),
+                            (V.c3_beats_baseline, "margin", V.LOSS_MARGIN),
+                            (V.c4_benchmarks, "margin", V.BENCH_MARGIN)]:
+        assert inspect.signature(fn).parameters[name].default == const, (fn.__name__, name)
 
 
 # --------------------------------------------------------------------------------------------

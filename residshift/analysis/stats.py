@@ -56,7 +56,8 @@ REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inco
 OUTCOMES = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 
 
-def _np(x) -> np.ndarray:
+def as_numpy(x) -> np.ndarray:
+    """``x`` (a tensor, array, list or number) as a float64 numpy array."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x, dtype=np.float64)
@@ -119,7 +120,7 @@ def resample(statistic: Callable[..., Any], *arrays, n_boot: int = 1000, seed: i
     The arrays share their first axis (the units) and are resampled with the same indices, so
     paired quantities stay paired.
     """
-    xs = [np.asarray(a) if not hasattr(a, "detach") else _np(a) for a in arrays]
+    xs = [np.asarray(a) if not hasattr(a, "detach") else as_numpy(a) for a in arrays]
     n = xs[0].shape[0]
     if any(x.shape[0] != n for x in xs):
         raise ValueError(f"paired arrays need the same number of units, got {[x.shape[0] for x in xs]}")
@@ -190,7 +191,7 @@ def ratio_se(numerators: Sequence[float], denominators: Sequence[float]) -> tupl
 
 
 def _paired(after, before) -> np.ndarray:
-    a, b = _np(after), _np(before)
+    a, b = as_numpy(after), as_numpy(before)
     if a.shape != b.shape:
         raise ValueError(f"paired values need the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
     return a - b
@@ -214,7 +215,7 @@ def paired_ttest(diff, *, alternative: str = "two-sided") -> dict[str, float]:
     """
     if alternative not in ("less", "greater", "two-sided"):
         raise ValueError(f"alternative must be 'less', 'greater' or 'two-sided', got {alternative!r}")
-    d = _np(diff).reshape(-1)
+    d = as_numpy(diff).reshape(-1)
     n = d.size
     if n < 2:
         raise ValueError(f"a paired t-test needs at least 2 units, got {n}: use more windows or items")
@@ -237,7 +238,7 @@ def spread_of_means(x, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95
     uncertain. Returns ``estimate``, ``lo``, ``hi``, ``argmax``, ``argmin`` (row indices) and
     ``means``.
     """
-    x = _np(x)
+    x = as_numpy(x)
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError(f"expected [k >= 2 conditions, n units], got {x.shape}")
     means = x.mean(axis=1)
@@ -287,7 +288,7 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
 
 
 def _binary(x, name: str) -> np.ndarray:
-    a = _np(x)
+    a = as_numpy(x)
     if not np.all((a == 0) | (a == 1)):
         raise ValueError(f"{name} must hold 0/1 (or bool) per item")
     return a.astype(bool)
@@ -470,7 +471,7 @@ class CurveCI:
 def curve_ci(per_seq, *, n_boot: int = 1000, seed: int = 0, stat: str = "mean",
              level: float = 0.95) -> CurveCI:
     """Statistic over sequences of ``per_seq [n_seq, L+1]`` per layer, with a bootstrap CI."""
-    x = _np(per_seq)
+    x = as_numpy(per_seq)
     if x.ndim == 1:
         x = x[:, None]
     idx = bootstrap_indices(x.shape[0], n_boot, seed)
@@ -481,14 +482,14 @@ def curve_ci(per_seq, *, n_boot: int = 1000, seed: int = 0, stat: str = "mean",
 
 def paired_difference_ci(x, y, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> CurveCI:
     """Mean over sequences of ``x - y`` per layer with a bootstrap CI (paired by sequence)."""
-    return curve_ci(_np(x) - _np(y), n_boot=n_boot, seed=seed, level=level)
+    return curve_ci(as_numpy(x) - as_numpy(y), n_boot=n_boot, seed=seed, level=level)
 
 
 def shift_layer(curve_in, curve_next, *, orientation: int = 1, rule: str = "first") -> int | None:
     """First layer where next-token alignment exceeds input alignment (see the module docstring)."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
-    d = orientation * (_np(curve_next) - _np(curve_in))  # > 0 where next is more aligned
+    d = orientation * (as_numpy(curve_next) - as_numpy(curve_in))  # > 0 where next is more aligned
     above = d > 0
     if rule == "first":
         hits = np.flatnonzero(above)
@@ -506,7 +507,7 @@ def crossing_point(curve_in, curve_next, *, orientation: int = 1, rule: str = "f
         return None
     if layer == 0:
         return 0.0
-    d = orientation * (_np(curve_next) - _np(curve_in))
+    d = orientation * (as_numpy(curve_next) - as_numpy(curve_in))
     d0, d1 = d[layer - 1], d[layer]  # d0 <= 0 < d1
     return float(layer - 1 + (-d0) / (d1 - d0)) if d1 != d0 else float(layer)
 
@@ -552,7 +553,7 @@ def shift_estimate(per_seq_in, per_seq_next, *, metric: str, n_layers: int, orie
     ``residshift.measure.lens.ORIENTATION[metric]`` for the lens metrics.
     """
     o = _check_orientation(orientation)
-    a, b = _np(per_seq_in), _np(per_seq_next)
+    a, b = as_numpy(per_seq_in), as_numpy(per_seq_next)
     if a.shape != b.shape or a.ndim != 2 or a.shape[1] != n_layers + 1:
         raise ValueError(f"expected two [n_seq, {n_layers + 1}] arrays, got {a.shape} and {b.shape}")
     ca, cb = _stat(a, stat, 0), _stat(b, stat, 0)
@@ -602,7 +603,7 @@ def halfway_point(curve, *, frac: float = 0.5) -> float | None:
     the curve does not move (``a(L) == a(0)``). Used for the *input fade* (the input-token curve
     falls half-way) and the *next-token emergence* (the next-token curve rises half-way).
     """
-    a = _np(curve)
+    a = as_numpy(curve)
     if not 0 < frac < 1:
         raise ValueError(f"frac must lie in (0, 1), got {frac}")
     sign = np.sign(a[-1] - a[0])
@@ -631,7 +632,7 @@ def halfway_estimate(per_seq, *, metric: str, n_layers: int, frac: float = 0.5, 
     absolute layer. Returned as a :class:`ShiftEstimate` (``layer`` = the first whole layer at or
     past the point, ``frac_never`` = share of resamples where the curve does not move).
     """
-    x = _np(per_seq)
+    x = as_numpy(per_seq)
     if x.ndim != 2 or x.shape[1] != n_layers + 1:
         raise ValueError(f"expected a [n_seq, {n_layers + 1}] array, got {x.shape}")
     if not 0 <= start < n_layers:
@@ -654,7 +655,7 @@ def paired_halfway_shift(before, after, *, n_layers: int, frac: float = 0.5, sta
     counterparts (``/ L``), ``before`` and ``after`` depths and ``frac_undefined`` (resamples where
     either curve does not move).
     """
-    a, b = _np(before), _np(after)
+    a, b = as_numpy(before), as_numpy(after)
     if a.shape != b.shape or a.ndim != 2 or a.shape[1] != n_layers + 1:
         raise ValueError(f"expected two [n_seq, {n_layers + 1}] arrays, got {a.shape} and {b.shape}")
 
@@ -701,7 +702,7 @@ def grouped_curve_ci(values, seq, group, *, n_groups: int, n_boot: int = 1000, s
     between-sequence variation. Returns ``estimate``, ``lo``, ``hi`` (``[n_groups, L+1]``) and
     ``count`` (tokens per group); with ``return_boots`` also ``boots`` (``[n_boot, n_groups, L+1]``).
     """
-    v = _np(values)
+    v = as_numpy(values)
     seq = np.asarray(seq, dtype=np.int64)
     group = np.asarray(group, dtype=np.int64)
     seqs, seq_idx = np.unique(seq, return_inverse=True)

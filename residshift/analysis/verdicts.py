@@ -5,10 +5,11 @@ or the attenuation variant), what (``claim_id`` such as ``"C2.late-cut"``, the `
 the outcome (``verdict``: :data:`REPRODUCED`, :data:`NOT_REPRODUCED` or :data:`INCONCLUSIVE`), the
 evidence (the ``statistic``'s name, its ``estimate``, ``ci`` = (lo, hi) at ``level``, ``n`` units),
 the ``rule`` in words (with its parameters filled in), optional ``per_seed`` verdicts, ``details``
-and the ``source`` (the figure / numbers file the evidence comes from). A notebook writes a list of
-rows with :func:`save_verdicts` (through ``residshift.core.outputs.save_numbers``, so the
-manifest records it); :func:`load_verdicts` reads them back; ``residshift.study.report`` renders
-only this layout.
+and the ``source`` (the figure / numbers file the evidence comes from). This module computes and
+reads; it writes nothing: a notebook saves its rows with ``residshift.study.tables.save_verdicts``
+(through ``residshift.core.outputs.save_numbers``, so the manifest records it),
+:func:`load_verdicts` reads them back, and ``residshift.study.tables`` renders them for the
+notebooks and the README alike.
 
 **The rules.** Each ``c*`` function below is a pure function of arrays (per-window losses, per-window
 lens curves, per-item 0/1 scores, per-seed gate values) that returns rows. Every rule states, in
@@ -46,11 +47,12 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from scipy.stats import norm as _sp_norm
 
+from ..core.outputs import NotJSONError, json_ready
 from . import stats
 from .stats import INCONCLUSIVE, NOT_REPRODUCED, OUTCOMES, REPRODUCED
 
 __all__ = ["REPRODUCED", "NOT_REPRODUCED", "INCONCLUSIVE", "OUTCOMES", "SCHEMA", "CLAIMS",
-           "VerdictRow", "VerdictError", "save_verdicts", "load_verdicts", "rows_from_json",
+           "VerdictRow", "VerdictError", "load_verdicts", "rows_from_json",
            "is_verdict_layout"]
 
 SCHEMA = "residshift.verdicts/1"
@@ -95,6 +97,62 @@ class VerdictError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
+# The rules' constants and pieces: fixed here, before any number is looked at. Every study module
+# and notebook imports them from here; nothing else in the package decides a claim.
+# --------------------------------------------------------------------------------------------
+
+LEVEL = 0.95  # two-sided level of every interval a rule reads
+TEST_ALPHA = 0.05  # family-wise level of the Holm-corrected tests
+POWER = 0.8  # power at which minimum detectable effects (MDE) are stated
+LATE_FRACTION = 2 / 3  # block l (0-based) of an L-block model is "late" when l >= LATE_FRACTION * L
+C1_MARGIN = 0.02  # C1: excess top-1 rate over the unigram decoder that counts as material
+C1_MIN_RUN = 2  # C1.middle: consecutive quiet layers that make a middle regime
+DEPTH_BAND = (0.5, 0.8)  # C1.depth: the band around the paper's ~0.65 (Gemma-2-2B, layer 17 of 26)
+DEPTH_START, DEPTH_FRAC = 1, 0.5  # C1.depth: emergence = half-way from h_1 to h_L
+LOSS_MARGIN = 0.005  # nats: the smallest loss change that counts as material
+SPREAD_THRESHOLD = 0.1  # nats: a block-to-block spread that counts as "very sensitive"
+PROBE_ALPHA = 0.5  # the alpha C2.layer-sensitive reads on frozen models
+MIN_ATTENUATION, CONCENTRATION_RATIO = 0.05, 2.0  # C3.concentrates: 1 - alpha material / 2x others
+MISALIGNMENT_MARGINS = {"logprob": 0.1, "logrank": 0.05, "depth": 0.02}  # C3.misalignment rows
+BENCH_MARGIN = 0.03  # accuracy: a benchmark drop that counts as material
+MAX_LATE_CANDIDATES = 3  # C2.late-cut: cells carried from selection to confirmation
+
+
+def is_late(layer: int, n_layers: int, fraction: float = LATE_FRACTION) -> bool:
+    """Whether block ``layer`` (0-based) of an ``n_layers``-block model is a late block."""
+    return layer >= fraction * n_layers
+
+
+def first_late_block(n_layers: int) -> int:
+    """The first late block: ``ceil(LATE_FRACTION * n_layers)`` (where figures draw the marker)."""
+    return next(l for l in range(n_layers + 1) if is_late(l, n_layers))
+
+
+def c1_middle_candidates(n_layers: int) -> list[int]:
+    """C1.middle's candidate layers ``h_2..h_(L-2)``: strictly between the early and late test layers."""
+    return list(range(2, n_layers - 1))
+
+
+def c1_min_run(n_layers: int) -> int:
+    """The C1.middle run length: :data:`C1_MIN_RUN` consecutive quiet layers, or fewer where a model
+    has too few candidates (the 4-layer test models of the smoke profile)."""
+    return max(1, min(C1_MIN_RUN, n_layers - 3))
+
+
+def bonferroni_level(level: float, k: int) -> float:
+    """The per-test two-sided level that keeps a family of ``k`` intervals at ``level``."""
+    return 1 - (1 - level) / k
+
+
+def selection_confirmation(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The trained models' windows split once, with no draw: even windows select (the best fixed cut),
+    odd windows confirm (every comparison with it). Interleaving keeps both halves spread over the
+    validation text."""
+    idx = np.arange(n)
+    return idx[0::2], idx[1::2]
+
+
+# --------------------------------------------------------------------------------------------
 # The row type, save and load
 # --------------------------------------------------------------------------------------------
 
@@ -106,26 +164,12 @@ def _finite_or_none(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _plain(value: Any) -> Any:
-    """JSON-safe: numpy scalars/arrays to Python, non-finite floats to None, tuples to lists."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    if isinstance(value, np.ndarray):
-        return _plain(value.tolist())
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return _finite_or_none(value)
-    if value is None or isinstance(value, str):
-        return value
-    raise VerdictError(f"details must be JSON-like (numbers, strings, lists, dicts); got "
-                       f"{type(value).__name__}: convert it first")
+def _plain(details: Any) -> Any:
+    """``details`` made JSON-safe (``core.outputs.json_ready``, strict), or a :class:`VerdictError`."""
+    try:
+        return json_ready(details, strict=True, what="details")
+    except NotJSONError as err:
+        raise VerdictError(str(err)) from None
 
 
 @dataclass(frozen=True)
@@ -192,29 +236,6 @@ class VerdictRow:
         return cls(**{k: d[k] for k in names if k in d})
 
 
-def _check_rows(rows) -> list[VerdictRow]:
-    rows = list(rows)
-    if not rows:
-        raise VerdictError("no verdict rows to save: call the rules first")
-    bad = [type(r).__name__ for r in rows if not isinstance(r, VerdictRow)]
-    if bad:
-        raise VerdictError(f"save_verdicts takes VerdictRow objects (from the rules in "
-                           f"residshift.analysis.verdicts), got {bad[:3]}")
-    return rows
-
-
-def save_verdicts(name: str, rows: Sequence[VerdictRow], *,
-                  parameters: dict[str, Any] | None = None) -> Path:
-    """Write ``figures/<name>.json``: a list of rows in the one layout (recorded in the manifest)."""
-    rows = _check_rows(rows)
-    if "verdict" not in name:
-        raise VerdictError(f"a verdict file's name must contain 'verdicts' (the report finds them by "
-                           f"name), e.g. '04-attenuation-sweep-verdicts'; got {name!r}")
-    from ..core.outputs import save_numbers
-
-    return save_numbers(name, [r.as_dict() for r in rows], parameters=parameters)
-
-
 def is_verdict_layout(data: Any) -> bool:
     """True when ``data`` (a parsed JSON file) is a non-empty list of rows of this schema."""
     return (isinstance(data, list) and bool(data)
@@ -225,12 +246,12 @@ def rows_from_json(data: Any, where: str = "the file") -> list[VerdictRow]:
     if not is_verdict_layout(data):
         raise VerdictError(f"{where} is not in the verdict layout {SCHEMA!r} (an older notebook wrote "
                            "it?): rerun the notebook that writes it, which saves through "
-                           "residshift.analysis.verdicts.save_verdicts")
+                           "residshift.study.tables.save_verdicts")
     return [VerdictRow.from_dict(r) for r in data]
 
 
 def load_verdicts(path) -> list[VerdictRow]:
-    """Read a file written by :func:`save_verdicts`."""
+    """Read a file written by ``residshift.study.tables.save_verdicts``."""
     path = Path(path)
     if not path.is_file():
         raise VerdictError(f"{path} does not exist: run the notebook that writes it")
@@ -283,23 +304,19 @@ def improvement_verdict(lo: float | None, hi: float | None, *, sign: int, margin
     return REPRODUCED if hi < 0 else (NOT_REPRODUCED if lo > -margin else INCONCLUSIVE)
 
 
-def verdict_from_ci(lo: float, hi: float, *, better_if: str = "lower", n: int | None = None,
-                    min_n: int = 5) -> str:
-    """'reproduced' when the CI lies on the claimed side of 0, 'not reproduced' when on the other.
-
-    With fewer than ``min_n`` paired units a bootstrap CI means little: 'inconclusive'. (Moved
-    from ``sweep``; the rules below use :func:`improvement_verdict`, which can also say 'not
-    reproduced' for an effect too small to matter.)
-    """
-    if n is not None and n < min_n:
+def band_verdict(lo: float | None, hi: float | None, band: tuple[float, float]) -> str:
+    """Reproduced if the CI lies inside ``band``, not reproduced if entirely outside, else inconclusive."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return INCONCLUSIVE
-    if better_if not in ("lower", "higher"):
-        raise ValueError(f"better_if must be 'lower' or 'higher', got {better_if!r}")
-    return improvement_verdict(lo, hi, sign=-1 if better_if == "lower" else 1)
+    if band[0] <= lo and hi <= band[1]:
+        return REPRODUCED
+    if hi < band[0] or lo > band[1]:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
 
 
 def _arr(x, name: str, ndim: int | tuple[int, ...]) -> np.ndarray:
-    a = stats._np(x)
+    a = stats.as_numpy(x)
     dims = (ndim,) if isinstance(ndim, int) else ndim
     if a.ndim not in dims:
         raise ValueError(f"{name} must have {' or '.join(map(str, dims))} dimension(s), got shape {a.shape}")
@@ -392,8 +409,8 @@ C1_RULE = (
 
 @_rule(C1_EARLY_RULE, C1_MIDDLE_RULE, C1_LATE_RULE, C1_RULE)
 def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str, decoder: str,
-               margin: float = 0.02, min_run: int = 2, n_boot: int = 1000, seed: int = 0,
-               level: float = 0.95, source: str = "") -> list[VerdictRow]:
+               margin: float = C1_MARGIN, min_run: int = C1_MIN_RUN, n_boot: int = 1000, seed: int = 0,
+               level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Claim C1's three regimes for one model and decoder (logit lens, tuned lens, ...).
 
     ``top1_input``, ``top1_next``: ``[n_windows, L+1]`` per-window top-1 rates at ``h_0..h_L``
@@ -408,7 +425,7 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
         raise ValueError(f"shapes differ: top1 {ti.shape} / {tn.shape}, unigram {ui.shape} / {un.shape} "
                          "(one row per window, the same windows)")
     n, L = ti.shape[0], ti.shape[1] - 1
-    cand = list(range(2, L - 1))
+    cand = c1_middle_candidates(L)
     if len(cand) < min_run:
         raise ValueError(f"{L} layers leave {len(cand)} middle candidates (h_2..h_(L-2)) for a run of "
                          f"{min_run}: use min_run <= {max(1, len(cand))} or a deeper model")
@@ -418,7 +435,7 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     m_in, m_next = d_in.mean(0), d_next.mean(0)
     lo_in, hi_in = stats.percentile_ci(b_in, level)
     lo_nx, hi_nx = stats.percentile_ci(b_next, level)
-    level_b = 1 - (1 - level) / len(cand)
+    level_b = bonferroni_level(level, len(cand))
     z_b = float(_sp_norm.ppf(1 - (1 - level_b) / 2))  # Bonferroni: normal interval, bootstrap SE
     blo_in, bhi_in = m_in - z_b * b_in.std(axis=0, ddof=1), m_in + z_b * b_in.std(axis=0, ddof=1)
     blo_nx, bhi_nx = m_next - z_b * b_next.std(axis=0, ddof=1), m_next + z_b * b_next.std(axis=0, ddof=1)
@@ -477,6 +494,31 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     return [r_early, r_mid, r_late, r_all]
 
 
+def c1_power(top1_input, top1_next, unigram_input, unigram_next, *, alpha: float = TEST_ALPHA,
+             power: float = POWER) -> dict[str, float | None]:
+    """What C1's tests can detect with these windows: the minimum detectable effect (two-sided
+    ``alpha``, ``power``; :func:`residshift.analysis.stats.mde_paired_mean` from the per-window SD)
+    of the excess top-1 rate over the unigram decoder at C1.early's layer h_1, at C1.late's h_(L-1)
+    and, Bonferroni-corrected over C1.middle's candidates, at the noisiest candidate layer.
+    Arguments as :func:`c1_regimes`'. Returns ``{"early", "late", "middle"}`` (``middle`` None when
+    the model has no middle candidate)."""
+    ti, tn = _arr(top1_input, "top1_input", 2), _arr(top1_next, "top1_next", 2)
+    ui, un = _arr(unigram_input, "unigram_input", 1), _arr(unigram_next, "unigram_next", 1)
+    n, L = ti.shape[0], ti.shape[1] - 1
+    d_in, d_nx = ti - ui[:, None], tn - un[:, None]
+    cand = c1_middle_candidates(L)
+
+    def sd(x):
+        return float(np.std(x, ddof=1))
+
+    def mde(s, a=alpha):
+        return stats.mde_paired_mean(s, n, alpha=a, power=power, sided="two")
+
+    return {"early": mde(sd(d_in[:, 1])), "late": mde(sd(d_nx[:, L - 1])),
+            "middle": (mde(max(max(sd(d_in[:, l]), sd(d_nx[:, l])) for l in cand), alpha / len(cand))
+                       if cand else None)}
+
+
 # Metrics whose half-way depth means something, with their orientation (+1: larger = more aligned).
 DEPTH_METRICS: dict[str, int] = {"top1": 1, "prob": 1, "logrank": -1}
 
@@ -493,11 +535,11 @@ C1_DEPTH_RULE = (
     "of one depth, not three claims).")
 
 
-@_rule(C1_DEPTH_RULE.replace("{metrics}", "top1, prob, logrank").replace("{band_lo}", "0.5")
-       .replace("{band_hi}", "0.8").replace("{tail}", "(1 - level)/2"))
+@_rule(C1_DEPTH_RULE.replace("{metrics}", "top1, prob, logrank").replace("{band_lo}", str(DEPTH_BAND[0]))
+       .replace("{band_hi}", str(DEPTH_BAND[1])).replace("{tail}", "(1 - level)/2"))
 def c1_depth(next_curves: Mapping[str, Any], *, model: str, decoder: str,
-             band: tuple[float, float] = (0.5, 0.8), start: int = 1, frac: float = 0.5,
-             n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+             band: tuple[float, float] = DEPTH_BAND, start: int = DEPTH_START, frac: float = DEPTH_FRAC,
+             n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """The next-token emergence depth vs the paper's reference band, one row per metric.
 
     ``next_curves``: metric -> ``[n_windows, L+1]`` per-window next-token curves
@@ -522,12 +564,8 @@ def c1_depth(next_curves: Mapping[str, Any], *, model: str, decoder: str,
         rel, (rlo, rhi) = est.relative, est.relative_ci
         if not rises or est.frac_never > (1 - level) / 2 or rlo is None:
             v = INCONCLUSIVE
-        elif lo_b <= rlo and rhi <= hi_b:
-            v = REPRODUCED
-        elif rhi < lo_b or rlo > hi_b:
-            v = NOT_REPRODUCED
         else:
-            v = INCONCLUSIVE
+            v = band_verdict(rlo, rhi, band)
         rule = C1_DEPTH_RULE.format(metrics=", ".join(DEPTH_METRICS), frac=frac, start=start, level=level,
                                     band_lo=lo_b, band_hi=hi_b, tail=f"{(1 - level) / 2:g}")
         rows.append(_row("C1.depth", model=model, variant=decoder, verdict=v,
@@ -597,8 +635,8 @@ C2_LATE_CUT_RULE = (
 
 
 def late_cut_candidates(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_layers: int,
-                        select=None, late_fraction: float = 2 / 3,
-                        max_candidates: int = 3) -> list[dict[str, Any]]:
+                        select=None, late_fraction: float = LATE_FRACTION,
+                        max_candidates: int = MAX_LATE_CANDIDATES) -> list[dict[str, Any]]:
     """The selection step of :func:`c2_late_cut`: which late cells go on to be confirmed.
 
     Among the swept cells (block ``l >= late_fraction * n_layers``, alpha < 1), the up to
@@ -610,7 +648,7 @@ def late_cut_candidates(dloss, layers: Sequence[int], alphas: Sequence[float], *
     """
     d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
     sel = np.arange(d.shape[2]) if select is None else np.asarray(select, dtype=np.int64)
-    cells = [(li, ai) for li, l in enumerate(layers) if l >= late_fraction * n_layers
+    cells = [(li, ai) for li, l in enumerate(layers) if is_late(l, n_layers, late_fraction)
              for ai, a in enumerate(alphas) if a < 1]
     if not cells:
         raise ValueError(f"no swept block l >= {late_fraction:.3g} x {n_layers} with alpha < 1: sweep the "
@@ -624,9 +662,9 @@ def late_cut_candidates(dloss, layers: Sequence[int], alphas: Sequence[float], *
 
 @_rule(C2_LATE_CUT_RULE)
 def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_layers: int, model: str,
-                select=None, confirm=None, confirm_dloss=None, late_fraction: float = 2 / 3,
-                max_candidates: int = 3, alpha: float = 0.05, margin: float = 0.005, power: float = 0.8,
-                n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                select=None, confirm=None, confirm_dloss=None, late_fraction: float = LATE_FRACTION,
+                max_candidates: int = MAX_LATE_CANDIDATES, alpha: float = TEST_ALPHA, margin: float = LOSS_MARGIN, power: float = POWER,
+                n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Does a late single-block cut lower the loss of a frozen model? Selection / confirmation.
 
     ``dloss [n_layers_swept, n_alphas, n_windows]`` (the sweep's ``result["dloss"]``), ``layers``
@@ -715,8 +753,8 @@ def _layer_spread_row(x: np.ndarray, layers: list[int], *, claim_id: str, probe_
 @_rule(C2_LAYER_RULE.replace("{claim_id}", "C2.layer-sensitive").replace("{units}", "windows")
        .replace("{k}", "swept"))
 def c2_layer_sensitive(dloss, layers: Sequence[int], alphas: Sequence[float], *, model: str,
-                       probe_alpha: float = 0.5, threshold: float = 0.1, n_boot: int = 1000, seed: int = 0,
-                       level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                       probe_alpha: float = PROBE_ALPHA, threshold: float = SPREAD_THRESHOLD, n_boot: int = 1000, seed: int = 0,
+                       level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Is the effect of a single-block cut very sensitive to the block (frozen model)?
 
     ``dloss [n_layers_swept, n_alphas, n_windows]`` with its ``layers`` and ``alphas`` axes.
@@ -732,7 +770,7 @@ def c2_layer_sensitive(dloss, layers: Sequence[int], alphas: Sequence[float], *,
 
 
 def alpha0_summary(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_boot: int = 1000,
-                   seed: int = 0, level: float = 0.95) -> list[dict[str, Any]]:
+                   seed: int = 0, level: float = LEVEL) -> list[dict[str, Any]]:
     """Cutting one block's skip path of a TRAINED model: a description, not a verdict.
 
     Per swept block, the mean loss change at alpha = 0 with a bootstrap CI over windows. This says
@@ -767,7 +805,7 @@ def best_fixed_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *,
         raise ValueError("late_fraction needs n_layers (the model's depth)")
     best = {"layer": None, "alpha": 1.0, "dloss": 0.0, "label": "unmodified (alpha = 1)"}
     for li, l in enumerate(layers):
-        if late_fraction is not None and l < late_fraction * n_layers:
+        if late_fraction is not None and not is_late(l, n_layers, late_fraction):
             continue
         for ai, a in enumerate(alphas):
             m = float(d[li, ai].mean())
@@ -833,8 +871,8 @@ def _gates_vs(gated, reference, *, claim_id: str, what: str, model: str, variant
 @_rule(VS_RULE.replace("{claim_id}", "C3.beats-baseline").replace("{what}", "gated - unmodified")
        .replace("{units}", "window"))
 def c3_beats_baseline(gated, unmodified, *, model: str, variant: str | None, converged=None, steps=None,
-                      margin: float = 0.005, how: str = "unanimous", setting: str = "frozen",
-                      n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                      margin: float = LOSS_MARGIN, how: str = "unanimous", setting: str = "frozen",
+                      n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Gates vs the unmodified (frozen) or baseline (trained) model, paired over windows per seed.
 
     ``gated [n_seeds, n_windows]`` per-window mean losses with each seed's gates; ``unmodified``
@@ -853,8 +891,8 @@ def c3_beats_baseline(gated, unmodified, *, model: str, variant: str | None, con
 @_rule(VS_RULE.replace("{claim_id}", "C3.beats-best-cut").replace("{what}", "gated - best fixed cut")
        .replace("{units}", "window"))
 def c3_beats_best_cut(gated, best_cut, *, cut: Mapping[str, Any], model: str, variant: str | None,
-                      converged=None, steps=None, margin: float = 0.005, how: str = "unanimous",
-                      setting: str = "frozen", n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                      converged=None, steps=None, margin: float = LOSS_MARGIN, how: str = "unanimous",
+                      setting: str = "frozen", n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
                       source: str = "") -> list[VerdictRow]:
     """Gates vs the best fixed single-block cut, where alpha = 1 (the unmodified model) competes.
 
@@ -880,8 +918,8 @@ C3_CONCENTRATION_RULE = (
 
 @_rule(C3_CONCENTRATION_RULE.replace("{claim_id}", "C3.concentrates"))
 def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, model: str,
-                     variant: str | None, converged=None, steps=None, min_attenuation: float = 0.05,
-                     ratio: float = 2.0, how: str = "unanimous", setting: str = "frozen",
+                     variant: str | None, converged=None, steps=None, min_attenuation: float = MIN_ATTENUATION,
+                     ratio: float = CONCENTRATION_RATIO, how: str = "unanimous", setting: str = "frozen",
                      source: str = "") -> list[VerdictRow]:
     """Does the learned attenuation concentrate on the final block? (replaces ``gates.concentration``)
 
@@ -952,9 +990,9 @@ C3_EMERGENCE_RULE = (
        C3_EMERGENCE_RULE.replace("{metric}", "emergence_metric"))
 def c3_misalignment(before: Mapping[str, Any], after: Mapping[str, Any], *, after_layers: Sequence[int],
                     model: str, variant: str | None, loss_before=None, loss_after=None,
-                    emergence_metric: str = "top1", start: int = 1, margin_logprob: float = 0.1,
-                    margin_logrank: float = 0.05, margin_depth: float = 0.02, n_boot: int = 1000,
-                    seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                    emergence_metric: str = "top1", start: int = 1, margin_logprob: float = MISALIGNMENT_MARGINS["logprob"],
+                    margin_logrank: float = MISALIGNMENT_MARGINS["logrank"], margin_depth: float = MISALIGNMENT_MARGINS["depth"], n_boot: int = 1000,
+                    seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Misalignment measured directly, before vs after an edit, paired per window.
 
     ``before``/``after``: lens per-window curves ``[n_windows, L+1]`` of the same windows without and
@@ -1083,8 +1121,8 @@ def _benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, claim_id
 
 @_rule(BENCH_RULE.replace("{claim_id}", "C3.benchmarks"))
 def c3_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model: str, variant: str | None,
-                  alpha: float = 0.05, margin: float = 0.03, power: float = 0.8, how: str = "unanimous",
-                  n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                  alpha: float = TEST_ALPHA, margin: float = BENCH_MARGIN, power: float = POWER, how: str = "unanimous",
+                  n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Gates on a frozen model: benchmarks before vs after, paired by item.
 
     ``before``: task -> ``[n_items]`` 0/1 correctness of the unmodified model; ``after``: task ->
@@ -1097,8 +1135,8 @@ def c3_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model:
 
 @_rule(BENCH_RULE.replace("{claim_id}", "C4.benchmarks"))
 def c4_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model: str, variant: str | None,
-                  alpha: float = 0.05, margin: float = 0.03, power: float = 0.8, how: str = "unanimous",
-                  n_boot: int = 1000, seed: int = 0, level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                  alpha: float = TEST_ALPHA, margin: float = BENCH_MARGIN, power: float = POWER, how: str = "unanimous",
+                  n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Trained models: the attenuated (or gated) model vs the baseline, paired per item and per seed.
 
     ``before``, ``after``: task -> ``[n_seeds, n_items]`` 0/1 correctness (seed s of the variant is
@@ -1125,8 +1163,8 @@ C2_ALPHA0_RULE = (
 
 
 @_rule(C2_ALPHA0_RULE.replace("{block}", "l"))
-def c2_training_alpha0(baseline, cut, *, block: int, model: str, margin: float = 0.005,
-                       how: str = "unanimous", n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+def c2_training_alpha0(baseline, cut, *, block: int, model: str, margin: float = LOSS_MARGIN,
+                       how: str = "unanimous", n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
                        source: str = "") -> list[VerdictRow]:
     """Training with alpha = 0 at ``block`` vs the baseline (``[n_seeds, n_windows]`` validation losses)."""
     base = _per_seed(baseline, "baseline losses")
@@ -1159,8 +1197,8 @@ def _cut_stack(baseline, cuts: Mapping[int, Any]) -> tuple[np.ndarray, np.ndarra
        .replace("{units}", "evaluation windows (seed-averaged)").replace("{k}", "trained")
        .replace("{probe_alpha}", "alpha_value"))
 def c2_training_layer_sensitive(baseline, cuts: Mapping[int, Any], *, alpha_value: float, model: str,
-                                threshold: float = 0.1, n_boot: int = 1000, seed: int = 0,
-                                level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                                threshold: float = SPREAD_THRESHOLD, n_boot: int = 1000, seed: int = 0,
+                                level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Training with one block attenuated by ``alpha_value``, for several blocks: is it layer-sensitive?
 
     ``baseline [n_seeds, n_windows]``; ``cuts``: block -> ``[n_seeds, n_windows]`` final validation
@@ -1190,16 +1228,16 @@ C2_TRAINING_LATE_RULE = (
 
 @_rule(C2_TRAINING_LATE_RULE)
 def c2_training_late_cut(baseline, cuts: Mapping[int, Any], *, alpha_value: float, n_layers: int, model: str,
-                         late_fraction: float = 2 / 3, alpha: float = 0.05, margin: float = 0.005,
-                         power: float = 0.8, how: str = "unanimous", n_boot: int = 1000, seed: int = 0,
-                         level: float = 0.95, source: str = "") -> list[VerdictRow]:
+                         late_fraction: float = LATE_FRACTION, alpha: float = TEST_ALPHA, margin: float = LOSS_MARGIN,
+                         power: float = POWER, how: str = "unanimous", n_boot: int = 1000, seed: int = 0,
+                         level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Training with one late block attenuated by ``alpha_value``: does validation loss improve?
 
     Shapes as in :func:`c2_training_layer_sensitive`; blocks below ``late_fraction * n_layers`` are
     ignored.
     """
     x, base, layers = _cut_stack(baseline, cuts)
-    keep = [i for i, l in enumerate(layers) if l >= late_fraction * n_layers]
+    keep = [i for i, l in enumerate(layers) if is_late(l, n_layers, late_fraction)]
     if not keep:
         raise ValueError(f"no trained cut at a block >= {late_fraction:.3g} x {n_layers}: train late cuts")
     x, layers = x[keep], [layers[i] for i in keep]

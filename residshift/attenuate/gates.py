@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from ..core import cache
+from ..core.forward import collect_residuals, window_losses
 from ..core.fitting import FitConfig, epoch_batch, fit as run_fit
 from ..core.gating import THETA_INIT, scalar_alpha, token_alpha
 from ..core.interventions import attenuate_block
@@ -276,7 +277,6 @@ def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, backward=None, *, 
 def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batch_size: int = 8,
                         bf16: bool = False) -> torch.Tensor:
     """Per-window mean loss ``[n]`` with the gates applied (``gates=None``: unmodified model)."""
-    from ..measure.evaluate import window_losses
 
     with _autocast(bf16):
         loss = window_losses(lm, info, windows, batch_size=batch_size,
@@ -360,7 +360,7 @@ def fitted(result: dict[str, Any], info: ModelInfo):
 
 
 def attenuation_map(gates) -> dict[int, Any]:
-    """``{layer: alpha}`` for the lens (``lens.collect_residuals(attenuation=...)``): floats for
+    """``{layer: alpha}`` for the lens (``forward.collect_residuals(attenuation=...)``): floats for
     scalar gates, callables ``alpha(x)`` for token gates."""
     if gates.kind == "scalar":
         return {l: float(a) for l, a in zip(gates.layers, gates.alphas())}
@@ -374,10 +374,9 @@ def token_alpha_stats(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batc
     Returns ``mean``, ``std`` (``[n_gated]``), ``q`` (``[len(quantiles), n_gated]``: alpha's
     quantiles over tokens, inside the gate's range (0, 1) where mean +- std need not be),
     ``quantiles`` and ``layers``. The gated model's residual states ``h_l`` (inputs of block ``l``)
-    come from one nnsight trace per batch (``lens.collect_residuals`` with every gate in place);
+    come from one nnsight trace per batch (``forward.collect_residuals`` with every gate in place);
     ``alpha_l(t)`` is evaluated on them. For scalar gates std is 0 and every quantile is alpha.
     """
-    from ..measure.lens import collect_residuals
 
     qs = [float(q) for q in quantiles]
     if any(not 0 <= q <= 1 for q in qs):
@@ -402,7 +401,7 @@ def fitted_alpha_stats(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any
                        window: int, n: int, seed: int = 0, batch: int = 4,
                        quantiles: Sequence[float] = (0.1, 0.9)) -> dict[str, Any]:
     """:func:`token_alpha_stats` of a :func:`fit_gates` result's best gates on ``n`` windows of a
-    corpus, cached by the fit's configuration (as :func:`gated_lens`)."""
+    corpus, cached by the fit's configuration (as ``study.attenuation.gated_lens``)."""
     from ..core.data import token_windows
 
     g = fitted(fit_result, info)
@@ -415,28 +414,3 @@ def fitted_alpha_stats(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any
         return token_alpha_stats(lm, info, g, windows, batch_size=batch, quantiles=quantiles)
 
     return cache.cached("gate-alpha-stats", key, compute, code=fitted_alpha_stats)
-
-
-def gated_lens(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any], *, corpus: str, split: str,
-               window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1"),
-               positions: int | None = None, matmul_dtype: str = "float32"):
-    """The logit-lens corpus pass (``lens.corpus_metrics``) with fitted gates in place, cached by the
-    fit's configuration (gates are identified by the config that produced them). ``positions`` and
-    ``matmul_dtype`` as in ``lens.run_lens`` (analysed positions per window; the unembedding's dtype)."""
-    from ..measure import lens
-    from ..core.data import token_windows
-
-    g = fitted(fit_result, info)
-    key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
-           "n": int(n), "seed": int(seed), "metrics": list(metrics)}
-    if positions is not None or matmul_dtype != "float32":
-        key.update(positions=positions, matmul_dtype=matmul_dtype)
-
-    def compute():
-        windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
-                                prepend_bos=info.prepend_bos)
-        opt = lens.LensOptions(metrics=tuple(metrics), positions=positions, matmul_dtype=matmul_dtype,
-                               seed=seed)
-        return lens.corpus_metrics(lm, info, windows, batch=batch, attenuation=attenuation_map(g), options=opt)
-
-    return cache.cached("gated-lens", key, compute, code=gated_lens)

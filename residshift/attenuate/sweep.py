@@ -31,6 +31,7 @@ import torch
 
 from ..analysis import stats
 from ..core import cache
+from ..core.forward import window_losses
 from ..core.interventions import _alpha_ok
 from ..core.replay import capture, replay
 from ..core.models import ModelInfo
@@ -154,7 +155,6 @@ def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: boo
 def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int],
                 alphas: Sequence[float], *, batch_size: int = 8) -> dict[str, Any]:
     """The reference: one full nnsight forward with ``attenuate`` per (layer, alpha) (slow)."""
-    from ..measure.evaluate import window_losses
     from ..core.interventions import attenuate
 
     base = window_losses(lm, info, windows, batch_size=batch_size).mean(dim=1)
@@ -193,21 +193,3 @@ def best_alpha_per_layer(table) -> Any:
     """Per layer, the alpha with the lowest mean dloss (alpha = 1, dloss 0, included)."""
     idx = table.groupby("layer")["dloss"].idxmin()
     return table.loc[idx].reset_index(drop=True)
-
-
-def best_late_cut(result: dict[str, Any], *, late_fraction: float = 2 / 3) -> tuple[int, float, float]:
-    """The (layer, alpha < 1) with the lowest mean dloss among late layers; returns (layer, alpha, dloss)."""
-    d, layers, alphas = result["dloss"], list(result["layers"]), list(result["alphas"])
-    n_layers = result.get("n_layers") or (max(layers) + 1)
-    best = None
-    for li, layer in enumerate(layers):
-        if layer < late_fraction * n_layers:
-            continue
-        for ai, a in enumerate(alphas):
-            if a < 1:
-                m = float(d[li, ai].mean())
-                if best is None or m < best[2]:
-                    best = (layer, a, m)
-    if best is None:
-        raise ValueError(f"no late layer (>= {late_fraction:.2f} x {n_layers}) with alpha < 1 was swept")
-    return best

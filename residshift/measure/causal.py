@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from ..core import cache
-from .evaluate import window_losses
+from ..core.forward import window_losses
 from ..core.models import ModelInfo
 from ..core.unembed import next_token_losses
 

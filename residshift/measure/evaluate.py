@@ -60,43 +60,8 @@ import torch
 from ..analysis.stats import binomial_se, mean_se, ratio_se
 from ..core import cache as _cache
 from ..core.models import ModelInfo
-from ..core.unembed import next_token_losses
-
-Intervene = Callable[[Any, ModelInfo], None]
-
-
-# --------------------------------------------------------------------------------------------
-# What notebook 00 uses: per-token losses over fixed windows
-# --------------------------------------------------------------------------------------------
-
-
-def window_losses(model, info: ModelInfo, windows: torch.Tensor, *, batch_size: int = 8,
-                  intervene: Intervene | None = None, progress: bool = False) -> torch.Tensor:
-    """Per-token next-token losses ``[n, length - 1]`` (nats) for a batch of windows.
-
-    Position t is scored on predicting token t+1. ``intervene(model, info)``, when given, runs
-    inside the nnsight trace (e.g. ``lambda m, i: attenuate(m, i, {20: 0.5})``); without it the
-    bare torch model runs, which is faster.
-    """
-    if windows.ndim != 2 or windows.shape[1] < 2:
-        raise ValueError(f"windows must be [n, length >= 2] token ids, got shape {tuple(windows.shape)}")
-    out = []
-    starts = range(0, len(windows), batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        starts = tqdm(starts, desc=f"{info.name} loss", unit="batch")
-    for start in starts:
-        ids = windows[start : start + batch_size]
-        with torch.no_grad():
-            if intervene is None:
-                logits = model._module(ids.to(info.embedding.device)).logits
-            else:
-                with model.trace(ids, remote=info.remote):
-                    intervene(model, info)
-                    logits = model.output.logits.save()
-        out.append(next_token_losses(logits, ids).cpu())
-    return torch.cat(out)
+from ..core.data import tokenizer_fingerprint
+from ..core.forward import Intervene
 
 
 def perplexity(losses: torch.Tensor) -> dict[str, float]:
@@ -935,6 +900,56 @@ def run_task(model, info: ModelInfo, task: str, *, tokenizer=None, **kwargs) -> 
     if tokenizer is None:
         raise ValueError("pass tokenizer= (the model carries none)")
     return TASKS[task](model, info, tokenizer, **kwargs)
+
+# --------------------------------------------------------------------------------------------
+# Scoring a model with a short context (the small trained GPTs): which items it can be asked,
+# what a guess would score, and the per-item 0/1 scores the benchmark rules read
+# --------------------------------------------------------------------------------------------
+
+PPL_TASKS = ("wikitext-2-validation", "wikitext-2-test", "wikitext-103-validation", "wikitext-103-test")
+ZERO_SHOT = ("lambada", "piqa", "arc-easy", "arc-challenge")
+MC_TASKS = ("piqa", "arc-easy", "arc-challenge")
+_FIT: dict[tuple, list] = {}
+
+
+def fitting_questions(task: str, tokenizer, info: ModelInfo, context: int) -> list[Question]:
+    """The questions of a multiple-choice task whose every answer fits the model's context (the
+    harness keeps the end of a long context but cannot cut an answer): at context 128 a few long PIQA
+    solutions do not fit. The kept share: :func:`kept_share`."""
+    key = (task, tokenizer_fingerprint(tokenizer), context)
+    if key not in _FIT:
+        qs = piqa_questions() if task == "piqa" else arc_questions(task)
+        bos = info.bos_token_id if info.prepend_bos else None
+        keep = []
+        for q in qs:
+            lens_ = [len(encode_pair(tokenizer, q.context, " " + c, bos_id=bos)[1]) for c in q.choices]
+            if max(lens_) < context - 1:
+                keep.append(q)
+        _FIT[key] = (keep, len(qs))
+    return _FIT[key][0]
+
+
+def kept_share(task: str, tokenizer, info: ModelInfo, context: int) -> tuple[int, int]:
+    """(questions kept, questions in the task) by :func:`fitting_questions`."""
+    fitting_questions(task, tokenizer, info, context)
+    keep, total = _FIT[(task, tokenizer_fingerprint(tokenizer), context)]
+    return len(keep), total
+
+
+def chance_accuracy(task: str, items: np.ndarray, tokenizer, info: ModelInfo, context: int) -> float:
+    """Accuracy of a uniform guess on the scored items: 1/choices for multiple choice; LAMBADA (greedy
+    completion of the last word): 1/vocabulary, i.e. about 0."""
+    if task == "lambada":
+        return 1.0 / len(tokenizer)
+    qs = fitting_questions(task, tokenizer, info, context)
+    return float(np.mean([1.0 / len(qs[int(i)].choices) for i in items]))
+
+
+def item_correct(result: TaskResult) -> np.ndarray:
+    """Per-item 0/1 scores of a zero-shot task: greedy match (LAMBADA) or accuracy (multiple choice)."""
+    d = result.details
+    return np.asarray(d["greedy"] if "greedy" in d else d["acc"], dtype=np.float64)
+
 
 
 def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *,

@@ -28,6 +28,14 @@ Metrics, per layer ``l`` and position ``t``, for ``x = x_t`` ("input") and ``x =
 and two that do not depend on ``x``: ``entropy`` of the lens distribution (nats) and
 ``kl_final`` = ``KL(p_L || p_l)``, from the model's final distribution to the layer's (nats).
 
+The oracle: :func:`reference_metrics` (on :func:`reference_logits`) computes every column above
+the plain way — the model's own final norm and tied matrix, the full logits of every layer and
+position, ``log_softmax``, ranks by counting — in a few lines of torch, with no chunking, fusion or
+compiling, and without :class:`~residshift.core.unembed.Unembed`. Every fast path
+(:func:`residual_metrics` in any chunking, its eager and compiled kernels, :func:`lens_logits`,
+:func:`decode_top`, :func:`corpus_metrics` and :func:`run_lens`) is tested against it, and
+``benchmarks/bench_lens.py`` times and checks the streamed pass against it.
+
 Analysed positions: ``t = 1 .. T-2`` of every window (0-based). Position 0 is dropped because it
 is the BOS token (Gemma) or a context-free attention-sink position (SmolLM2); the last position
 has no next token. Optionally (``positions=k``) only a seeded random subset of ``k`` of those
@@ -52,7 +60,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from ..core.interventions import attenuate_block, attenuation_plan
+from ..core.forward import check_ids, collect_residuals
+from ..core.interventions import attenuation_plan
 from ..core.models import ModelInfo
 from ..core.unembed import Unembed, UnembedError, matmul_dtype, softcap
 
@@ -113,28 +122,6 @@ def metric_columns(metrics: Iterable[str]) -> list[str]:
     return cols
 
 
-def check_ids(ids: Any, info: ModelInfo, *, min_len: int = 3) -> torch.Tensor:
-    """Return ``ids`` as a ``[batch, T]`` long tensor, or raise naming the fix."""
-    if isinstance(ids, (list, tuple)) and ids and isinstance(ids[0], int):
-        ids = [ids]
-    ids = torch.as_tensor(ids) if not isinstance(ids, torch.Tensor) else ids
-    if ids.ndim == 1:
-        ids = ids[None]
-    if ids.ndim != 2:
-        raise LensError(f"token ids must be [batch, T] or [T], got shape {tuple(ids.shape)}")
-    if ids.shape[1] < min_len:
-        raise LensError(
-            f"a sequence of {ids.shape[1]} token(s) is too short: the lens needs at least {min_len} "
-            "(position 0 is dropped, and every analysed position needs a next token); pass a "
-            "longer text"
-        )
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise LensError(f"token ids must be integers, got {ids.dtype}")
-    if int(ids.min()) < 0 or int(ids.max()) >= info.vocab_size:
-        raise LensError(f"token ids must lie in 0..{info.vocab_size - 1} for {info.name}")
-    return ids.long()
-
-
 def encode(tokenizer, info: ModelInfo, text: str) -> torch.Tensor:
     """Token ids ``[1, T]`` of ``text`` as the model saw its training data (BOS per the model)."""
     if not isinstance(text, str) or not text.strip():
@@ -148,57 +135,6 @@ def encode(tokenizer, info: ModelInfo, text: str) -> torch.Tensor:
             "dropped and each analysed position needs a next token): pass a longer text"
         )
     return torch.tensor([ids], dtype=torch.long)
-
-
-# --------------------------------------------------------------------------------------------
-# The residual stream: one trace per batch
-# --------------------------------------------------------------------------------------------
-
-
-def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any] | None = None,
-                      remote: bool = False, return_logits: bool = False):
-    """Residual stream ``[L+1, B, T, d]`` (``h_0`` = input of layer 0, ``h_l`` = output of layer l-1).
-
-    One nnsight trace, stopped after the last block unless the logits are asked for (the final norm
-    and the unembedding of every position would cost as much as the blocks of a large-vocabulary
-    model). ``attenuation = {layer: alpha}`` applies
-    :func:`residshift.core.interventions.attenuate_block` at those layers inside the layer loop (in
-    execution order), so ``h_{l+1}`` is the attenuated block's output. ``remote`` is passed to
-    ``lm.trace`` (``info.remote or remote``): the same code path runs on NDIF. With
-    ``return_logits`` also returns the model's logits ``[B, T, vocab]``.
-    """
-    ids = check_ids(ids, info, min_len=1)
-    plan = attenuation_plan(info, dict(attenuation)) if attenuation else {}
-    layers = info.layer_envoys(lm)
-    saved: list = []
-    logits_box: list = []
-    remote = bool(info.remote or remote)
-    with torch.no_grad():
-        with lm.trace(ids, remote=remote) as tracer:
-            for l, layer in enumerate(layers):
-                if l == 0:
-                    h0 = layer.input
-                    saved.append(h0.save())
-                if l in plan:
-                    attenuate_block(layer, plan[l])
-                out = layer.output
-                saved.append(out.save())
-            if return_logits:
-                logits_box.append(lm.output.logits.save())
-            elif not remote:
-                tracer.stop()
-    hs = torch.stack([_value(h) for h in saved]).float()
-    if return_logits:
-        return hs, _value(logits_box[0]).float()
-    return hs
-
-
-def _value(x):
-    """nnsight 0.8 returns plain tensors after the trace; older versions wrap them in .value."""
-    x = getattr(x, "value", x)
-    if isinstance(x, tuple):  # some transformers versions return (hidden, ...) from a layer
-        x = x[0]
-    return x
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,6 +178,58 @@ def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None 
         top_ids.append(i)
         top_p.append(p)
     return {"ids": torch.stack(top_ids), "probs": torch.stack(top_p), "model_logits": logits}
+
+
+# --------------------------------------------------------------------------------------------
+# The reference lens: the oracle every fast path is tested against
+# --------------------------------------------------------------------------------------------
+
+
+def reference_logits(info: ModelInfo, h: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The oracle's head: ``softcap(E · N(h))`` for residuals ``h [..., d]`` (any leading shape).
+
+    The model's own final-norm module and tied matrix (``info.final_norm``, ``info.embedding``),
+    the matmul and the soft-cap in ``dtype``; nothing of :class:`Unembed`.
+    """
+    with torch.no_grad():
+        logits = info.final_norm(h).to(dtype) @ info.embedding.detach().to(dtype).T
+    cap = info.logit_softcap
+    return cap * torch.tanh(logits / cap) if cap else logits
+
+
+def reference_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
+                      decoder: Decoder | None = None, dtype: torch.dtype = torch.float32,
+                      ) -> dict[str, torch.Tensor]:
+    """The oracle: every column of :func:`residual_metrics`, ``{column: [L+1, B, T-2]}`` at
+    ``t = 1..T-2``, from residuals ``hs [L+1, B, T, d]`` and ids ``[B, T]``, the plain way.
+
+    Per layer, the full logits of every position (:func:`reference_logits`), ``log_softmax``,
+    ``rank = 1 + #{logits strictly greater}``, torch's own cosine. Slow, and ``B·T·vocab`` floats
+    per layer: for checks on small inputs. Every fast path is tested against it.
+    """
+    E, cols = info.embedding.detach().float(), {}
+    tokens = {"input": ids[:, 1:-1], "next": ids[:, 2:]}
+    mu = hs[:, :, 1:].mean(dim=(1, 2))  # cos_centred's centre: positions 1..T-1 of the batch
+    lp_final = torch.log_softmax(reference_logits(info, hs[-1, :, 1:-1], dtype), -1)
+    cos = torch.nn.functional.cosine_similarity
+    with torch.no_grad():
+        for l, h in enumerate(hs[:, :, 1:-1]):
+            hd = decoder(l, h) if decoder is not None else h
+            z, logits = info.final_norm(hd).float(), reference_logits(info, hd, dtype)
+            lp = torch.log_softmax(logits, -1)
+            for which, x in tokens.items():
+                e, x1 = E[x], x[..., None]
+                rank = ((logits > logits.gather(-1, x1)).sum(-1) + 1).float()
+                lpx = lp.gather(-1, x1)[..., 0]
+                row = {"rank": rank, "logrank": rank.log10(), "logprob": lpx, "prob": lpx.exp(),
+                       "top1": (rank == 1).float(), "cos_raw": cos(h, e, dim=-1),
+                       "cos_norm": cos(z, e, dim=-1), "cos_centred": cos(h - mu[l], e - E.mean(0), dim=-1),
+                       "proj": (z * e).sum(-1) / e.norm(dim=-1)}
+                for m, v in row.items():
+                    cols.setdefault(f"{m}_{which}", []).append(v)
+            cols.setdefault("entropy", []).append(-(lp.exp() * lp).sum(-1))
+            cols.setdefault("kl_final", []).append((lp_final.exp() * (lp_final - lp)).sum(-1))
+    return {c: torch.stack(cols[c]) for c in metric_columns(METRICS)}
 
 
 @dataclass

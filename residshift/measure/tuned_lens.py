@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import cache
+from ..core import cache, forward
 from ..core.fitting import FitConfig, fit as run_fit, random_batch
 from ..core.unembed import Unembed
 from ..core.models import ModelInfo
@@ -192,11 +192,9 @@ def collect_residuals(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tens
     """``[h_0, ..., h_L]``, each ``[batch, seq, d]`` fp32, from one nnsight trace (no grad).
 
     ``h_0`` is the input of block 0 and ``h_l`` the output of block ``l - 1``; the final norm is
-    not applied. Delegates to the shared collector :func:`residshift.measure.lens.collect_residuals`.
+    not applied. Delegates to the shared collector :func:`residshift.core.forward.collect_residuals`.
     """
-    from .lens import collect_residuals as shared
-
-    return list(shared(lm, info, ids).unbind(0))
+    return list(forward.collect_residuals(lm, info, ids).unbind(0))
 
 
 # --------------------------------------------------------------------------------------------

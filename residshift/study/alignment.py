@@ -2,8 +2,7 @@
 
 The notebook orchestrates; everything it computes or draws is a call into this module:
 
-- **compute** (cached by the modules that own the results): :func:`load_models`,
-  :func:`lens_passes` (``lens.run_lens`` with the profile's ``lens_*`` keys), :func:`token_counts` and
+- **compute** (cached by the modules that own the results): :func:`lens_passes` (``lens.run_lens`` with the profile's ``lens_*`` keys), :func:`token_counts` and
   :func:`unigram_baselines` (the frequency decoder C1 is judged against), :func:`sensitivity_passes`
   (BOS on/off, raw vs detokenized WikiText), :func:`fit_tuned_lenses` / :func:`tuned_passes`,
   :func:`causal_profiles`;
@@ -22,21 +21,19 @@ Every function that takes ``P`` (the resolved profile) reads only keys the noteb
 """
 from __future__ import annotations
 
-import inspect
 import time
 from typing import Any, Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 
 from ..analysis import stats, verdicts
+from ..analysis.stats import as_numpy
 from ..measure import lens
 from .plotting import PALETTE
 
 NAME = "03-alignment-curves"
-# The band C1.depth compares the emergence with (the rule's default; stated in its rule text).
-BAND: tuple[float, float] = inspect.signature(verdicts.c1_depth).parameters["band"].default
 PAPER_REF = {"model": "Gemma-2-2B (paper)", "layer": 17, "n_layers": 26, "relative": 17 / 26}
 DEPTH_METRICS = tuple(verdicts.DEPTH_METRICS)  # metrics whose half-way depth means something
 # Panels whose layer-0 value is far from every other layer's (the embedding itself is not normed
@@ -57,11 +54,6 @@ SENSITIVITY_METRICS = ("top1", "prob", "logrank")
 MIN_GROUP_TOKENS = 20
 
 
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
-
 
 def _style(names) -> dict[str, str]:
     return {n: MODEL_STYLE[i % len(MODEL_STYLE)] for i, n in enumerate(names)}
@@ -75,9 +67,6 @@ def _symlog(ax, values, linthresh: float) -> None:
         ax.set_yscale("symlog", linthresh=linthresh)
 
 
-def _np(x) -> np.ndarray:
-    return x.detach().double().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
-
 
 def _rel(e) -> str:
     return stats.format_ci(e.relative, *e.relative_ci, 2)
@@ -86,13 +75,6 @@ def _rel(e) -> str:
 # --------------------------------------------------------------------------------------------
 # Compute (cached by the modules that own the results)
 # --------------------------------------------------------------------------------------------
-
-
-def load_models(P) -> dict[str, Any]:
-    """``{name: LoadedModel}`` for the profile's models, on its device."""
-    from ..core.models import load_model
-
-    return {name: load_model(name, device=P.device) for name in P.models}
 
 
 def lens_pass(loaded, P, *, metrics=None, decoder=None, decoder_id: str | None = None,
@@ -232,8 +214,8 @@ def c1_arrays(result, baseline: Mapping[str, Any]) -> dict[str, np.ndarray]:
     for col in ("top1_input", "top1_next"):
         if col not in result.per_seq:
             raise ValueError(f"the lens result has no {col!r}: run the lens with metrics including 'top1'")
-    arrays = {"top1_input": _np(result.per_seq["top1_input"]), "top1_next": _np(result.per_seq["top1_next"]),
-              "unigram_input": _np(baseline["top1_input"]), "unigram_next": _np(baseline["top1_next"])}
+    arrays = {"top1_input": as_numpy(result.per_seq["top1_input"]), "top1_next": as_numpy(result.per_seq["top1_next"]),
+              "unigram_input": as_numpy(baseline["top1_input"]), "unigram_next": as_numpy(baseline["top1_next"])}
     if arrays["unigram_input"].shape[0] != arrays["top1_input"].shape[0]:
         raise ValueError("the unigram baseline was computed on other windows: compute it from this result "
                          "(lens.unigram_baseline(result, counts))")
@@ -243,39 +225,20 @@ def c1_arrays(result, baseline: Mapping[str, Any]) -> dict[str, np.ndarray]:
 def depth_curves(result) -> dict[str, np.ndarray]:
     """What ``verdicts.c1_depth`` takes: metric -> ``[n_windows, L+1]`` next-token curves, for the
     metrics of :data:`DEPTH_METRICS` the result holds."""
-    out = {m: _np(result.per_seq[f"{m}_next"]) for m in DEPTH_METRICS if f"{m}_next" in result.per_seq}
+    out = {m: as_numpy(result.per_seq[f"{m}_next"]) for m in DEPTH_METRICS if f"{m}_next" in result.per_seq}
     if not out:
         raise ValueError(f"the lens result holds none of {DEPTH_METRICS}: run it with one of them")
     return out
 
 
-def min_run(n_layers: int) -> int:
-    """The C1.middle run length: 2 consecutive quiet layers, or fewer where a model has too few
-    candidates h_2..h_(L-2) (the 4-layer test models of the smoke profile)."""
-    return max(1, min(2, n_layers - 3))
-
-
 def c1_rows(result, baseline, P, *, model: str, decoder: str) -> list:
     """C1.early / middle / late / C1 and one C1.depth row per depth metric, for one model and decoder."""
     rows = verdicts.c1_regimes(**c1_arrays(result, baseline), model=model, decoder=decoder,
-                               min_run=min_run(result.n_layers), n_boot=P.n_boot, seed=P.seed,
+                               min_run=verdicts.c1_min_run(result.n_layers), n_boot=P.n_boot, seed=P.seed,
                                source=f"{NAME}-c1")
-    rows += verdicts.c1_depth(depth_curves(result), model=model, decoder=decoder, band=BAND, n_boot=P.n_boot,
+    rows += verdicts.c1_depth(depth_curves(result), model=model, decoder=decoder, n_boot=P.n_boot,
                               seed=P.seed, source=f"{NAME}-shift-depth")
     return rows
-
-
-def verdict_table(rows) -> pd.DataFrame:
-    """The verdict rows as a readable table (estimate with its CI; the level where it is not 95%)."""
-    out = []
-    for r in rows:
-        lo, hi = r.ci
-        est = "–" if r.estimate is None else stats.format_ci(r.estimate, lo, hi, 3)
-        if r.level is not None and lo is not None and abs(r.level - 0.95) > 1e-9:
-            est += f" ({100 * r.level:.3g}% CI)"
-        out.append({"model": r.model, "decoder": r.variant, "claim": r.claim_id, "verdict": r.verdict,
-                    "statistic": r.statistic, "estimate [CI]": est})
-    return pd.DataFrame(out).set_index(["model", "decoder", "claim"])
 
 
 def excess_curves(result, baseline, P) -> dict[str, Any]:
@@ -295,7 +258,7 @@ def extremes_table(results: Mapping[str, Any], P) -> pd.DataFrame:
                 continue
             src = res.per_seq_median if m == "rank" else res.per_seq
             stat = np.median if m == "rank" else np.mean
-            peak = {w: int(np.argmax(o * stat(_np(src[f"{m}_{w}"]), axis=0))) for w in lens.WHICH}
+            peak = {w: int(np.argmax(o * stat(as_numpy(src[f"{m}_{w}"]), axis=0))) for w in lens.WHICH}
             rows.append({"model": name, "metric": m, "layers": res.n_layers,
                          "input most aligned at": f"h_{peak['input']}",
                          "next most aligned at": f"h_{peak['next']}",
@@ -326,23 +289,14 @@ def power_table(results: Mapping[str, Any], baselines: Mapping[str, dict], rows,
     out = []
     for name, res in results.items():
         a = c1_arrays(res, baselines[name])
-        n, L = a["top1_input"].shape
-        L -= 1
-        d_in = a["top1_input"] - a["unigram_input"][:, None]
-        d_nx = a["top1_next"] - a["unigram_next"][:, None]
-        cand = list(range(2, L - 1))
-        sd = lambda x: float(np.std(x, ddof=1))  # noqa: E731
+        n = a["top1_input"].shape[0]
+        mde = verdicts.c1_power(**a)
         depth = next((r for r in rows if r.model == name and r.variant == "logit lens" and r.claim_id == "C1.depth"
                       and r.details.get("metric") == "top1"), None)
         half = None if depth is None or depth.ci[0] is None else (depth.ci[1] - depth.ci[0]) / 2
         out.append({"model": name, "windows": n, "positions per window": res.tokens["cur"].numel() // n,
-                    "MDE early (h_1)": stats.mde_paired_mean(sd(d_in[:, 1]), n, sided="two"),
-                    f"MDE late (h_(L-1))": stats.mde_paired_mean(sd(d_nx[:, L - 1]), n, sided="two"),
-                    "MDE middle (Bonferroni)": (stats.mde_paired_mean(max(max(sd(d_in[:, l]), sd(d_nx[:, l]))
-                                                                          for l in cand), n,
-                                                                      alpha=0.05 / len(cand), sided="two")
-                                                if cand else None),
-                    "emergence CI half-width (l/L)": half})
+                    "MDE early (h_1)": mde["early"], "MDE late (h_(L-1))": mde["late"],
+                    "MDE middle (Bonferroni)": mde["middle"], "emergence CI half-width (l/L)": half})
     return pd.DataFrame(out).set_index("model").round(3)
 
 
@@ -411,7 +365,6 @@ def metrics_panel(results: Mapping[str, Any], baselines: Mapping[str, dict], P):
     Log-prob, projection and KL panels start at ``h_1`` (:data:`FROM_LAYER_1`): their ``h_0`` values
     lie far from every other layer's and would flatten the rest. Returns ``(fig, numbers)``.
     """
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     first = next(iter(results.values()))
@@ -437,7 +390,7 @@ def metrics_panel(results: Mapping[str, Any], baselines: Mapping[str, dict], P):
             for which in lens.WHICH:
                 key = f"{metric}_{which}"
                 if key in base:  # the unigram decoder does not depend on the layer
-                    ax.axhline(float(_np(base[key]).mean()), color=PALETTE[which], ls=style[name], lw=0.8,
+                    ax.axhline(float(as_numpy(base[key]).mean()), color=PALETTE[which], ls=style[name], lw=0.8,
                                alpha=0.6, dashes=(1, 2))
         if metric == "rank":
             ax.set_yscale("log")
@@ -457,14 +410,13 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
     """Top-1 rate minus the unigram decoder's, per layer ``h_1..h_L``, per model (columns) and decoder
     (line style), with the layers each C1 test reads: ``h_1`` (early), the middle candidates, ``h_{L-1}``
     (late), and the margin. ``results``: ``{decoder: {model: LensResult}}``. Returns ``(fig, numbers)``."""
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     from matplotlib.ticker import MaxNLocator
 
     models = list(next(iter(results.values())))
     fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 3.8), squeeze=False)
-    margin = inspect.signature(verdicts.c1_regimes).parameters["margin"].default
+    margin = verdicts.C1_MARGIN
     numbers: dict[str, dict] = {}
     for ax, name in zip(axes[0], models):
         L = next(iter(results.values()))[name].n_layers
@@ -501,14 +453,13 @@ def shift_depth_panel(transitions: Mapping[str, list], rows, P):
     """Fade (input colour), crossing (black tick) and emergence (next colour) per depth metric and
     model · decoder, as relative depth with 95% CIs; the C1.depth band shaded, the paper's reference
     dashed. Returns ``(fig, numbers)``."""
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     kinds = {"fade": (PALETTE["input"], "o", -0.2), "crossing": ("k", "|", 0.0),
              "emergence": (PALETTE["next"], "s", 0.2)}
     n = sum(len(r) for r in transitions.values())
     fig, ax = plt.subplots(figsize=(8.5, 0.42 * n + 1.8))
-    ax.axvspan(*BAND, color=PALETTE["next"], alpha=0.08, lw=0)
+    ax.axvspan(*verdicts.DEPTH_BAND, color=PALETTE["next"], alpha=0.08, lw=0)
     y, ticks, labels = 0.0, [], []
     verdict = {(r.model, r.variant, r.details.get("metric")): r.verdict for r in rows if r.claim_id == "C1.depth"}
     for label, trs in transitions.items():
@@ -538,7 +489,7 @@ def shift_depth_panel(transitions: Mapping[str, list], rows, P):
                                                                  "emergence": "next-token emergence"}[k])
                for k, (c, m, _) in kinds.items()]
     handles.append(plt.Rectangle((0, 0), 1, 1, color=PALETTE["next"], alpha=0.15,
-                                 label=f"C1.depth band [{BAND[0]}, {BAND[1]}]"))
+                                 label=f"C1.depth band [{verdicts.DEPTH_BAND[0]}, {verdicts.DEPTH_BAND[1]}]"))
     ax.legend(handles=handles, loc="lower right", fontsize=8)
     fig.tight_layout()
     return fig, shift_numbers(transitions)
@@ -556,7 +507,7 @@ def sensitivity_rows(sens: Mapping[str, Mapping[str, Any]], base_counts: Mapping
                     for r in c1_rows(res, base, P, model=name, decoder="logit lens")}
             d = rows[("C1.depth", "top1")]
             L = res.n_layers
-            top1 = {w: _np(res.per_seq[f"top1_{w}"]).mean(0) for w in lens.WHICH}
+            top1 = {w: as_numpy(res.per_seq[f"top1_{w}"]).mean(0) for w in lens.WHICH}
             out.append({"model": name, "setting": setting, "bos": res.config.get("bos"),
                         "detokenize": res.config.get("detokenize"),
                         "input top-1 at h_1": float(top1["input"][1]),
@@ -574,7 +525,6 @@ def sensitivity_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def sensitivity_panel(sens: Mapping[str, Mapping[str, Any]], P):
     """Top-1 curves (input and next) per model under each setting (line style). Returns ``(fig, numbers)``."""
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     styles = dict(zip(SETTINGS, ("-", "--", ":")))
@@ -619,7 +569,6 @@ def token_group_panel(results: Mapping[str, Any], groups: Mapping[str, dict], P)
     """Input (solid) and next (dashed) top-1 rates per token group, per model (columns) and grouping
     (rows); colours are categories, not the input/next colours. Returns ``(fig, rows)``: per group the
     token count, the input top-1 at mid-depth and the top-1 crossing, each with a 95% CI."""
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     names = list(results)
@@ -680,7 +629,7 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
     for name, rep in reports.items():
         cfg = rep["config"]
         L = n_layers[name]
-        kl_l, kl_t = _np(rep["kl_logit"]).mean(0), _np(rep["kl_tuned"]).mean(0)
+        kl_l, kl_t = as_numpy(rep["kl_logit"]).mean(0), as_numpy(rep["kl_tuned"]).mean(0)
         mid = L // 2
         evals = [h for h in rep.get("history", []) if isinstance(h, dict) and "eval" in h]
         # a layer is still improving when its best early-stopping KL is its last evaluation's
@@ -703,7 +652,6 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
 def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: Mapping[str, dict], P):
     """Top-1 curves under the logit lens (solid) and the tuned lens (dashed) per model, and the held-out
     KL to the final distribution per layer (log scale). Returns ``(fig, numbers)``."""
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     names = list(results)
@@ -752,7 +700,6 @@ def causal_panel(profiles: Mapping[str, dict], P):
     (Δloss minus the random-direction control) over ``h_1..h_{L-1}`` with ``h_0`` and ``h_L`` as open
     markers (fixed by construction, not localization evidence); (2) the random-direction control's
     own Δloss (symlog); (3) the skip-path ablation per block. Returns ``(fig, numbers)``."""
-    plt = _plt()
     from ..measure import causal
 
     names = list(profiles)
@@ -841,7 +788,7 @@ def net_mde(prof: Mapping[str, Any]) -> float:
     median over ``h_1..h_{L-1}`` of the per-window SD of the next-direction effect net of the control."""
     from ..measure import causal
 
-    eff = _np(causal.direction_effects(prof["direction"])["next"])
+    eff = as_numpy(causal.direction_effects(prof["direction"])["next"])
     L = prof["n_layers"]
     cols = [k for k, r in enumerate(prof["direction"]["residuals"]) if 0 < r < L]
     sd = float(np.median(eff[:, cols].std(axis=0, ddof=1))) if cols else float("nan")
@@ -854,7 +801,7 @@ def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
 
     rows = []
     for name, prof in profiles.items():
-        c = _np(causal.direction_effects(prof["direction"])["control"]).mean(0)
+        c = as_numpy(causal.direction_effects(prof["direction"])["control"]).mean(0)
         L = prof["n_layers"]
         res_idx = list(prof["direction"]["residuals"])
         inner = c[[k for k, r in enumerate(res_idx) if 0 < r < L]]
@@ -863,7 +810,7 @@ def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
                      "layers above 1 nat": int((c > 1).sum()), "layers profiled": len(res_idx),
                      "windows": int(eff_n(prof)),
                      "MDE of a net effect (nats)": net_mde(prof),
-                     "clean loss (nats)": float(_np(prof["direction"]["clean"]).mean())})
+                     "clean loss (nats)": float(as_numpy(prof["direction"]["clean"]).mean())})
     return pd.DataFrame(rows).set_index("model").round(3)
 
 

@@ -2,7 +2,7 @@
 
 The notebooks orchestrate; what they compute or draw is a call into this module:
 
-- **04, the fixed cut** — compute: :func:`load_models`, :func:`run_sweeps` (the layer x alpha grid,
+- **04, the fixed cut** — compute: :func:`run_sweeps` (the layer x alpha grid,
   ``attenuate.sweep`` with the ``sweep_*`` keys), :func:`confirm_sweeps` (the late-cut candidates
   on further windows); tables and rules: :func:`sweep_tables`, :func:`alpha0_table`,
   :func:`c2_rows`, :func:`chosen_cut`; misalignment after the chosen cut: :func:`cut_lens`,
@@ -26,16 +26,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
 
 from ..analysis import stats, verdicts
+from ..analysis.stats import as_numpy
 from ..attenuate import gates, sweep
 from ..core import cache
-from ..measure import lens
+from ..core.data import token_windows
+from ..core.forward import corpus_window_losses
+from ..core.interventions import attenuate
+from ..measure import evaluate, lens
 from .plotting import PALETTE
 
 NAME04 = "04-attenuation-sweep"
@@ -44,71 +49,15 @@ LENS_METRICS = ("logprob", "logrank", "top1")  # what the misalignment rule read
 LENS_SPLIT = "test"  # the lens windows: disjoint from the sweep's (validation) windows
 LOSS_SPLIT = "test"  # notebook 05's loss comparison: the best fixed cut was chosen on validation
 BENCH_TASKS = ("lambada", "piqa", "arc-easy", "arc-challenge")
-PROBE_ALPHA = 0.5  # the alpha C2.layer-sensitive reads (must be in the sweep grid)
 VARIANT_STYLE = {"unmodified": ("k", "-", None), "fixed cut": ("#0173b2", "--", "o"),
                  "scalar": ("#0173b2", "--", "o"), "token": ("#cc78bc", ":", "s")}
 
-
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _variant_style(label: str) -> tuple[str, Any, str | None]:
     """(colour, line style, marker) of a variant label ("unmodified", "fixed cut", "scalar gates", ...)."""
     return next((v for k, v in VARIANT_STYLE.items() if label.startswith(k)), ("#555555", "-.", None))
 
-
-def _np(x) -> np.ndarray:
-    return x.detach().double().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
-
-
-def load_models(P) -> dict[str, Any]:
-    """``{name: LoadedModel}`` for the profile's models, on its device."""
-    from ..core.models import load_model
-
-    return {name: load_model(name, device=P.device) for name in P.models}
-
-
-def verdict_table(rows) -> pd.DataFrame:
-    """Verdict rows as a readable table: estimate [CI], n, and the minimum detectable effect."""
-    out = []
-    for r in rows:
-        lo, hi = r.ci
-        est = "–" if r.estimate is None else stats.format_ci(r.estimate, lo, hi, 4)
-        mde = r.details.get("mde")
-        out.append({"model": r.model, "variant": r.variant or "", "claim": r.claim_id, "verdict": r.verdict,
-                    "statistic": r.statistic, "estimate [95% CI]": est, "n": r.n,
-                    "MDE": "" if mde is None else f"{mde:.3g} {r.details.get('mde_unit', '')}".strip(),
-                    "per seed": ", ".join(r.per_seed) if r.per_seed else ""})
-    return pd.DataFrame(out).set_index(["model", "variant", "claim"])
-
-
-def power_lines(rows) -> list[str]:
-    """One sentence per row that carries a minimum detectable effect: what this profile can see.
-
-    The MDE is the smallest true effect the row's test detects with 80% power; where it exceeds the
-    rule's materiality margin, a real effect between the two could be missed (power gave way to the
-    run-time budget). A 'not reproduced' needs the interval to exclude the margin, which can happen
-    even then when the effect goes the other way.
-    """
-    lines = []
-    for r in rows:
-        mde, margin = r.details.get("mde"), r.details.get("margin")
-        if mde is None:
-            continue
-        unit = r.details.get("mde_unit", "")
-        text = f"{r.model} · {r.claim_id}: with n = {r.n} the test detects an effect of {mde:.3g} {unit} with 80% power"
-        if margin is not None and mde > margin:
-            text += (f", more than the materiality margin of {margin:g} {unit}: a real effect between the two "
-                     "could be missed (power gave way to the run-time budget; the paper profile has more units)")
-        elif margin is not None:
-            text += f", within the materiality margin of {margin:g} {unit}"
-        lines.append(text + ".")
-    for line in lines:
-        print(line)
-    return lines
 
 
 # ============================================================================================
@@ -138,7 +87,6 @@ def sweep_tables(sweeps: Mapping[str, dict], P) -> dict[str, pd.DataFrame]:
 def heatmap_panel(tables: Mapping[str, pd.DataFrame]):
     """Mean dloss per (block, alpha), one panel per model, ONE colour scale (symmetric log) for all
     panels; a dot marks cells whose 95% CI excludes 0. Returns ``(fig, numbers)``."""
-    plt = _plt()
     from matplotlib.colors import SymLogNorm
 
     vmax = max(float(t.dloss.abs().max()) for t in tables.values()) or 1.0
@@ -167,7 +115,6 @@ def heatmap_panel(tables: Mapping[str, pd.DataFrame]):
 def curves_panel(tables: Mapping[str, pd.DataFrame]):
     """Mean dloss per block, one line per alpha < 1, 95% CI bands; panels share the y axis
     (symmetric log, linear within +-0.01 nats). Returns ``(fig, numbers)``."""
-    plt = _plt()
     fig, axes = plt.subplots(1, len(tables), figsize=(5.6 * len(tables), 4.0), squeeze=False, sharey=True)
     numbers = {}
     for ax, (name, t) in zip(axes[0], tables.items()):
@@ -230,7 +177,7 @@ def confirm_sweeps(models: Mapping[str, Any], sweeps: Mapping[str, dict], P,
                                       n_windows=n_sel + P.sweep_confirm_windows)
             res = sweep.run_sweep(lm, info, tok, cfg)
             for ai, a in enumerate(alphas):
-                out[name][(layer, a)] = _np(res["dloss"][0, ai, n_sel:])
+                out[name][(layer, a)] = as_numpy(res["dloss"][0, ai, n_sel:])
         if verbose:
             cands = ", ".join(f"block {c['layer']} alpha={c['alpha']:g} ({c['selection_mean']:+.4f})" for c in picked)
             print(f"{name}: candidates chosen on the {n_sel} grid windows: {cands}; confirmed on "
@@ -246,7 +193,7 @@ def c2_rows(models: Mapping[str, Any], sweeps: Mapping[str, dict],
     for name, r in sweeps.items():
         info = models[name].info
         rows += verdicts.c2_layer_sensitive(r["dloss"], r["layers"], r["alphas"], model=name,
-                                            probe_alpha=PROBE_ALPHA, n_boot=P.atten_boot, seed=P.seed,
+                                            probe_alpha=verdicts.PROBE_ALPHA, n_boot=P.atten_boot, seed=P.seed,
                                             source=f"{NAME04}-heatmap")
         rows += verdicts.c2_late_cut(r["dloss"], r["layers"], r["alphas"], n_layers=info.n_layers, model=name,
                                      confirm_dloss=confirmations[name], n_boot=P.atten_boot, seed=P.seed,
@@ -294,7 +241,7 @@ def cut_lens(models: Mapping[str, Any], cuts: Mapping[str, tuple[int, float]], P
 
 def _loss(res) -> np.ndarray:
     """Per-window next-token loss on the lens's analysed positions: -log p(next) at h_L."""
-    return -_np(res.per_seq["logprob_next"])[:, -1]
+    return -as_numpy(res.per_seq["logprob_next"])[:, -1]
 
 
 def misalignment_rows(runs: Mapping[str, Mapping[str, Any]], cuts: Mapping[str, tuple[int, float]], P) -> list:
@@ -356,7 +303,7 @@ def _shared_range(panels) -> None:
 def _stack_seeds(results) -> dict[str, np.ndarray]:
     """Per-window curves averaged over seeds (one LensResult or a list of them)."""
     res = results if isinstance(results, (list, tuple)) else [results]
-    return {k: np.mean([_np(x.per_seq[k]) for x in res], axis=0) for k in res[0].per_seq}
+    return {k: np.mean([as_numpy(x.per_seq[k]) for x in res], axis=0) for k in res[0].per_seq}
 
 
 def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mapping[str, int] | None = None,
@@ -374,7 +321,6 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
     ``h_1`` lies. ``markers``: ``{model: block}`` draws a line where the edited residual state begins.
     Returns ``(fig, numbers)``.
     """
-    plt = _plt()
     from matplotlib.lines import Line2D
 
     n = len(runs)
@@ -467,7 +413,6 @@ def fit_table(fits: Mapping[tuple, dict]) -> pd.DataFrame:
 def fit_history_panel(fits: Mapping[tuple, dict]):
     """Held-out loss minus the unmodified model's, per evaluation, one line per fit; a marker at
     the kept (best) step. Panels per model. Returns ``(fig, numbers)``."""
-    plt = _plt()
     names = list(dict.fromkeys(k[0] for k in fits))
     fig, axes = plt.subplots(1, len(names), figsize=(5.6 * len(names), 3.6), squeeze=False)
     numbers: dict[str, Any] = {}
@@ -510,12 +455,11 @@ def alpha_panel(astats: Mapping[tuple, dict], P):
     ``1 - alpha_l(t)`` over tokens (inside (0, 1) by construction). Dashed: the initial value
     ``1 - sigmoid(6)``; dotted: the 0.05 floor of a material attenuation (C3.concentrates).
     Returns ``(fig, numbers)``."""
-    plt = _plt()
     names = list(dict.fromkeys(k[0] for k in astats))
     kinds = list(P.gate_kinds)
     fig, axes = plt.subplots(len(names), len(kinds), figsize=(5.4 * len(kinds), 3.4 * len(names)),
                              squeeze=False, sharey=True)
-    floor = _concentration_default("min_attenuation")
+    floor = verdicts.MIN_ATTENUATION
     init = 1 - float(torch.sigmoid(torch.tensor(gates.THETA_INIT)))
     numbers: dict[str, Any] = {}
     for i, name in enumerate(names):
@@ -524,9 +468,9 @@ def alpha_panel(astats: Mapping[tuple, dict], P):
             for s in P.gate_seeds:
                 st = astats[(name, kind, s)]
                 layers = np.asarray(st["layers"])
-                att = 1 - _np(st["mean"])
+                att = 1 - as_numpy(st["mean"])
                 line, = ax.plot(layers, att, marker=".", label=f"seed {s}")
-                q = 1 - _np(st["q"])  # quantiles of alpha -> of 1 - alpha (order flips)
+                q = 1 - as_numpy(st["q"])  # quantiles of alpha -> of 1 - alpha (order flips)
                 if kind == "token":
                     ax.fill_between(layers, q[-1], q[0], color=line.get_color(), alpha=0.15, lw=0)
                 numbers[f"{name}/{kind}/seed{s}"] = {"layers": layers.tolist(), "attenuation_mean": att.tolist(),
@@ -544,12 +488,6 @@ def alpha_panel(astats: Mapping[tuple, dict], P):
     return fig, numbers
 
 
-def _concentration_default(name: str):
-    import inspect
-
-    return inspect.signature(verdicts.c3_concentration).parameters[name].default
-
-
 def concentration_rows(models: Mapping[str, Any], fits: Mapping[tuple, dict],
                        astats: Mapping[tuple, dict], P) -> list:
     """``verdicts.c3_concentration`` per model and gate kind (token gates: mean alpha over tokens);
@@ -558,7 +496,7 @@ def concentration_rows(models: Mapping[str, Any], fits: Mapping[tuple, dict],
     for name, loaded in models.items():
         for kind in P.gate_kinds:
             keys = [(name, kind, s) for s in P.gate_seeds]
-            a = np.stack([_np(astats[k]["mean"]) for k in keys])
+            a = np.stack([as_numpy(astats[k]["mean"]) for k in keys])
             rows += verdicts.c3_concentration(a, astats[keys[0]]["layers"], loaded.info.n_layers, model=name,
                                               variant=f"{kind} gates",
                                               converged=[fits[k]["stopped_early"] for k in keys],
@@ -567,29 +505,17 @@ def concentration_rows(models: Mapping[str, Any], fits: Mapping[tuple, dict],
 
 
 def _windows(loaded, P, split: str, n: int, window: int):
-    from ..core.data import token_windows
-
     _, tok, info = loaded
     return token_windows(P.sweep_corpus, split, tok, length=window, n=n, seed=P.seed, prepend_bos=info.prepend_bos)
 
 
 def variant_losses(loaded, P, *, variant: Mapping[str, Any], intervene=None) -> np.ndarray:
     """Per-window mean next-token loss on ``eval_windows`` test windows of the sweep corpus, with an
-    edit (``intervene(model, info)``) identified by ``variant`` (a JSON-able description: the cut,
-    or a fit's config); cached under ``attenuation-window-losses``."""
-    from ..core.interventions import attenuate
-    from ..measure.evaluate import window_losses
-
+    edit (``intervene(model, info)``) identified by ``variant`` (``forward.corpus_window_losses``)."""
     lm, tok, info = loaded
-    key = {"model": info.name, "corpus": P.sweep_corpus, "split": LOSS_SPLIT, "window": P.eval_window,
-           "n": P.eval_windows, "seed": P.seed, "variant": dict(variant)}
-
-    def compute():
-        w = _windows(loaded, P, LOSS_SPLIT, P.eval_windows, P.eval_window)
-        return _np(window_losses(lm, info, w, batch_size=P.sweep_batch, intervene=intervene).mean(dim=1))
-
-    return cache.cached("attenuation-window-losses", key, compute,
-                        code=[window_losses, attenuate, gates.gate_intervention])
+    return corpus_window_losses(lm, info, tok, corpus=P.sweep_corpus, split=LOSS_SPLIT, window=P.eval_window,
+                                n=P.eval_windows, seed=P.seed, batch_size=P.sweep_batch, variant=variant,
+                                intervene=intervene, code=[attenuate, gates.gate_intervention])
 
 
 def test_losses(models: Mapping[str, Any], fits: Mapping[tuple, dict], sweeps: Mapping[str, dict],
@@ -597,8 +523,6 @@ def test_losses(models: Mapping[str, Any], fits: Mapping[tuple, dict], sweeps: M
     """Per model, per-window test losses of the unmodified model, of the best fixed cut (chosen on
     the sweep's validation windows by ``verdicts.best_fixed_cut``, alpha = 1 among the candidates)
     and of every fit: ``{model: {"unmodified", "cut", "cut_info", "gates": {kind: [n_seeds, n]}}}``."""
-    from ..core.interventions import attenuate
-
     out = {}
     for name, loaded in models.items():
         r = sweeps[name]
@@ -653,7 +577,6 @@ def loss_table(losses: Mapping[str, dict], P) -> pd.DataFrame:
 def loss_panel(table: pd.DataFrame):
     """Loss change vs the unmodified model per variant with 95% CIs, one panel per model, ONE x axis
     (symmetric log, linear within +-0.01 nats). Returns ``(fig, numbers)``."""
-    plt = _plt()
     names = list(dict.fromkeys(table.model))
     t0 = table[table.variant != "unmodified"]
     k = max(len(t0[t0.model == n]) for n in names)
@@ -674,9 +597,31 @@ def loss_panel(table: pd.DataFrame):
     return fig, table.to_dict(orient="records")
 
 
+def gated_lens(lm, info, tokenizer, fit_result: dict[str, Any], *, corpus: str, split: str,
+               window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1"),
+               positions: int | None = None, matmul_dtype: str = "float32"):
+    """The logit-lens corpus pass (``lens.corpus_metrics``) with fitted gates in place, cached by the
+    fit's configuration (gates are identified by the config that produced them). ``positions`` and
+    ``matmul_dtype`` as in ``lens.run_lens`` (analysed positions per window; the unembedding's dtype)."""
+    g = gates.fitted(fit_result, info)
+    key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
+           "n": int(n), "seed": int(seed), "metrics": list(metrics)}
+    if positions is not None or matmul_dtype != "float32":
+        key.update(positions=positions, matmul_dtype=matmul_dtype)
+
+    def compute():
+        windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
+                                prepend_bos=info.prepend_bos)
+        opt = lens.LensOptions(metrics=tuple(metrics), positions=positions, matmul_dtype=matmul_dtype,
+                               seed=seed)
+        return lens.corpus_metrics(lm, info, windows, batch=batch, attenuation=gates.attenuation_map(g), options=opt)
+
+    return cache.cached("gated-lens", key, compute, code=gated_lens)
+
+
 def gate_lens(models: Mapping[str, Any], fits: Mapping[tuple, dict], P) -> dict[str, dict]:
     """The lens on the lens windows, unmodified (``lens.run_lens``, the same cached pass as notebook
-    04's) and with every fit's gates (``gates.gated_lens``): ``{model: {"unmodified": res,
+    04's) and with every fit's gates (:func:`gated_lens`): ``{model: {"unmodified": res,
     "<kind> gates": [res per seed]}}``."""
     out = {}
     for name, loaded in models.items():
@@ -684,7 +629,7 @@ def gate_lens(models: Mapping[str, Any], fits: Mapping[tuple, dict], P) -> dict[
         out[name] = {"unmodified": _lens(loaded, P)}
         for kind in P.gate_kinds:
             out[name][f"{kind} gates"] = [
-                gates.gated_lens(lm, info, tok, fits[(name, kind, s)], corpus=P.sweep_corpus, split=LENS_SPLIT,
+                gated_lens(lm, info, tok, fits[(name, kind, s)], corpus=P.sweep_corpus, split=LENS_SPLIT,
                                  window=P.atten_lens_window, n=P.atten_lens_windows, seed=P.seed,
                                  batch=P.sweep_batch, metrics=LENS_METRICS, positions=P.atten_lens_positions)
                 for s in P.gate_seeds]
@@ -709,18 +654,10 @@ def gate_misalignment_rows(runs: Mapping[str, Mapping[str, Any]], P) -> list:
     return rows
 
 
-def _correct(result) -> np.ndarray:
-    """Per-item 0/1 correctness of a harness task result (LAMBADA: greedy match; multiple choice: acc)."""
-    d = result.details
-    return np.asarray(d["greedy"] if "greedy" in d else d["acc"], dtype=np.float64)
-
-
 def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verbose: bool = True) -> dict[str, dict]:
     """Per-item correctness before (unmodified) and after (each fit's gates), on the same items
     (``evaluate.run_task``, cached per item shard): ``{model: {"before": {task: [n]},
     "<kind> gates": {task: [n_seeds, n]}}}``."""
-    from ..measure import evaluate
-
     cfg = evaluate.EvalConfig.from_profile(P)
     out = {}
     for name, (lm, tok, info) in models.items():
@@ -728,7 +665,7 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verb
         before, items = {}, {}
         for task in BENCH_TASKS:
             res = evaluate.run_task(lm, info, task, tokenizer=tok, limit=P.eval_items, config=cfg)
-            before[task], items[task] = _correct(res), np.asarray(res.details["items"])
+            before[task], items[task] = evaluate.item_correct(res), np.asarray(res.details["items"])
         out[name] = {"before": before}
         for kind in P.gate_kinds:
             after = {t: [] for t in BENCH_TASKS}
@@ -740,7 +677,7 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verb
                                             intervene=gates.gate_intervention(gates.fitted(r, info)), cache_tag=tag)
                     if not np.array_equal(np.asarray(res.details["items"]), items[task]):
                         raise RuntimeError(f"{task}: the items after differ from the items before")
-                    after[task].append(_correct(res))
+                    after[task].append(evaluate.item_correct(res))
             out[name][f"{kind} gates"] = {t: np.stack(v) for t, v in after.items()}
         if verbose:
             print(f"{name}: {len(BENCH_TASKS)} tasks x {len(before[BENCH_TASKS[0]])} items, unmodified and "

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..analysis.verdicts import is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
 from ..core.paths import REPO_ROOT
+from . import tables
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -146,30 +147,13 @@ def section_shift(fig: Path, bench: Path) -> str:
                       "emergence layer [95% CI]"], rows))
 
 
-def _g(x: Any) -> str:
-    """A number in 3 significant digits (estimates range from 0.001 nats to 0.7 of depth)."""
-    if x is None:
-        return "–"
-    return f"{x:.3g}" if isinstance(x, (int, float)) else str(x)
-
-
-def _evidence(row) -> str:
-    """The estimate with its CI, and the CI level when it is not 95%."""
-    lo, hi = row.ci
-    text = _g(row.estimate) if lo is None or hi is None else f"{_g(row.estimate)} [{_g(lo)}, {_g(hi)}]"
-    if row.level is not None and lo is not None and abs(row.level - 0.95) > 1e-9:
-        text += f" ({100 * row.level:.3g}% CI)"
-    return text
-
-
 def _verdict_rows(rows) -> list[list[str]]:
-    """One table line per :class:`~residshift.analysis.verdicts.VerdictRow`."""
+    """One table line per :class:`~residshift.analysis.verdicts.VerdictRow` (``tables.verdict_record``)."""
     out = []
     for r in rows:
-        mde = r.details.get("mde")
-        mde_text = "–" if mde is None else f"{_g(mde)} {r.details.get('mde_unit', '')}".strip()
-        out.append([r.model, r.variant or "–", r.claim_id, f"**{r.verdict}**", r.statistic, _evidence(r),
-                    "–" if r.n is None else str(r.n), mde_text, ", ".join(r.per_seed) if r.per_seed else "–"])
+        rec = tables.verdict_record(r)
+        rec["verdict"] = f"**{rec['verdict']}**"
+        out.append([rec[c] for c in tables.COLUMNS])
     return out
 
 

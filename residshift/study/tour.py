@@ -1,6 +1,6 @@
 """The reader's tour, notebooks 00-02: the glue they call and the figures they draw.
 
-- 00 models-and-data: :func:`load_models` (architecture facts and the two tie checks, measured),
+- 00 models-and-data: :func:`load_and_describe` (architecture facts and the two tie checks, measured),
   :func:`perplexity_table` (the dequantization sanity check, cached), :func:`corpus_table`,
   :func:`perplexity_panel`, :func:`tokens_panel`, :func:`tour_numbers`.
 - 01 the-causal-shift: :func:`position_table` (what the lens decodes at a few depths),
@@ -12,53 +12,34 @@
   of the top-1 lens token), :func:`shares_panel`, :func:`regime_table`, :func:`slug`.
 
 Every figure function returns ``(fig, numbers)``: the notebook publishes both under one name
-(:func:`residshift.study.plotting.publish`). Numbers are JSON-ready (:func:`json_ready`): no NaN,
+(:func:`residshift.study.plotting.publish`). Numbers are JSON-ready (``core.outputs.json_ready``): no NaN,
 missing is ``None``. Decoded tokens are shown by :func:`token_text`, which escapes what a font
 cannot draw.
 """
 from __future__ import annotations
 
 import functools
-import math
 import time
 import unicodedata
 from typing import Any, Iterable, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 import torch
 
 from ..analysis.stats import crossing_point
 from ..core import cache, data
-from ..core.models import EMBEDDED, LoadedModel, load_model
+from ..core.outputs import json_ready
+from ..core.models import EMBEDDED, LoadedModel, load_model, same_storage, tie_write_probe
 from ..measure import lens
-from ..measure.evaluate import perplexity, window_losses
+from ..core.forward import window_losses
+from ..measure.evaluate import perplexity
 from .plotting import PALETTE
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers
 # --------------------------------------------------------------------------------------------
-
-
-def json_ready(value: Any) -> Any:
-    """``value`` with NaN / inf floats replaced by ``None``, numpy and torch scalars made plain,
-    and DataFrames turned into lists of records (what ``save_numbers`` should receive)."""
-    if hasattr(value, "to_dict") and hasattr(value, "columns"):  # a DataFrame
-        return json_ready(value.reset_index().to_dict(orient="records"))
-    if isinstance(value, Mapping):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return json_ready(value.tolist())
-    if isinstance(value, np.ndarray):
-        return json_ready(value.tolist())
-    if isinstance(value, np.generic):
-        value = value.item()
-    if type(value).__name__ == "NAType":  # pandas' missing value in nullable integer columns
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,11 +87,6 @@ def slug(name: str) -> str:
     return name.replace("/", "-").replace("_", "-").replace(".", "").lower()
 
 
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
-
 
 # --------------------------------------------------------------------------------------------
 # 00: models and data
@@ -124,23 +100,11 @@ def timed_load(name: str, **kwargs) -> tuple[LoadedModel, float]:
     return loaded, time.perf_counter() - t0
 
 
-def tie_probe(module: torch.nn.Module) -> float:
-    """Max |E_in - E_out| after adding 1 to one entry of the input embedding of a transformers
-    model (undone afterwards): 0.0 only if the input embedding and the output head are one tensor."""
-    w = module.get_input_embeddings().weight
-    with torch.no_grad():
-        old = w[0, 0].item()
-        w[0, 0] += 1.0
-        diff = (module.get_output_embeddings().weight[0, 0] - w[0, 0]).abs().item()
-        w[0, 0] = old
-    return diff
-
-
 def model_row(loaded: LoadedModel, load_seconds: float | None = None) -> dict[str, Any]:
     """Architecture facts plus both tie checks, read off the loaded model.
 
-    ``tied_same_tensor``: input embedding and output head share storage; ``write_probe_diff``:
-    :func:`tie_probe`. ``weights`` says where the weights came from (for the embedded models: which
+    ``tied_same_tensor``: input embedding and output head share storage (``models.same_storage``,
+    what ``load_model``'s own check reads); ``write_probe_diff``: ``models.tie_write_probe``. ``weights`` says where the weights came from (for the embedded models: which
     checkpoint and which GGUF quantization was dequantized).
     """
     lm, _, info = loaded
@@ -149,18 +113,16 @@ def model_row(loaded: LoadedModel, load_seconds: float | None = None) -> dict[st
     row = info.describe()
     spec = EMBEDDED.get(info.name)
     row["weights"] = spec.description if spec else info.source
-    row["tied_same_tensor"] = bool(inp is out or inp.data_ptr() == out.data_ptr())
-    row["write_probe_diff"] = tie_probe(module)
+    row["tied_same_tensor"] = same_storage(inp, out)
+    row["write_probe_diff"] = tie_write_probe(module)
     row["dtype"] = str(info.embedding.dtype).removeprefix("torch.")
     if load_seconds is not None:
         row["load_s"] = round(load_seconds, 2)
     return row
 
 
-def load_models(names: Sequence[str], *, device: str = "cpu"):
+def load_and_describe(names: Sequence[str], *, device: str = "cpu"):
     """Load every model; return ``({name: LoadedModel}, table)`` with one :func:`model_row` each."""
-    import pandas as pd
-
     loaded, rows = {}, []
     for name in names:
         loaded[name], seconds = timed_load(name, device=device)
@@ -213,7 +175,6 @@ def perplexity_table(loaded: Mapping[str, LoadedModel], *, corpus: str, split: s
 
 def perplexity_panel(ppl, *, corpus: str, split: str, window: int, n: int):
     """Each model's perplexity (95% CI) against its uniform baseline, on a log axis."""
-    plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 0.9 + 0.6 * len(ppl)))
     ax.errorbar(ppl["ppl"], ppl.index, xerr=1.96 * ppl["ppl_se"].fillna(0), fmt="o", capsize=4,
                 label="model (95% CI over windows)")
@@ -258,8 +219,6 @@ def corpus_table(loaded: Mapping[str, LoadedModel]):
 def tokens_panel(corpora, models: Sequence[str]):
     """Tokens per whitespace word of each running-text corpus, one bar per tokenizer."""
     import seaborn as sns
-
-    plt = _plt()
     text = corpora.dropna(subset=["words"]).copy()
     text["label"] = text["corpus"] + " " + text["split"]
     long = text.melt(id_vars=["label", "words"], value_vars=[f"tokens[{m}]" for m in models],
@@ -372,7 +331,6 @@ def tug_of_war(numbers: Mapping[str, Any]):
     and the next token's can be hundreds of nats below, which would flatten every later layer (the
     numbers keep layer 0). Up means "more aligned" in both panels.
     """
-    plt = _plt()
     L = numbers["n_layers"]
     layers = np.arange(L + 1)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -478,8 +436,6 @@ def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
     decoded token and label.
     """
     from matplotlib.colors import ListedColormap
-
-    plt = _plt()
     tok, info, sents = entry["tok"], entry["info"], entry["sentences"]
     L = info.n_layers
     T_max = max(len(s["ids"]) for s in sents)
@@ -525,7 +481,6 @@ def _pooled_labels(entry: Mapping[str, Any]) -> torch.Tensor:
 def shares_panel(trajectories: Mapping[str, Mapping[str, Any]]):
     """Per model: the share of analysed positions decoded as input / next / other at each relative
     depth ``l / L``, as lines (a share of 0 stays visible as a line on the axis)."""
-    plt = _plt()
     fig, axes = plt.subplots(1, len(trajectories), figsize=(5.2 * len(trajectories), 3.6), squeeze=False,
                              sharey=True)
     numbers = {}

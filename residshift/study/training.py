@@ -33,16 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
 
 from ..analysis import stats, verdicts
-from ..core import cache
-from ..measure import lens
-from ..train import trainer as T
+from ..analysis.stats import as_numpy
+from ..measure import evaluate, lens
+from ..train import final, trainer as T
 from ..train.gpt import MODES
-from .attenuation import power_lines, verdict_table  # noqa: F401  (re-exported for the notebooks)
 
 NAME06 = "06-training-with-attenuation"
 NAME07 = "07-learned-gates-and-benchmarks"
@@ -52,18 +51,10 @@ GATED = ("learned", "learned-token", "scalars")  # a skip gate per block (alpha/
 C3_GATES = ("learned", "learned-token")  # the paper's gates: the C3-training rules judge these
 LENS_CORPUS, LENS_SPLIT = "wikitext-2", "test"  # held out: training on train, validation loss on validation
 LENS_METRICS = ("logprob", "logrank", "top1")
-PPL_TASKS = ("wikitext-2-validation", "wikitext-2-test", "wikitext-103-validation", "wikitext-103-test")
-ZERO_SHOT = ("lambada", "piqa", "arc-easy", "arc-challenge")
-LATE_FRACTION = 2 / 3  # as verdicts.c2_training_late_cut: blocks l >= 2/3 L are "late"
 PAPER_REF = ("paper (reference, ../shared/paper-notes.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
              "tokens; alpha = 0 hurts, the layer matters, a late cut helps; learned gates concentrate on "
              "the final layer")
 
-
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ============================================================================================
@@ -228,7 +219,6 @@ def _band(ax, frame: pd.DataFrame, x: str, y: str, *, color, label, ls="-", mark
 def curves_panel(frame: pd.DataFrame, P):
     """Validation loss vs training tokens per variant (mean over seeds, band = min-max over seeds):
     one panel for the learned variants and relatives, one per cut alpha."""
-    plt = _plt()
     alphas = [float(a) for a in P.train_cut_alphas]
     fig, axes = plt.subplots(1, 1 + len(alphas), figsize=(5.2 * (1 + len(alphas)), 3.9), sharey=True)
     axes = np.atleast_1d(axes)
@@ -268,44 +258,8 @@ def model_name(P) -> str:
     return f"trained GPT {P.train_layers}x{P.train_width}"
 
 
-_VAL: dict[str, torch.Tensor] = {}
-
-
-def _val_windows(cfg: T.TrainConfig, tokenizer) -> torch.Tensor:
-    """The run's validation windows, exactly as the trainer drew them (the same for every variant)."""
-    key = cache.config_key({"c": cfg.context, "w": cfg.eval_windows, "v": cfg.val_corpus, "s": cfg.val_split,
-                            "t": cfg.tokenizer, "corpus": cfg.corpus, "vocab": len(tokenizer)})
-    if key not in _VAL:
-        _VAL[key] = T.load_data(cfg, tokenizer).val
-    return _VAL[key]
-
-
-def final_eval(run: str | Path, *, device: str = "cpu", batch: int = 8) -> dict[str, Any]:
-    """A finished run's final model on its own validation windows, cached by run and code:
-    ``{"losses": [n_windows] mean next-token loss per window, "alphas": {block: mean alpha over the
-    windows' tokens} (1.0 on a plain skip)}``."""
-    run = Path(run)
-    sm = T.read_summary(run)
-
-    def compute():
-        from ..core.models import load_model
-        from ..measure.evaluate import window_losses
-
-        lm, tok, info = load_model(str(run / "model"), device=device)
-        cfg = T.TrainConfig(**{k: v for k, v in sm["config"].items()})
-        windows = _val_windows(cfg, tok)
-        losses = window_losses(lm, info, windows, batch_size=batch).double().mean(1)
-        module = getattr(lm, "_module", lm)
-        with torch.no_grad():
-            a = torch.cat([module.token_alphas(windows[i:i + batch].to(device)) for i in range(0, len(windows), batch)],
-                          dim=1)  # [L, n, T]
-        return {"losses": losses.cpu().numpy(), "alphas": {int(l): float(a[l].mean()) for l in range(a.shape[0])}}
-
-    return cache.cached("train-final-eval", {"run": run.name, "key": sm["key"]}, compute, code=final_eval)
-
-
 def final_evals(runs: Mapping[tuple[str, int], Path], P) -> dict[tuple[str, int], dict[str, Any]]:
-    return {k: final_eval(r, device=P.device) for k, r in runs.items()}
+    return {k: final.final_eval(r, device=P.device) for k, r in runs.items()}
 
 
 def losses(finals: Mapping[tuple[str, int], dict], name: str, seed_list: Sequence[int]) -> np.ndarray:
@@ -335,7 +289,6 @@ def cut_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
 def cut_panel(finals: Mapping[tuple[str, int], dict], P):
     """Final validation loss against the block of a fixed cut, one panel per alpha, with each seed's
     value (dots), the seed mean (line) and the baseline's seeds (band: min-max, line: mean)."""
-    plt = _plt()
     S, layers = seeds(P), cut_layers(P)
     alphas = [float(a) for a in P.train_cut_alphas]
     base = losses(finals, "baseline", S).mean(1)  # [S]
@@ -349,7 +302,7 @@ def cut_panel(finals: Mapping[tuple[str, int], dict], P):
             ax.plot(layers, per[:, j], "o", color="#0173b2", alpha=0.45, ms=4,
                     label="one seed" if j == 0 else None)
         ax.plot(layers, per.mean(1), "-", color="#0173b2", lw=1.8, label="mean over seeds")
-        ax.axvline(int(np.ceil(LATE_FRACTION * P.train_layers)) - 0.5, color="grey", ls=":", lw=1)
+        ax.axvline(verdicts.first_late_block(int(P.train_layers)) - 0.5, color="grey", ls=":", lw=1)
         ax.set_xticks(layers)
         ax.set_xlabel("block with the cut (late: right of the dotted line)")
         ax.set_title(rf"fixed $\alpha = {a:g}$ at one block")
@@ -375,21 +328,9 @@ def c2_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
                 rows += verdicts.c2_training_alpha0(base, cuts[l], block=l, **who)
         if len(layers) >= 2:
             rows += verdicts.c2_training_layer_sensitive(base, cuts, alpha_value=float(a), **who)
-        if any(l >= LATE_FRACTION * L for l in layers):
+        if any(verdicts.is_late(l, L) for l in layers):
             rows += verdicts.c2_training_late_cut(base, cuts, alpha_value=float(a), n_layers=L, **who)
     return rows
-
-
-def verdict_lines(rows) -> list[str]:
-    """One printed sentence per verdict row (what the notebooks' closing sections quote)."""
-    lines = []
-    for r in rows:
-        est = "–" if r.estimate is None else stats.format_ci(r.estimate, *r.ci, 3)
-        lines.append(f"{r.model} · {r.claim_id} ({r.variant}): {r.verdict} — {r.statistic} = {est}"
-                     + (f"; per seed: {', '.join(r.per_seed)}" if r.per_seed else ""))
-    for line in lines:
-        print(line)
-    return lines
 
 
 # ============================================================================================
@@ -411,7 +352,6 @@ def alpha_history(frame: pd.DataFrame) -> pd.DataFrame:
 
 def alpha_panel(history: pd.DataFrame, P):
     """Alpha per block over training, one panel per gated variant (mean over seeds, band min-max)."""
-    plt = _plt()
     variants = [v for v in GATED if v in set(history.variant)]
     if not variants:
         raise ValueError("no gated variant in the grid (train_variants lacks learned / learned-token / scalars)")
@@ -456,18 +396,13 @@ def alpha_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["variant", "block"]).round(4)
 
 
-def _halves(n: int) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.arange(n)
-    return idx[0::2], idx[1::2]
-
-
 def best_cut(finals: Mapping[tuple[str, int], dict], P) -> dict[str, Any]:
     """The best fixed single-block cut (the baseline, alpha = 1, among the candidates), chosen on the
     EVEN validation windows (``verdicts.best_fixed_cut``); comparisons use the odd ones."""
     S, layers = seeds(P), cut_layers(P)
     alphas = [float(a) for a in P.train_cut_alphas]
     base = losses(finals, "baseline", S)
-    sel, _ = _halves(base.shape[1])
+    sel, _ = verdicts.selection_confirmation(base.shape[1])
     d = np.stack([np.stack([(losses(finals, fixed_name(a, l), S) - base).mean(0)[sel] for a in alphas])
                   for l in layers])  # [k, A, W_sel]
     best = verdicts.best_fixed_cut(d, layers, alphas)
@@ -481,7 +416,7 @@ def compare_table(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, A
     (confirmation) windows."""
     S = seeds(P)
     base = losses(finals, "baseline", S)
-    _, conf = _halves(base.shape[1])
+    _, conf = verdicts.selection_confirmation(base.shape[1])
     names = ["baseline", cut["variant"]] + [v for v in P.train_variants]
     rows = []
     for name in dict.fromkeys(names):
@@ -495,7 +430,6 @@ def compare_table(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, A
 
 def compare_panel(table: pd.DataFrame, P):
     """Each variant's final validation loss minus the baseline's (confirmation windows), with its CI."""
-    plt = _plt()
     t = table.drop(index="baseline", errors="ignore")
     fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(t) + 1.6))
     y = np.arange(len(t))
@@ -517,7 +451,7 @@ def c3_rows(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -
     windows; training runs to a token budget, so ``converged`` is None)."""
     S, L = seeds(P), int(P.train_layers)
     base = losses(finals, "baseline", S)
-    _, conf = _halves(base.shape[1])
+    _, conf = verdicts.selection_confirmation(base.shape[1])
     ref = losses(finals, cut["variant"], S)[:, conf]
     who = dict(model=model_name(P), setting="training", source=f"{NAME07}-compare")
     rows = []
@@ -535,15 +469,8 @@ def c3_rows(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -
 
 def eval_config(P):
     """The harness settings for the trained models: their context, half-overlapping windows."""
-    from ..measure import evaluate
-
     ctx = int(P.train_context)
     return evaluate.EvalConfig(context=ctx, stride=max(1, ctx // 2), batch_size=16, seed=P.seed)
-
-
-def _correct(res) -> np.ndarray:
-    d = res.details
-    return np.asarray(d["greedy"] if "greedy" in d else d["acc"], dtype=np.float64)
 
 
 def bench_variants(P, cut: Mapping[str, Any]) -> list[str]:
@@ -561,8 +488,6 @@ def benchmarks(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
     the context, questions)}}}``. Main metric: perplexity for the
     WikiText tasks, accuracy otherwise."""
     from ..core.models import load_model
-    from ..measure import evaluate
-
     cfg = eval_config(P)
     tasks = list(P.train_bench_tasks)
     unknown = [t for t in tasks if t not in evaluate.TASKS]
@@ -572,74 +497,31 @@ def benchmarks(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
     t0 = time.perf_counter()
     for name in names:
         metrics = {t: [] for t in tasks}
-        correct = {t: [] for t in tasks if t in ZERO_SHOT}
+        correct = {t: [] for t in tasks if t in evaluate.ZERO_SHOT}
         chance: dict[str, float] = {}
         kept: dict[str, tuple[int, int]] = {}
         for s in seeds(P):
             lm, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
             for t in tasks:
                 limit = P.train_bench_limits.get(t)
-                if t in MC_TASKS:  # only the questions whose answers fit the model's context
-                    qs = fitting_questions(t, tok, info, cfg.context)
+                if t in evaluate.MC_TASKS:  # only the questions whose answers fit the model's context
+                    qs = evaluate.fitting_questions(t, tok, info, cfg.context)
                     res = evaluate.multiple_choice_score(lm, info, tok, qs, task=f"{t}-fit{cfg.context}", limit=limit,
                                                          config=cfg)
                 else:
                     res = evaluate.run_task(lm, info, t, tokenizer=tok, limit=limit, config=cfg)
-                metrics[t].append(res.metrics["ppl" if t in PPL_TASKS else "acc"][0])
-                if t in MC_TASKS:
-                    kept[t] = kept_share(t, tok, info, cfg.context)
+                metrics[t].append(res.metrics["ppl" if t in evaluate.PPL_TASKS else "acc"][0])
+                if t in evaluate.MC_TASKS:
+                    kept[t] = evaluate.kept_share(t, tok, info, cfg.context)
                 if t in correct:
-                    correct[t].append(_correct(res))
-                    chance[t] = _chance(t, np.asarray(res.details["items"]), tok, info, cfg.context)
+                    correct[t].append(evaluate.item_correct(res))
+                    chance[t] = evaluate.chance_accuracy(t, np.asarray(res.details["items"]), tok, info, cfg.context)
         out[name] = {"metrics": {t: np.asarray(v) for t, v in metrics.items()},
                      "correct": {t: np.stack(v) for t, v in correct.items()}, "chance": chance, "kept": kept}
     if verbose:
         print(f"{len(names)} variants x {len(seeds(P))} seeds x {len(tasks)} tasks scored in "
               f"{time.perf_counter() - t0:.0f} s (cached: the harness stores each model's item scores)")
     return out
-
-
-MC_TASKS = ("piqa", "arc-easy", "arc-challenge")
-_FIT: dict[tuple, list] = {}
-
-
-def fitting_questions(task: str, tokenizer, info, context: int) -> list:
-    """The questions of a multiple-choice task whose every answer fits the model's context (the
-    harness keeps the end of a long context but cannot cut an answer): at context 128 a few long PIQA
-    solutions do not fit. The kept share is printed by :func:`benchmark_table`'s caller."""
-    from ..measure import evaluate
-
-    from ..core.data import tokenizer_fingerprint
-
-    key = (task, tokenizer_fingerprint(tokenizer), context)
-    if key not in _FIT:
-        qs = evaluate.piqa_questions() if task == "piqa" else evaluate.arc_questions(task)
-        bos = info.bos_token_id if info.prepend_bos else None
-        keep = []
-        for q in qs:
-            lens_ = [len(evaluate.encode_pair(tokenizer, q.context, " " + c, bos_id=bos)[1]) for c in q.choices]
-            if max(lens_) < context - 1:
-                keep.append(q)
-        _FIT[key] = (keep, len(qs))
-    return _FIT[key][0]
-
-
-def kept_share(task: str, tokenizer, info, context: int) -> tuple[int, int]:
-    """(questions kept, questions in the task) by :func:`fitting_questions`."""
-    from ..core.data import tokenizer_fingerprint
-
-    fitting_questions(task, tokenizer, info, context)
-    keep, total = _FIT[(task, tokenizer_fingerprint(tokenizer), context)]
-    return len(keep), total
-
-
-def _chance(task: str, items: np.ndarray, tokenizer, info, context: int) -> float:
-    """Accuracy of a uniform guess on the scored items: 1/choices for multiple choice; LAMBADA (greedy
-    completion of the last word): 1/vocabulary, i.e. about 0."""
-    if task == "lambada":
-        return 1.0 / len(tokenizer)
-    qs = fitting_questions(task, tokenizer, info, context)
-    return float(np.mean([1.0 / len(qs[int(i)].choices) for i in items]))
 
 
 def benchmark_table(bench: Mapping[str, Mapping[str, Any]], P) -> pd.DataFrame:
@@ -652,7 +534,7 @@ def benchmark_table(bench: Mapping[str, Mapping[str, Any]], P) -> pd.DataFrame:
     rows.append({"variant": "chance (uniform guess)", **{t: first["chance"].get(t, np.nan)
                                                         for t in first["metrics"]}})
     frame = pd.DataFrame(rows).set_index("variant")
-    frame.columns = [f"{t} ({'ppl' if t in PPL_TASKS else 'acc'})" for t in frame.columns]
+    frame.columns = [f"{t} ({'ppl' if t in evaluate.PPL_TASKS else 'acc'})" for t in frame.columns]
     n = {t: first["correct"][t].shape[1] for t in first["correct"]}
     frame.attrs["items"] = n
     return frame.round(3)
@@ -690,7 +572,7 @@ def c4_rows(bench: Mapping[str, Mapping[str, Any]], P) -> list:
 def lens_variants(P) -> list[str]:
     """What 08 looks at: the baseline, every late fixed cut, and the paper's gates in the grid."""
     L = int(P.train_layers)
-    late = [fixed_name(a, l) for a in P.train_cut_alphas for l in cut_layers(P) if l >= LATE_FRACTION * L]
+    late = [fixed_name(a, l) for a in P.train_cut_alphas for l in cut_layers(P) if verdicts.is_late(l, L)]
     return ["baseline", *late, *[v for v in C3_GATES if v in P.train_variants]]
 
 
@@ -716,15 +598,12 @@ def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | No
     return out
 
 
-def _np(x) -> np.ndarray:
-    return x.detach().double().cpu().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=np.float64)
-
 
 def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P) -> list:
     """C1 on each baseline seed (``verdicts.c1_regimes`` against a unigram decoder counted on the lens
     split, and ``verdicts.c1_depth``)."""
     from ..core.models import load_model
-    from .alignment import BAND, depth_curves, min_run
+    from .alignment import depth_curves
 
     rows = []
     for s in seeds(P):
@@ -734,10 +613,10 @@ def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int]
         u = lens.unigram_baseline(res, counts)
         who = dict(model=f"{model_name(P)} baseline, seed {s}", decoder="logit lens", n_boot=P.train_boot,
                    seed=P.seed)
-        rows += verdicts.c1_regimes(_np(res.per_seq["top1_input"]), _np(res.per_seq["top1_next"]),
-                                    _np(u["top1_input"]), _np(u["top1_next"]), min_run=min_run(res.n_layers),
+        rows += verdicts.c1_regimes(as_numpy(res.per_seq["top1_input"]), as_numpy(res.per_seq["top1_next"]),
+                                    as_numpy(u["top1_input"]), as_numpy(u["top1_next"]), min_run=verdicts.c1_min_run(res.n_layers),
                                     source=f"{NAME08}-regimes", **who)
-        rows += verdicts.c1_depth(depth_curves(res), band=BAND, source=f"{NAME08}-regimes", **who)
+        rows += verdicts.c1_depth(depth_curves(res), source=f"{NAME08}-regimes", **who)
     return rows
 
 
@@ -746,8 +625,6 @@ def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str
     95% CI over windows), with the unigram decoder's rates (dotted): where do the regimes change?"""
     from ..core.models import load_model
     from .plotting import PALETTE
-
-    plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     numbers: dict[str, Any] = {}
     for j, s in enumerate(seeds(P)):
@@ -761,7 +638,7 @@ def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str
             ax.plot(x, c.estimate, color=PALETTE[which], ls=ls, marker="o", ms=3, alpha=0.9,
                     label=f"{which} token" if j == 0 else None)
             ax.fill_between(x, c.lo, c.hi, color=PALETTE[which], alpha=0.12, lw=0)
-            ax.axhline(float(_np(u[f"top1_{which}"]).mean()), color=PALETTE[which], ls=":", lw=1,
+            ax.axhline(float(as_numpy(u[f"top1_{which}"]).mean()), color=PALETTE[which], ls=":", lw=1,
                        label=f"unigram decoder ({which})" if j == 0 else None)
             numbers[str(s)][which] = np.asarray(c.estimate).tolist()
     ax.set_xticks(range(int(P.train_layers) + 1))
@@ -776,7 +653,7 @@ def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str
 def _seed_mean(lenses, name: str, S: Sequence[int]) -> dict[str, np.ndarray]:
     """Per-window curves averaged over seeds (the same windows for every seed)."""
     keys = lenses[(name, S[0])].per_seq.keys()
-    return {k: np.mean([_np(lenses[(name, s)].per_seq[k]) for s in S], axis=0) for k in keys}
+    return {k: np.mean([as_numpy(lenses[(name, s)].per_seq[k]) for s in S], axis=0) for k in keys}
 
 
 def _first_after(name: str, P) -> int:
@@ -801,13 +678,13 @@ def persistence_table(lenses: Mapping[tuple[str, int], Any], P) -> pd.DataFrame:
         pa = [lens.input_persistence(lenses[(name, s)], first) for s in S]
         row = {"variant": name, "from": f"h_{first}"}
         for m in ("logprob", "logrank"):
-            b = np.mean([_np(p[m]) for p in pb], axis=0)
-            a = np.mean([_np(p[m]) for p in pa], axis=0)
+            b = np.mean([as_numpy(p[m]) for p in pb], axis=0)
+            a = np.mean([as_numpy(p[m]) for p in pa], axis=0)
             d = stats.paired_delta(a, b, n_boot=P.train_boot, seed=P.seed)
             row[f"{m} baseline"], row[f"{m} change"] = float(b.mean()), d["delta"]
             row[f"{m} CI"] = f"[{d['lo']:.3f}, {d['hi']:.3f}]"
-        lb = np.mean([-_np(lenses[("baseline", s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
-        la = np.mean([-_np(lenses[(name, s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
+        lb = np.mean([-as_numpy(lenses[("baseline", s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
+        la = np.mean([-as_numpy(lenses[(name, s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
         d = stats.paired_delta(la, lb, n_boot=P.train_boot, seed=P.seed)
         row["loss change"], row["loss CI"] = d["delta"], f"[{d['lo']:.3f}, {d['hi']:.3f}]"
         rows.append(row)
@@ -835,7 +712,6 @@ def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
 def persistence_panel(lenses: Mapping[tuple[str, int], Any], P):
     """Input- and next-token log-prob per layer (h_1..h_L; seed-averaged, 95% CI over windows) for the
     baseline and each variant: does the input token fade faster after the edit?"""
-    plt = _plt()
     S = seeds(P)
     names = list(dict.fromkeys(n for n, _ in lenses))
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.9))
