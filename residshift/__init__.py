@@ -34,7 +34,7 @@ __version__ = "0.2.0"
 
 def __getattr__(name: str):  # lazy, so ``import residshift`` stays cheap
     if name == "load_model":
-        from .core.models import load_model
+        from .core.models import load_model  # lazy: torch, ~1 s; `import residshift` takes 0.02 s
 
         return load_model
     raise AttributeError(f"module 'residshift' has no attribute {name!r}")

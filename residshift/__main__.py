@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
+
+from .core.profiles import PROFILES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
-        from .core.runner import RunFailed, UsageError, dry_run, parse_overrides, run_notebooks
+        from .core.runner import (  # lazy: +25 ms (+60% on --help); only `run` needs it
+            RunFailed, UsageError, dry_run, parse_overrides, run_notebooks)
 
         try:
             overrides = parse_overrides(args.param)
@@ -62,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.cmd == "prepare":
-        import time
-
-        from .core.models import EMBEDDED, prepare_embedded
+        from .core.models import EMBEDDED, prepare_embedded  # lazy: torch, ~1 s
 
         for name in args.names or list(EMBEDDED):
             t0 = time.perf_counter()
@@ -72,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<14} ready in {time.perf_counter() - t0:6.1f} s  ({path})")
         return 0
     if args.cmd == "models":
-        from .core.models import known_models
+        from .core.models import known_models  # lazy: torch, ~1 s
 
         for name, text in known_models().items():
             print(f"{name:<36} {text}")
         return 0
     if args.cmd == "report":
-        from .study.report import check_readme, update_readme
+        from .study.report import check_readme, update_readme  # lazy: torch, scipy, pandas: ~1.9 s
 
         if args.check:
             ok = check_readme()
@@ -88,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print("README updated" if update_readme() else "README already up to date")
         return 0
     if args.cmd == "book":
-        from .study.book import BookError, build_book
+        from .study.book import BookError, build_book  # lazy: torch, scipy, pandas, nbconvert: ~3.3 s
 
         try:
             build_book(args.profile, executed=args.executed, out=args.out)
@@ -97,19 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.cmd == "train":
-        import os
-
         # OpenMP threads that sleep instead of spinning: on a shared 2-core CPU (load ~10) a training
         # step ran 3x faster so (benchmarks/bench_train.py). Set before torch loads; yours wins.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        from .train.trainer import main_train
+        from .train.trainer import main_train  # lazy: torch + transformers ~3.2 s; after OMP_WAIT_POLICY
 
         return main_train(args)
     if args.cmd == "profiles":
-        import json
-
-        from .core.profiles import PROFILES
-
         if args.name is not None and args.name not in PROFILES:
             print(f"residshift profiles: error: unknown profile {args.name!r}; choose one of "
                   f"{', '.join(PROFILES)}", file=sys.stderr)

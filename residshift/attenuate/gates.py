@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from ..core import cache
+from ..core.data import token_windows
 from ..core.forward import collect_residuals, window_losses
 from ..core.fitting import FitConfig, epoch_batch, fit as run_fit
 from ..core.gating import THETA_INIT, scalar_alpha, token_alpha
@@ -286,8 +287,6 @@ def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, ba
 
 def split_windows(cfg: GateConfig, tokenizer, info: ModelInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded, disjoint train / held-out windows of ``cfg.corpus`` (BOS as the model expects)."""
-    from ..core.data import token_windows
-
     w = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
                       n=cfg.n_train + cfg.n_heldout, seed=cfg.seed, prepend_bos=info.prepend_bos)
     return w[:cfg.n_train], w[cfg.n_train:]
@@ -402,8 +401,6 @@ def fitted_alpha_stats(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any
                        quantiles: Sequence[float] = (0.1, 0.9)) -> dict[str, Any]:
     """:func:`token_alpha_stats` of a :func:`fit_gates` result's best gates on ``n`` windows of a
     corpus, cached by the fit's configuration (as ``study.attenuation.gated_lens``)."""
-    from ..core.data import token_windows
-
     g = fitted(fit_result, info)
     key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
            "n": int(n), "seed": int(seed), "quantiles": [float(q) for q in quantiles]}

@@ -27,12 +27,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from ..analysis import stats
 from ..core import cache
+from ..core.data import token_windows
 from ..core.forward import window_losses
-from ..core.interventions import _alpha_ok
+from ..core.interventions import _alpha_ok, attenuate
 from ..core.replay import capture, replay
 from ..core.models import ModelInfo
 from ..core.unembed import next_token_losses
@@ -112,8 +115,6 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
     layers = list(cfg.layers)
     it = layers
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(layers, desc=f"{info.name} sweep", unit="layer")
     for layer in it:
         path = None if partial_dir is None else partial_dir / f"layer-{layer:03d}.pt"
@@ -138,8 +139,6 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
 def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: bool = False,
               refresh: bool = False) -> dict[str, Any]:
     """The cached, resumable sweep on ``cfg.corpus`` windows (BOS as the model expects)."""
-    from ..core.data import token_windows
-
     cfg = cfg.checked(info)
     key = cfg.key_dict()
     partial = cache.results_dir() / "sweep-partial" / cache.config_key(key, code=run_sweep)
@@ -155,8 +154,6 @@ def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: boo
 def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int],
                 alphas: Sequence[float], *, batch_size: int = 8) -> dict[str, Any]:
     """The reference: one full nnsight forward with ``attenuate`` per (layer, alpha) (slow)."""
-    from ..core.interventions import attenuate
-
     base = window_losses(lm, info, windows, batch_size=batch_size).mean(dim=1)
     rows = []
     for layer in layers:
@@ -176,8 +173,6 @@ def naive_sweep(lm, info: ModelInfo, windows: torch.Tensor, layers: Sequence[int
 
 def summarize(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0):
     """A long table: one row per (layer, alpha) with mean dloss, bootstrap CI and SE (:mod:`..analysis.stats`)."""
-    import pandas as pd
-
     rows = []
     d = result["dloss"]
     for li, layer in enumerate(result["layers"]):

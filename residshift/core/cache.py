@@ -24,6 +24,7 @@ pyproject.toml) differs from it; the figures manifest records it.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import datetime as _dt
 import functools
@@ -196,8 +197,6 @@ def _is_package(name: str) -> bool:
 
 def _imports(name: str, text: str) -> set[str]:
     """residshift modules that module ``name`` imports anywhere in its body (static, via ast)."""
-    import ast
-
     try:
         tree = ast.parse(text)
     except SyntaxError:

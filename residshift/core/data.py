@@ -153,7 +153,7 @@ def load_corpus(name: str, split: str | None = None):
     ``sol1``, ``sol2``, ``label``; ARC has ``query``, ``choices``, ``gold`` (the local files' format;
     hub copies are converted to it).
     """
-    import datasets
+    import datasets  # lazy: datasets 0.5-1.2 s; only reading a corpus (not cached windows) needs it
 
     datasets.disable_progress_bars()  # one line per split read is noise in notebooks and logs
     corpus = get_corpus(name)

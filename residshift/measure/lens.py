@@ -54,12 +54,15 @@ from __future__ import annotations
 import os
 import time
 import unicodedata
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
 
+from ..core import cache
+from ..core.data import corpus_text, token_windows, tokenize_text
 from ..core.forward import check_ids, collect_residuals
 from ..core.interventions import attenuation_plan
 from ..core.models import ModelInfo
@@ -511,8 +514,6 @@ def _guarded(compiled, eager):
         try:
             res = compiled(raw, *args)
         except Exception as err:  # noqa: BLE001 - any compiler failure: stay correct, eager
-            import warnings
-
             _compile_failed.append(f"{type(err).__name__}: {err}")
             warnings.warn(f"torch.compile of the lens metrics failed ({type(err).__name__}); using "
                           "the eager path (same numbers, slower). Set RESIDSHIFT_LENS_COMPILE=never "
@@ -643,9 +644,6 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
     ``data.detokenize_wikitext``) or feed the raw v1 text. Both choices are defensible; notebook 03
     shows how much the curves move with each.
     """
-    from ..core import cache
-    from ..core.data import token_windows
-
     if decoder is not None and not decoder_id:
         raise LensError("a decoder needs decoder_id= (a string naming it) so results can be cached")
     opt = LensOptions(metrics=check_metrics(metrics), matmul_dtype=matmul_dtype, positions=positions,
@@ -740,8 +738,6 @@ def corpus_token_counts(tokenizer, info: ModelInfo, corpus: str, split: str, *,
     ``detokenize`` as in :func:`run_lens`: count the text the lens pass saw (raw or detokenized
     WikiText), so a unigram baseline matches its windows.
     """
-    from ..core.data import corpus_text, tokenize_text
-
     tokens = tokenize_text(corpus_text(corpus, split, detokenize=detokenize), tokenizer)
     return np.bincount(tokens, minlength=info.vocab_size)
 

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..core import cache, forward
+from ..core.data import token_windows
 from ..core.fitting import FitConfig, fit as run_fit, random_batch
 from ..core.unembed import Unembed
 from ..core.models import ModelInfo
@@ -494,8 +495,6 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
 
 def windows_for(tokenizer, info: ModelInfo, cfg: TunedLensConfig) -> dict[str, torch.Tensor]:
     """Training windows (``train_split``) and disjoint early-stopping / report windows (``val_split``)."""
-    from ..core.data import token_windows
-
     train = token_windows(cfg.corpus, cfg.train_split, tokenizer, length=cfg.window,
                           n=cfg.train_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)
     val = token_windows(cfg.corpus, cfg.val_split, tokenizer, length=cfg.window,

@@ -27,10 +27,13 @@ from typing import Any, Mapping
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
-from ..measure import lens
+from ..core import cache
+from ..measure import causal, lens, tuned_lens
 from .plotting import PALETTE
 
 NAME = "03-alignment-curves"
@@ -151,8 +154,6 @@ def sensitivity_passes(models: Mapping[str, Any], P, results: Mapping[str, Any])
 
 def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> tuple[dict, dict]:
     """Fit (or load) one tuned lens per model from the ``tuned_*`` keys: ``(lenses, reports)``."""
-    from ..measure import tuned_lens
-
     cfg = tuned_lens.TunedLensConfig.from_profile(P)
     lenses, reports = {}, {}
     for name, (lm, tok, info) in models.items():
@@ -166,9 +167,6 @@ def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> t
 
 def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dict[str, Any]:
     """The lens pass of :func:`lens_passes` with each model's tuned lens as the decoder."""
-    from ..core import cache
-    from ..measure import tuned_lens
-
     cfg = tuned_lens.TunedLensConfig.from_profile(P)
     out = {}
     for name, loaded in models.items():
@@ -180,8 +178,6 @@ def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dic
 
 def causal_profiles(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[str, dict]:
     """Skip-path and token-direction ablation profiles (``causal.run_cached``, ``causal_*`` keys)."""
-    from ..measure import causal
-
     cfg = causal.CausalConfig.from_profile(P)
     out = {}
     for name, (lm, tok, info) in models.items():
@@ -349,8 +345,6 @@ def shift_numbers(transitions: Mapping[str, list]) -> dict[str, list]:
 
 
 def _model_legend(fig, names, *, extra=(), loc="lower right", anchor=(0.99, 0.02)):
-    from matplotlib.lines import Line2D
-
     style = _style(names)
     handles = [Line2D([], [], color=PALETTE["input"], label=r"input token $x_t$"),
                Line2D([], [], color=PALETTE["next"], label=r"next token $x_{t+1}$")]
@@ -365,8 +359,6 @@ def metrics_panel(results: Mapping[str, Any], baselines: Mapping[str, dict], P):
     Log-prob, projection and KL panels start at ``h_1`` (:data:`FROM_LAYER_1`): their ``h_0`` values
     lie far from every other layer's and would flatten the rest. Returns ``(fig, numbers)``.
     """
-    from matplotlib.lines import Line2D
-
     first = next(iter(results.values()))
     panels = [m for m in lens.PAIRED if f"{m}_input" in first.per_seq]
     panels += [m for m in lens.SINGLE if m in first.per_seq]
@@ -410,10 +402,6 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
     """Top-1 rate minus the unigram decoder's, per layer ``h_1..h_L``, per model (columns) and decoder
     (line style), with the layers each C1 test reads: ``h_1`` (early), the middle candidates, ``h_{L-1}``
     (late), and the margin. ``results``: ``{decoder: {model: LensResult}}``. Returns ``(fig, numbers)``."""
-    from matplotlib.lines import Line2D
-
-    from matplotlib.ticker import MaxNLocator
-
     models = list(next(iter(results.values())))
     fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 3.8), squeeze=False)
     margin = verdicts.C1_MARGIN
@@ -453,8 +441,6 @@ def shift_depth_panel(transitions: Mapping[str, list], rows, P):
     """Fade (input colour), crossing (black tick) and emergence (next colour) per depth metric and
     model · decoder, as relative depth with 95% CIs; the C1.depth band shaded, the paper's reference
     dashed. Returns ``(fig, numbers)``."""
-    from matplotlib.lines import Line2D
-
     kinds = {"fade": (PALETTE["input"], "o", -0.2), "crossing": ("k", "|", 0.0),
              "emergence": (PALETTE["next"], "s", 0.2)}
     n = sum(len(r) for r in transitions.values())
@@ -525,8 +511,6 @@ def sensitivity_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 
 def sensitivity_panel(sens: Mapping[str, Mapping[str, Any]], P):
     """Top-1 curves (input and next) per model under each setting (line style). Returns ``(fig, numbers)``."""
-    from matplotlib.lines import Line2D
-
     styles = dict(zip(SETTINGS, ("-", "--", ":")))
     fig, axes = plt.subplots(1, len(sens), figsize=(5.4 * len(sens), 3.6), squeeze=False)
     numbers: dict[str, dict] = {}
@@ -569,8 +553,6 @@ def token_group_panel(results: Mapping[str, Any], groups: Mapping[str, dict], P)
     """Input (solid) and next (dashed) top-1 rates per token group, per model (columns) and grouping
     (rows); colours are categories, not the input/next colours. Returns ``(fig, rows)``: per group the
     token count, the input top-1 at mid-depth and the top-1 crossing, each with a 95% CI."""
-    from matplotlib.lines import Line2D
-
     names = list(results)
     fig, axes = plt.subplots(2, len(names), figsize=(5.4 * len(names), 6.6), squeeze=False)
     rows = []
@@ -652,8 +634,6 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
 def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: Mapping[str, dict], P):
     """Top-1 curves under the logit lens (solid) and the tuned lens (dashed) per model, and the held-out
     KL to the final distribution per layer (log scale). Returns ``(fig, numbers)``."""
-    from matplotlib.lines import Line2D
-
     names = list(results)
     fig, axes = plt.subplots(1, len(names) + 1, figsize=(4.8 * (len(names) + 1), 3.7), squeeze=False)
     numbers: dict[str, Any] = {}
@@ -700,8 +680,6 @@ def causal_panel(profiles: Mapping[str, dict], P):
     (Δloss minus the random-direction control) over ``h_1..h_{L-1}`` with ``h_0`` and ``h_L`` as open
     markers (fixed by construction, not localization evidence); (2) the random-direction control's
     own Δloss (symlog); (3) the skip-path ablation per block. Returns ``(fig, numbers)``."""
-    from ..measure import causal
-
     names = list(profiles)
     fig, axes = plt.subplots(3, len(names), figsize=(5.4 * len(names), 9.4), squeeze=False)
     numbers: dict[str, Any] = {}
@@ -759,8 +737,6 @@ def causal_vs_lens(profiles: Mapping[str, dict], transitions: Mapping[str, list]
     """Where the causal effects stop / start (``causal.effect_transitions``, over ``h_1..h_{L-1}``) beside
     the lens's input fade and next-token emergence (top-1), as relative depth with 95% CIs, and whether
     each pair of intervals overlaps. ``transitions``: ``{model: transition_rows}`` of the logit lens."""
-    from ..measure import causal
-
     rows = []
     for name, prof in profiles.items():
         tr = causal.effect_transitions(prof["direction"], n_boot=P.n_boot, seed=P.seed)
@@ -786,8 +762,6 @@ def eff_n(prof: Mapping[str, Any]) -> int:
 def net_mde(prof: Mapping[str, Any]) -> float:
     """Minimum detectable net effect (nats; two-sided 5%, 80% power) at a typical inner residual: the
     median over ``h_1..h_{L-1}`` of the per-window SD of the next-direction effect net of the control."""
-    from ..measure import causal
-
     eff = as_numpy(causal.direction_effects(prof["direction"])["next"])
     L = prof["n_layers"]
     cols = [k for k, r in enumerate(prof["direction"]["residuals"]) if 0 < r < L]
@@ -797,8 +771,6 @@ def net_mde(prof: Mapping[str, Any]) -> float:
 
 def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
     """Per model: where the random-direction control's mean Δloss peaks, and how high (nats)."""
-    from ..measure import causal
-
     rows = []
     for name, prof in profiles.items():
         c = as_numpy(causal.direction_effects(prof["direction"])["control"]).mean(0)

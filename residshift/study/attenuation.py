@@ -32,6 +32,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.colors import SymLogNorm
+from matplotlib.lines import Line2D
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
@@ -87,8 +89,6 @@ def sweep_tables(sweeps: Mapping[str, dict], P) -> dict[str, pd.DataFrame]:
 def heatmap_panel(tables: Mapping[str, pd.DataFrame]):
     """Mean dloss per (block, alpha), one panel per model, ONE colour scale (symmetric log) for all
     panels; a dot marks cells whose 95% CI excludes 0. Returns ``(fig, numbers)``."""
-    from matplotlib.colors import SymLogNorm
-
     vmax = max(float(t.dloss.abs().max()) for t in tables.values()) or 1.0
     norm = SymLogNorm(linthresh=0.01, vmin=-vmax, vmax=vmax)
     fig, axes = plt.subplots(1, len(tables), figsize=(4.6 * len(tables) + 1.2, 5.6), squeeze=False)
@@ -321,8 +321,6 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
     ``h_1`` lies. ``markers``: ``{model: block}`` draws a line where the edited residual state begins.
     Returns ``(fig, numbers)``.
     """
-    from matplotlib.lines import Line2D
-
     n = len(runs)
     fig, axes = plt.subplots(n, 3, figsize=(15, 3.6 * n), squeeze=False)
     numbers: dict[str, Any] = {}

@@ -60,6 +60,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jinja2
+import nbformat
+from latex2mathml.converter import convert
+from nbconvert import HTMLExporter
+from nbconvert.exporters.templateexporter import TemplateExporter
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+from nbconvert.preprocessors import ExtractOutputPreprocessor
+from PIL import Image
+
 from ..core import profiles
 from ..core.cache import atomic_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
@@ -105,8 +114,6 @@ class Chapter:
 
 
 def _mathml(tex: str, display: bool) -> str:
-    from latex2mathml.converter import convert
-
     try:
         out = convert(tex, display="block" if display else "inline")
     except Exception as err:  # latex2mathml raises its own exception types on malformed input
@@ -120,8 +127,6 @@ def _mathml(tex: str, display: bool) -> str:
 
 
 def _renderer_class():
-    from nbconvert.filters.markdown_mistune import IPythonRenderer
-
     class MathMLRenderer(IPythonRenderer):
         """nbconvert's markdown renderer, with equations turned into MathML instead of left for MathJax."""
 
@@ -144,8 +149,6 @@ def _renderer_class():
 
 def markdown_html(source: str, *, anchors: bool = False) -> str:
     """Markdown (with ``$...$`` math) to HTML, equations as MathML."""
-    from nbconvert.filters.markdown_mistune import MarkdownWithMath
-
     renderer = _renderer_class()(escape=False, exclude_anchor_links=not anchors)
     return MarkdownWithMath(renderer=renderer).render(source)
 
@@ -383,9 +386,6 @@ def _nav(profile: str, chapters: list[Chapter], current: str, prev: Chapter | No
 
 
 def _exporter():
-    import jinja2
-    from nbconvert import HTMLExporter
-
     renderer = _renderer_class()
 
     class BookExporter(HTMLExporter):
@@ -393,8 +393,6 @@ def _exporter():
 
         @jinja2.pass_context
         def markdown2html(self, context, source):
-            from nbconvert.filters.markdown_mistune import MarkdownWithMath
-
             cell = context.get("cell", {})
             r = renderer(escape=False, attachments=cell.get("attachments", {}),
                          anchor_link_text=self.anchor_link_text,
@@ -403,8 +401,6 @@ def _exporter():
 
     exporter = BookExporter(template_name="lab", template_file="book-notebook.html.j2",
                             extra_loaders=[jinja2.DictLoader({"book-notebook.html.j2": NOTEBOOK_TEMPLATE})])
-    from nbconvert.preprocessors import ExtractOutputPreprocessor
-
     exporter.register_preprocessor(ExtractOutputPreprocessor(enabled=True), enabled=True)
     return exporter
 
@@ -418,8 +414,6 @@ def _write(path: Path, data: str | bytes) -> None:
 
 
 def _thumbnail(src: Path, dst: Path) -> None:
-    from PIL import Image
-
     with Image.open(src) as im:
         if im.width > THUMB_WIDTH:
             im = im.resize((THUMB_WIDTH, round(im.height * THUMB_WIDTH / im.width)), Image.LANCZOS)
@@ -437,8 +431,6 @@ def _numbers_for(stem: str, jsons: list[str]) -> str | None:
 
 def _stylesheet() -> str:
     """JupyterLab's light theme and page CSS from nbconvert's lab template (written once per site)."""
-    from nbconvert.exporters.templateexporter import TemplateExporter
-
     for base in TemplateExporter().template_paths:
         static = Path(base) / "lab" / "static"
         if (static / "index.css").is_file():
@@ -486,8 +478,6 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
     figures, numbers and ``MANIFEST.json`` they saved (default: ``<executed>/figures`` when it has a
     manifest, which the smoke run writes, else ``figures/``); ``out`` defaults to
     ``build/book/<profile>``. The site is built beside ``out`` and moved into place when complete."""
-    import nbformat
-
     t0 = time.perf_counter()
     try:
         profiles.get(profile)

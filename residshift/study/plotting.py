@@ -11,6 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
+import seaborn as sns
+from matplotlib import font_manager as fm
+
 from ..core.cache import atomic_path
 from ..core.outputs import (  # noqa: F401 (re-exported)
     check_name,
@@ -45,8 +49,6 @@ def _installed_fonts(families) -> list[str]:
 
     matplotlib caches its font list once; fonts installed after that (``make browser``) are added here
     from the system's font files (``findSystemFonts``), so a stale cache never hides them."""
-    from matplotlib import font_manager as fm
-
     have = {f.name for f in fm.fontManager.ttflist}
     missing = {name.replace(" ", "") for name in families if name not in have}
     if missing:
@@ -63,8 +65,6 @@ def _installed_fonts(families) -> list[str]:
 
 
 def set_theme() -> None:
-    import seaborn as sns
-
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind",
                   rc={"figure.dpi": 110, "savefig.dpi": 150, "figure.autolayout": False,
                       "font.family": _installed_fonts(FONT_FALLBACK)})
@@ -100,7 +100,5 @@ def publish(fig, name: str, numbers: Any = None, *, parameters: Any = None,
     if numbers is not None:
         paths.append(save_numbers(name, numbers, parameters=params))
     if show:
-        import matplotlib.pyplot as plt
-
         plt.show()
     return paths

@@ -13,7 +13,9 @@ from typing import Any, Callable
 
 from ..analysis.verdicts import is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
+from ..core.outputs import load_manifest, manifest_problems
 from ..core.paths import REPO_ROOT
+from ..core.runner import load_runs
 from . import tables
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -173,9 +175,6 @@ def _rules(rows) -> str:
 
 def section_provenance(fig: Path, bench: Path) -> str:
     """Which code made the outputs, and the last measured run of each notebook (``RUNS.json``)."""
-    from ..core.outputs import load_manifest, manifest_problems
-    from ..core.runner import load_runs
-
     entries = load_manifest(fig)
     if not entries:
         return _missing("Provenance", "figures/MANIFEST.json")

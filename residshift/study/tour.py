@@ -23,10 +23,15 @@ import time
 import unicodedata
 from typing import Any, Iterable, Mapping, Sequence
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import seaborn as sns
 import torch
+from matplotlib import font_manager
+from matplotlib.colors import ListedColormap
+from matplotlib.ft2font import FT2Font
 
 from ..analysis.stats import crossing_point
 from ..core import cache, data
@@ -45,10 +50,6 @@ from .plotting import PALETTE
 @functools.lru_cache(maxsize=1)
 def _drawable_codepoints() -> frozenset[int]:
     """Code points that some font of the current matplotlib font list can draw."""
-    import matplotlib
-    from matplotlib import font_manager
-    from matplotlib.ft2font import FT2Font
-
     families = matplotlib.rcParams["font.family"]
     families = [families] if isinstance(families, str) else list(families)
     covered: set[int] = set()
@@ -165,8 +166,6 @@ def sample_perplexity(loaded: LoadedModel, *, corpus: str, split: str, window: i
 def perplexity_table(loaded: Mapping[str, LoadedModel], *, corpus: str, split: str, window: int,
                      n: int, seed: int = 0):
     """:func:`sample_perplexity` of every model, with its ratio to the uniform baseline."""
-    import pandas as pd
-
     ppl = pd.DataFrame([sample_perplexity(m, corpus=corpus, split=split, window=window, n=n, seed=seed)
                         for m in loaded.values()]).set_index("model")
     ppl["ppl / uniform"] = ppl["ppl"] / ppl["uniform_ppl"]
@@ -209,8 +208,6 @@ def corpus_rows(tokenizers: Mapping[str, Any] | None = None) -> list[dict[str, A
 
 def corpus_table(loaded: Mapping[str, LoadedModel]):
     """:func:`corpus_rows` as a table, token counts under each loaded model's tokenizer."""
-    import pandas as pd
-
     table = pd.DataFrame(corpus_rows({name: m.tokenizer for name, m in loaded.items()}))
     counts = [c for c in table.columns if c in ("rows", "characters", "words") or c.startswith("tokens[")]
     return table.astype({c: "Int64" for c in counts})  # counts stay integers; missing stays missing
@@ -218,7 +215,6 @@ def corpus_table(loaded: Mapping[str, LoadedModel]):
 
 def tokens_panel(corpora, models: Sequence[str]):
     """Tokens per whitespace word of each running-text corpus, one bar per tokenizer."""
-    import seaborn as sns
     text = corpora.dropna(subset=["words"]).copy()
     text["label"] = text["corpus"] + " " + text["split"]
     long = text.melt(id_vars=["label", "words"], value_vars=[f"tokens[{m}]" for m in models],
@@ -252,8 +248,6 @@ def position_table(tokenizer, ids: torch.Tensor, top1: torch.Tensor, layers: Ite
     ``ids [T]`` (one sequence), ``top1 [L+1, T]``. The last position has no next token and is left
     out.
     """
-    import pandas as pd
-
     show = lambda i: repr(token_text(tokenizer, int(i)))  # noqa: E731 - quotes make spaces visible
     rows = []
     for t in range(len(ids) - 1):
@@ -269,8 +263,6 @@ def regime_shares(labels: torch.Tensor, layers: Iterable[int] | None = None):
     ``labels [L+1, T]`` from :func:`residshift.measure.lens.classify_decoded`; positions may be
     pooled over sentences by concatenating their analysed columns first.
     """
-    import pandas as pd
-
     lab = torch.as_tensor(labels)[:, 1:-1]
     layers = range(lab.shape[0]) if layers is None else list(layers)
     return pd.DataFrame({f"layer {l}": {r: round(float((lab[l] == k).float().mean()), 2)
@@ -284,8 +276,6 @@ def layer0_misdecodes(tokenizer, info, ids: torch.Tensor, top1: torch.Tensor):
     so a reader can see whether the winning row simply is longer (``|e_v| cos(e_v, e_x) > |e_x|``
     suffices for ``e_v . e_x > e_x . e_x``) or whether the norm's gain must have done it.
     """
-    import pandas as pd
-
     E = info.embedding.detach().float()
     norms = E.norm(dim=-1)
     rows = []
@@ -358,8 +348,6 @@ def tug_of_war(numbers: Mapping[str, Any]):
 
 def depth_summary(numbers: Mapping[str, Any], layers: Iterable[int]):
     """Median rank, log-probability and raw cosine of ``x_t`` / ``x_{t+1}`` at a few layers."""
-    import pandas as pd
-
     cols = {"rank": "rank", "logprob": "log-prob", "cos_raw": "cos(h, e)"}
     rows = {f"layer {l}": {f"{label} {which}": round(float(numbers[f"{metric}_{which}_median"][l]), 3)
                            for metric, label in cols.items() for which in lens.WHICH} for l in layers}
@@ -369,8 +357,6 @@ def depth_summary(numbers: Mapping[str, Any], layers: Iterable[int]):
 def crossing_table(numbers: Mapping[str, Any]):
     """The :func:`crossings` stored in :func:`shift_curves`'s numbers, as a table ("never" where an
     event does not happen)."""
-    import pandas as pd
-
     rows = {k: v if v is not None else {"layer": "never", "relative depth": "never"}
             for k, v in numbers["events"].items()}
     return pd.DataFrame(rows).T
@@ -435,7 +421,6 @@ def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
     sentence, they do not shrink the text). Returns ``(fig, numbers)``, numbers holding every
     decoded token and label.
     """
-    from matplotlib.colors import ListedColormap
     tok, info, sents = entry["tok"], entry["info"], entry["sentences"]
     L = info.n_layers
     T_max = max(len(s["ids"]) for s in sents)
@@ -520,8 +505,6 @@ def regime_table(shares: Mapping[str, Mapping[str, Any]]):
     input share at any layer >= 1, the last layer where at least half the positions decode the
     input, the first layer where "next" outnumbers "input", the layers where fewer than half decode
     either (how many, and the longest run of them), and the next share at the last layer."""
-    import pandas as pd
-
     rows = []
     for name, s in shares.items():
         L = s["n_layers"]

@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..core import data as core_data
 from ..core.cache import atomic_save_npy, atomic_write_text, code_fingerprint
@@ -239,7 +240,7 @@ def prepare_stream(spec: dict[str, Any], tokenizer, *, train_tokens: int, val_to
 
     See the module docstring for the layout and how an interrupted preparation resumes.
     """
-    import datasets
+    import datasets  # lazy: datasets ~0.3 s after trainer; only preparing a token stream needs it
 
     spec = check_stream_spec(spec)
     if min(train_tokens, val_tokens, window, shard_tokens) < 1 or shard_tokens < window:
@@ -270,8 +271,6 @@ def prepare_stream(spec: dict[str, Any], tokenizer, *, train_tokens: int, val_to
     docs = manifest["docs"]
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=train_tokens + val_tokens, initial=have, unit="tok", unit_scale=True, desc="tokenize")
 
     def flush(kind: str, target: int) -> None:

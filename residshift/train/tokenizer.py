@@ -27,6 +27,11 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import tokenizers
+from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
+from tokenizers.models import BPE
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
 from ..core import models
 from ..core.cache import atomic_dir
 from ..core.data import CORPORA, corpus_text
@@ -74,8 +79,6 @@ def _text_hash(text: str) -> str:
 
 def cache_key(cfg: BPEConfig, text_hash: str) -> str:
     """The folder name of a trained BPE: readable settings plus a hash of text, settings, library."""
-    import tokenizers
-
     payload = json.dumps({"text": text_hash, "settings": asdict(cfg), "tokenizers": tokenizers.__version__,
                           "recipe": "bytelevel-gpt2-eot-bos"}, sort_keys=True)
     digest = hashlib.sha256(payload.encode()).hexdigest()[:16]
@@ -84,9 +87,6 @@ def cache_key(cfg: BPEConfig, text_hash: str) -> str:
 
 def _train(lines: list[str], cfg: BPEConfig):
     """Train the ``tokenizers`` BPE on ``lines`` (each with its newline). Returns a ``Tokenizer``."""
-    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
-    from tokenizers.models import BPE
-
     tok = Tokenizer(BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -101,14 +101,10 @@ def _train(lines: list[str], cfg: BPEConfig):
 
 
 def _wrap(tok):
-    from transformers import PreTrainedTokenizerFast
-
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=EOT, eos_token=EOT, pad_token=EOT)
 
 
 def _load(folder: Path):
-    from transformers import PreTrainedTokenizerFast
-
     return PreTrainedTokenizerFast.from_pretrained(str(folder))
 
 
@@ -202,8 +198,6 @@ def get_tokenizer(spec):
 
 
 def _auto(ref: str):
-    from transformers import AutoTokenizer
-
     try:
         return AutoTokenizer.from_pretrained(ref)
     except OSError as err:
@@ -214,8 +208,6 @@ def _auto(ref: str):
 def _embedded_tokenizer(name: str):
     """An embedded model's tokenizer: from its dequantized folder when cached, else from the GGUF
     (no need to dequantize the weights for the tokenizer alone)."""
-    from transformers import AutoTokenizer
-
     folder = models.embedded_cache_path(name)
     if (folder / "residshift.json").is_file():
         return AutoTokenizer.from_pretrained(str(folder))
