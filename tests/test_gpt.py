@@ -11,7 +11,7 @@ from residshift.core import forward
 from residshift.core import gating
 from residshift.core.interventions import attenuate
 from residshift.core.models import byte_tokenizer, check_tied, describe_model, load_model, wrap
-from residshift.train.gpt import MODES, GPT, GPTConfig, GPTConfigError
+from residshift.train.gpt import MODES, RECIPES, GPT, GPTConfig, GPTConfigError
 from conftest import random_windows
 
 VOCAB = 259  # models.byte_tokenizer(): 256 bytes + <bos>, <eos>, <pad>
@@ -215,6 +215,64 @@ def test_learned_gates_get_gradients_and_skip_weight_decay(mode):
     assert n_group == sum(p.numel() for p in model.parameters())  # every parameter once (tie counted once)
 
 
+# ------------------------------------------------------------------------------------------
+# Embedding recipes
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_each_recipe_at_alpha_one_is_its_baseline_bit_for_bit(recipe):
+    base = build("baseline", embedding=recipe)
+    x = ids()
+    for site in ("block", "sublayer"):
+        fixed = same_weights(build("fixed", seed=1, alpha=1.0, alpha_layers=[0, 1, 2, 3], site=site,
+                                   embedding=recipe), base)
+        with torch.no_grad():
+            assert torch.equal(fixed(x).logits, base(x).logits)
+
+
+def test_recipes_start_the_stream_at_the_stated_scale():
+    torch.manual_seed(0)
+    cfg = dict(SMALL, n_embd=64, n_head=4, vocab_size=4096, block_size=256)
+    nano, gem, rope = (GPT(GPTConfig(**cfg, embedding=r)) for r in RECIPES)
+    rms = lambda w: float(w.detach().pow(2).mean().sqrt())  # noqa: E731
+    assert rms(nano.transformer.wte.weight) == pytest.approx(0.02, rel=0.05)
+    assert rms(nano.transformer.wpe.weight) == pytest.approx(0.02, rel=0.05)  # as large as the token
+    all_ids = torch.arange(4096)
+    for m in (gem, rope):  # sqrt(d) wte[x]: unit RMS per coordinate; positions at a tenth of it
+        assert m.transformer.wte.embed_scale == pytest.approx(8.0)
+        assert rms(m.transformer.wte(all_ids)) == pytest.approx(1.0, rel=0.05)
+    assert rms(gem.transformer.wpe.weight) == pytest.approx(0.1, rel=0.05)
+    assert "wpe" not in rope.transformer  # rotary positions: h_0 is the token alone
+    assert describe_model(gem, byte_tokenizer(), name="g", source="t").embed_scale == pytest.approx(8.0)
+
+
+def test_rotary_positions_are_relative():
+    """Rotating queries and keys makes attention scores depend on the offset only."""
+    from residshift.train.gpt import rotary
+
+    q, k = torch.randn(1, 1, 1, 8).expand(1, 1, 6, 8), torch.randn(1, 1, 1, 8).expand(1, 1, 6, 8)
+    s = rotary(q) @ rotary(k).transpose(-1, -2)  # [6, 6]: same q and k at every position
+    torch.testing.assert_close(torch.diagonal(s[0, 0], 1), torch.full((5,), float(s[0, 0, 0, 1])))
+    torch.testing.assert_close(rotary(q)[..., 0, :], q[..., 0, :])  # position 0 is not rotated
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_gates_get_a_group_of_their_own_and_gemma_embeddings_do_not_decay(recipe):
+    model = build("learned-token", embedding=recipe).train()
+    gates = {id(p) for p in model.gate_parameters()}
+    decay, no_decay, own = model.param_groups(0.1, gate_lr_scale=20.0)
+    assert {id(p) for p in own["params"]} == gates and own["lr_scale"] == 20.0 and own["weight_decay"] == 0.0
+    assert not gates & {id(p) for p in decay["params"] + no_decay["params"]}
+    wte_decays = any(p is model.transformer.wte.weight for p in decay["params"])
+    assert wte_decays == (recipe == "nanogpt")
+    n_group = sum(p.numel() for g in (decay, no_decay, own) for p in g["params"])
+    assert n_group == sum(p.numel() for p in model.parameters())
+    assert len(model.param_groups(0.1)) == 2  # no scale: today's two groups, gates without decay
+    with pytest.raises(GPTConfigError, match="gate_lr_scale"):
+        model.param_groups(0.1, gate_lr_scale=0.0)
+
+
 def test_tie_holds_after_a_step_and_after_save_load(tmp_path):
     model = build("learned").train()
     assert model.lm_head.weight is model.transformer.wte.weight
@@ -374,6 +432,8 @@ def test_bf16_autocast_runs_close_to_fp32():
     (dict(site="sublayer"), "only applies to the gated modes"),
     (dict(site="both", residual="learned"), "unknown site"),
     (dict(mlp="swiglu"), "unknown mlp"),
+    (dict(embedding="bert"), r"unknown embedding recipe 'bert'; choose one of \('nanogpt', 'gemma', 'gemma-rope'\)"),
+    (dict(embedding="gemma-rope", n_embd=36, n_head=4), "head size 9 .* must be even"),
     (dict(n_embd=33), "multiple of n_head"),
     (dict(dropout=1.0), "dropout"),
     (dict(n_layer="6"), "n_layer must be an int"),

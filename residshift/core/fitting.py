@@ -46,6 +46,7 @@ from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from .cache import atomic_torch_save, atomic_write_text
 
@@ -258,9 +259,10 @@ def _start_or_resume(cfg: FitConfig, ckpt: _Checkpoint, module: nn.Module, opt: 
 
 
 def _set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
-    """Set ``lr`` on every parameter group (the schedule is :func:`lr_at`)."""
+    """Set ``lr`` on every parameter group (the schedule is :func:`lr_at`), times the group's
+    ``lr_scale`` where it has one (e.g. learned gates in a group of their own)."""
     for g in opt.param_groups:
-        g["lr"] = lr
+        g["lr"] = lr * g["lr_scale"] if "lr_scale" in g else lr
 
 
 def _micro_steps(step: int, accumulate: int, step_fn: Callable, no_sync: Callable[[], ContextManager] | None) -> list:
@@ -429,9 +431,6 @@ def _progress_bar(label: bool | str, total: int, initial: int):
     """A tqdm bar over the steps, labelled ``label`` (True = "fit"); None when ``label`` is false."""
     if not label:
         return None
-    # imported here, only with a bar: tqdm.auto looks for notebook widgets on import
-    from tqdm.auto import tqdm
-
     return tqdm(total=total, initial=initial, desc=label if isinstance(label, str) else "fit",
                 unit="step", leave=False)
 

@@ -168,7 +168,9 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "train_bench_tasks": ["wikitext-2-test", "lambada", "piqa", "arc-easy"],
                   "train_bench_limits": {"wikitext-2-test": 2, "lambada": 8, "piqa": 8, "arc-easy": 8},
                   "train_lens_windows": 6, "train_lens_positions": None, "train_boot": 100,
-                  "train_gate_init": 3.0},
+                  "train_gate_init": 3.0,
+                  "train_embedding": "nanogpt", "train_gate_lr": None, "train_cut_site": "block",
+                  "train_pilot_recipes": ["nanogpt", "gemma", "gemma-rope"]},
         "default": {"train_layers": 6, "train_heads": 4, "train_width": 128, "train_context": 128,
                     "train_vocab": None, "train_mlp": "gelu", "train_dropout": 0.0, "train_bias": False,
                     "train_tokenizer": "bpe:wikitext-2:1024", "train_corpus": "wikitext-2",
@@ -203,7 +205,13 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     # the C3 rule's 0.05 whatever the gradient says. theta = 3 (alpha = 0.953) leaves
                     # room both ways (alpha ~0.91-0.98 after training), so the rule can come out
                     # either way. The paper profile (2,000 steps) keeps the default.
-                    "train_gate_init": 3.0},
+                    "train_gate_init": 3.0,
+                    # how h_0 is built (train.gpt.RECIPES), the learned gates' own peak learning rate (None:
+                    # lr, no group of their own), where a fixed cut acts. Kept at the values the committed
+                    # grid was trained with until the grid is retrained; the pilot (benchmarks/pilot-recipes.json)
+                    # says which recipe gives these small models the early input regime.
+                    "train_embedding": "nanogpt", "train_gate_lr": None, "train_cut_site": "block",
+                    "train_pilot_recipes": ["nanogpt", "gemma", "gemma-rope"]},
         # the authors' setup (../shared/paper-notes.md): GPT-2 small shape with GEGLU, FineWeb-Edu
         # sample-10BT streamed, GPT-2 tokenizer (vocabulary padded to 50,304), 2,000 steps of
         # 4,194,304 tokens (256 windows x 16 accumulation x 1,024; 8 GPUs: 32 windows per GPU).
@@ -226,7 +234,10 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                                          "wikitext-103-validation": None, "wikitext-103-test": None,
                                          "lambada": None, "piqa": None, "arc-easy": None, "arc-challenge": None},
                   "train_lens_windows": 256, "train_lens_positions": None, "train_boot": 2000,
-                  "train_gate_init": None},
+                  "train_gate_init": None,
+                  # the authors' cut removes both adds of a block (their harness's skip_first)
+                  "train_embedding": "nanogpt", "train_gate_lr": None, "train_cut_site": "sublayer",
+                  "train_pilot_recipes": ["nanogpt", "gemma", "gemma-rope"]},
     },
 }
 
@@ -331,7 +342,7 @@ def parameters_table(namespace: dict[str, Any]) -> pandas.DataFrame:
     models and alpha grids are never cut to "..."), without the row numbers. A notebook's setup
     cell shows it right after resolving: ``display(profiles.parameters_table(globals()))``.
     """
-    import pandas as pd  # here, not at the top: the command-line runner imports this module
+    import pandas as pd  # lazy: pandas ~0.3 s; the command line imports this module
 
     rows = parameter_rows(namespace)
     values = pd.Series([v for _, v, _ in rows], dtype=object)  # object: 64 and 0.001 stay as given
@@ -341,7 +352,7 @@ def parameters_table(namespace: dict[str, Any]) -> pandas.DataFrame:
 
 @functools.cache
 def _table_class() -> type:
-    import pandas as pd  # see parameters_table
+    import pandas as pd  # lazy: see parameters_table
 
     class ParametersTable(pd.DataFrame):
         """A DataFrame that renders whole values, without its index (slices are plain frames)."""

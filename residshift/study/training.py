@@ -39,9 +39,12 @@ import pandas as pd
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
+from ..core.models import load_model
 from ..measure import evaluate, lens
 from ..train import final, trainer as T
 from ..train.gpt import MODES
+from .alignment import depth_curves
+from .plotting import PALETTE
 
 NAME06 = "06-training-with-attenuation"
 NAME07 = "07-learned-gates-and-benchmarks"
@@ -124,11 +127,14 @@ GATED_MODES = ("learned", "learned-token")
 def config(P, variant: Variant, seed: int) -> T.TrainConfig:
     """The TrainConfig of one run: the profile's ``train_*`` values, the variant, the seed; for the
     learned gates, ``train_gate_init`` as the gates' starting logit ``theta_init`` (None = the
-    model's default, 6: alpha = 0.9975)."""
+    model's default, 6: alpha = 0.9975); for a fixed cut, ``train_cut_site`` (the authors' harness
+    removes both adds of a block: ``"sublayer"``)."""
     extra: dict[str, Any] = {}
     gate_init = getattr(P, "train_gate_init", None)
     if variant.mode in GATED_MODES and gate_init is not None:
         extra["theta_init"] = float(gate_init)
+    if variant.mode == "fixed":  # where a fixed cut acts: "block" (alpha once) or "sublayer" (both adds)
+        extra["site"] = P.train_cut_site
     return T.TrainConfig.from_profile(P).with_(seed=int(seed), **variant.overrides(), **extra)
 
 
@@ -487,7 +493,6 @@ def benchmarks(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
     "chance": {task: chance accuracy of the scored items}, "kept": {task: (questions whose answers fit
     the context, questions)}}}``. Main metric: perplexity for the
     WikiText tasks, accuracy otherwise."""
-    from ..core.models import load_model
     cfg = eval_config(P)
     tasks = list(P.train_bench_tasks)
     unknown = [t for t in tasks if t not in evaluate.TASKS]
@@ -580,8 +585,6 @@ def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | No
               *, verbose: bool = True) -> dict[tuple[str, int], Any]:
     """The logit lens (``lens.run_lens``, cached) on each final model: WikiText-2 test windows of the
     training context, ``train_lens_windows`` of them (the same windows for every model)."""
-    from ..core.models import load_model
-
     names = lens_variants(P) if names is None else list(names)
     out = {}
     t0 = time.perf_counter()
@@ -602,9 +605,6 @@ def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | No
 def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P) -> list:
     """C1 on each baseline seed (``verdicts.c1_regimes`` against a unigram decoder counted on the lens
     split, and ``verdicts.c1_depth``)."""
-    from ..core.models import load_model
-    from .alignment import depth_curves
-
     rows = []
     for s in seeds(P):
         res = lenses[("baseline", s)]
@@ -623,8 +623,6 @@ def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int]
 def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P):
     """Each baseline seed's top-1 rate of the input and the next token per residual state (logit lens,
     95% CI over windows), with the unigram decoder's rates (dotted): where do the regimes change?"""
-    from ..core.models import load_model
-    from .plotting import PALETTE
     fig, ax = plt.subplots(figsize=(6.4, 3.9))
     numbers: dict[str, Any] = {}
     for j, s in enumerate(seeds(P)):

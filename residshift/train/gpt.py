@@ -45,11 +45,29 @@ argument, so code that replays blocks from captured arguments (``core.replay.rep
 exact on such a model from layer ``k`` on; everything that runs the whole forward (nnsight edits,
 the lens, the harness) is exact.
 
+Embedding recipes (``config.embedding``): how the residual stream starts, ``h_0``.
+
+- ``nanogpt`` (the authors' harness style, and the contrast arm): ``h_0 = wte[x] + wpe[t]``, both
+  ``normal(0, 0.02)``, weight decay on both (nanoGPT's rule): the position vector is as large as the
+  token vector;
+- ``gemma``: ``h_0 = sqrt(d) wte[x] + wpe[t]`` with ``wte`` at ``normal(0, 1/d)``, so the token part
+  has unit RMS per coordinate (Gemma's scaled embedding), learned positions at one tenth of that
+  (``normal(0, 0.1)``), and no weight decay on either (the tied matrix keeps its scale);
+- ``gemma-rope``: the same token embedding, no position table: rotary position embeddings
+  (GPT-NeoX half-split, base 10,000) on every head's queries and keys, so ``h_0`` is the scaled
+  token embedding alone (head size must be even).
+
+The token scale is exposed as ``wte.embed_scale`` (what ``core.models.describe_model`` reads for
+every model); the lens decodes through the same tied matrix whatever the recipe.
+
 The learned modes share ``site`` with ``fixed`` (at ``"sublayer"`` one gate per block serves both
-adds). ``param_groups(weight_decay)`` gives the optimiser groups, nanoGPT's rule: every parameter of
-dimension >= 2 decays (the attention and MLP matrices and the tied embedding ``wte`` and ``wpe``,
-as in nanoGPT and the paper's code); biases, norm gains, gates, scalars and the backout lambda do
-not.
+adds). ``param_groups(weight_decay, gate_lr_scale)`` gives the optimiser groups, nanoGPT's rule:
+every parameter of dimension >= 2 decays (the attention and MLP matrices, and under the ``nanogpt``
+recipe the tied embedding ``wte`` and ``wpe``, as in nanoGPT and the paper's code); biases, norm
+gains, gates, scalars and the backout lambda do not. With ``gate_lr_scale`` the learned gates,
+scalars and backout lambda get a group of their own whose learning rate is the schedule's times that
+scale (speed-running GPTs' treatment of their scalars: with one learning rate for weights and gates,
+a gate's logit moves by about the learning rate per step and cannot travel far in a short run).
 
 Initialisation is GPT-2's: normal(0, 0.02) for linear and embedding weights, the two residual
 projections (``attn.c_proj``, ``mlp.c_proj``) at ``0.02 / sqrt(2 n_layer)``, zero biases, unit norm
@@ -78,6 +96,8 @@ MODES = ("baseline", "fixed", "learned", "learned-token", "backout", "scalars")
 GATED_MODES = ("fixed", "learned", "learned-token", "scalars")  # modes with a skip gate per block
 SITES = ("block", "sublayer")
 MLPS = ("gelu", "geglu")
+RECIPES = ("nanogpt", "gemma", "gemma-rope")  # how h_0 is built (module docstring)
+ROPE_BASE = 10_000.0
 
 
 class GPTConfigError(ValueError):
@@ -108,6 +128,7 @@ class GPTConfig(PreTrainedConfig):
     block_size: int = 128
     vocab_size: int = 1024
     mlp: str = "gelu"  # "gelu" (4d hidden) | "geglu" (gelu(x W) * (x V), 4d hidden: 1.5x the MLP weights)
+    embedding: str = "nanogpt"  # the embedding recipe, one of RECIPES (module docstring)
     dropout: float = 0.0
     bias: bool = False  # biases in Linear and LayerNorm (nanoGPT's training default: off)
     residual: str = "baseline"
@@ -146,7 +167,7 @@ class GPTConfig(PreTrainedConfig):
             (("n_layer", "n_head", "n_embd", "block_size", "vocab_size"), "an int", is_int),
             (("dropout", "theta_init", "scalar_init", "backout_init", "initializer_range", "layer_norm_epsilon"),
              "a number", lambda v: is_int(v) or isinstance(v, float)),
-            (("mlp", "residual", "site"), "a string", lambda v: isinstance(v, str)),
+            (("mlp", "residual", "site", "embedding"), "a string", lambda v: isinstance(v, str)),
             (("bias",), "True or False", lambda v: isinstance(v, bool)),
             (("alpha",), "a number or None", lambda v: v is None or is_int(v) or isinstance(v, float)),
             (("backout_layer",), "an int or None", lambda v: v is None or is_int(v)),
@@ -164,6 +185,11 @@ class GPTConfig(PreTrainedConfig):
                 "by the number of heads")
         if self.mlp not in MLPS:
             bad(f"unknown mlp {self.mlp!r}; choose one of {MLPS}")
+        if self.embedding not in RECIPES:
+            bad(f"unknown embedding recipe {self.embedding!r}; choose one of {RECIPES}")
+        if self.embedding == "gemma-rope" and (self.n_embd // self.n_head) % 2:
+            bad(f"rotary positions rotate pairs of coordinates: the head size {self.n_embd // self.n_head} "
+                f"(n_embd {self.n_embd} / n_head {self.n_head}) must be even; pick another width or head count")
         if not 0.0 <= self.dropout < 1.0:
             bad(f"dropout must lie in [0, 1), got {self.dropout}")
         if self.residual not in MODES:
@@ -238,9 +264,32 @@ def make_gate(config: GPTConfig, layer: int) -> nn.Module | None:
     raise GPTConfigError(f"mode {config.residual!r} has no per-block gate")
 
 
+class ScaledEmbedding(nn.Embedding):
+    """``embed_scale * E[x]``: Gemma's scaled token embedding (the tied matrix stays ``E``)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, embed_scale: float):
+        super().__init__(num_embeddings, embedding_dim)
+        self.embed_scale = float(embed_scale)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids) * self.embed_scale
+
+
+def rotary(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding of ``x [B, heads, T, head size]`` (GPT-NeoX half-split, positions
+    0..T-1, base :data:`ROPE_BASE`), computed in float32 and returned in ``x``'s dtype."""
+    T, hd = x.shape[-2], x.shape[-1]
+    inv = ROPE_BASE ** (-torch.arange(0, hd, 2, device=x.device, dtype=torch.float32) / hd)
+    angle = torch.arange(T, device=x.device, dtype=torch.float32)[:, None] * inv[None]  # [T, hd/2]
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x.float()[..., : hd // 2], x.float()[..., hd // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
+        self.rope = config.embedding == "gemma-rope"
         self.n_head = config.n_head
         self.dropout = config.dropout
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
@@ -252,6 +301,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        if self.rope:
+            q, k = rotary(q), rotary(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -333,9 +384,18 @@ class GPT(PreTrainedModel, GenerationMixin):
     def __init__(self, config: GPTConfig):
         super().__init__(config)
         config.check()
+        recipe = config.embedding
+        wte = (nn.Embedding(config.vocab_size, config.n_embd) if recipe == "nanogpt"
+               else ScaledEmbedding(config.vocab_size, config.n_embd, math.sqrt(config.n_embd)))
+        if recipe != "nanogpt":  # unit RMS per coordinate after the sqrt(d) scale; positions at 1/10
+            wte.init_std = 1 / math.sqrt(config.n_embd)
+        modules = dict(wte=wte)
+        if recipe != "gemma-rope":
+            modules["wpe"] = nn.Embedding(config.block_size, config.n_embd)
+            if recipe == "gemma":
+                modules["wpe"].init_std = 0.1
         self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),
-            wpe=nn.Embedding(config.block_size, config.n_embd),
+            **modules,
             drop=nn.Dropout(config.dropout),
             h=nn.ModuleList([Block(config, l) for l in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias),
@@ -363,7 +423,7 @@ class GPT(PreTrainedModel, GenerationMixin):
         return False  # no KV cache: generate() feeds the whole prefix each step
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
+        std = getattr(module, "init_std", self.config.initializer_range)  # the recipe's embedding scales
         if isinstance(module, (nn.Linear, nn.Embedding)):
             if getattr(module, "residual_projection", False):  # GPT-2: / sqrt(2 L) on the residual adds
                 std = std / math.sqrt(2 * self.config.n_layer)
@@ -407,7 +467,10 @@ class GPT(PreTrainedModel, GenerationMixin):
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device)
         tr = self.transformer
-        x = tr.drop(tr.wte(input_ids) + tr.wpe(position_ids))
+        x = tr.wte(input_ids)
+        if "wpe" in tr:  # learned positions (rotary ones act inside attention)
+            x = x + tr.wpe(position_ids)
+        x = tr.drop(x)
         h_k = None
         for l, block in enumerate(tr.h):
             if l == self.backout_layer:
@@ -423,21 +486,36 @@ class GPT(PreTrainedModel, GenerationMixin):
 
     # -- what the trainer and the plots need ---------------------------------------------------
 
-    def param_groups(self, weight_decay: float) -> list[dict[str, Any]]:
-        """AdamW groups: ``[{"params": decay, "weight_decay": wd}, {"params": no_decay, 0.0}]``.
+    def param_groups(self, weight_decay: float, gate_lr_scale: float | None = None) -> list[dict[str, Any]]:
+        """AdamW groups: ``[{"params": decay, "weight_decay": wd}, {"params": no_decay, 0.0}]``, and
+        with ``gate_lr_scale`` a third, ``{"params": gates, 0.0, "lr_scale": gate_lr_scale}``.
 
-        Decay: every parameter of dimension >= 2 (matrices and the tied embeddings, nanoGPT's
-        rule). No decay: biases, norm gains, gates (theta, w, b), scalars and the backout lambda.
+        Decay: every parameter of dimension >= 2 (matrices, and the tied embeddings under the
+        ``nanogpt`` recipe, nanoGPT's rule). No decay: biases, norm gains, the embeddings of the
+        ``gemma`` recipes, and the gates (theta, w, b), scalars and the backout lambda (in their own
+        group when ``gate_lr_scale`` is given; ``core.fitting`` multiplies the schedule's learning
+        rate by a group's ``lr_scale``).
         """
-        gate_params = {id(p) for m in self.modules() if isinstance(m, (ScalarGate, TokenGate, SkipScalar, Backout))
-                       for p in m.parameters()}
-        decay, no_decay = [], []
+        gate_params = {id(p) for p in self.gate_parameters()}
+        embeddings = set() if self.config.embedding == "nanogpt" else {
+            id(m.weight) for name, m in self.transformer.items() if name in ("wte", "wpe")}
+        decay, no_decay, gates = [], [], []
         for p in self.parameters():  # each tied parameter once
             if not p.requires_grad:
                 continue
-            (decay if p.dim() >= 2 and id(p) not in gate_params else no_decay).append(p)
-        return [{"params": decay, "weight_decay": float(weight_decay)},
-                {"params": no_decay, "weight_decay": 0.0}]
+            if id(p) in gate_params and gate_lr_scale is not None:
+                gates.append(p)
+            elif p.dim() >= 2 and id(p) not in gate_params and id(p) not in embeddings:
+                decay.append(p)
+            else:
+                no_decay.append(p)
+        groups = [{"params": decay, "weight_decay": float(weight_decay)},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        if gate_lr_scale is not None:
+            if not (isinstance(gate_lr_scale, (int, float)) and math.isfinite(gate_lr_scale) and gate_lr_scale > 0):
+                raise GPTConfigError(f"gate_lr_scale must be a positive number, got {gate_lr_scale!r}")
+            groups.append({"params": gates, "weight_decay": 0.0, "lr_scale": float(gate_lr_scale)})
+        return groups
 
     def gate_parameters(self) -> list[nn.Parameter]:
         """The learned gate / scalar / backout parameters (empty for baseline and fixed)."""
@@ -491,7 +569,9 @@ class GPT(PreTrainedModel, GenerationMixin):
         """Parameter count (tied weights once); ``non_embedding`` drops the position embedding
         (nanoGPT's convention: the token embedding counts, it is the output head too)."""
         n = sum(p.numel() for p in self.parameters())
-        return n - self.transformer.wpe.weight.numel() if non_embedding else n
+        if non_embedding and "wpe" in self.transformer:
+            n -= self.transformer.wpe.weight.numel()
+        return n
 
 
 def _check_right_padded(mask: torch.Tensor) -> None:

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import os
@@ -82,12 +83,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from transformers.utils import logging as hf_logging
 
-from ..core.cache import _canonical, atomic_dir, atomic_write_text, config_key
-from ..core.fitting import FitConfig, FitError, fit
-from ..core.paths import results_dir
+from ..core import fitting, profiles, unembed
+from ..core.cache import _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint, config_key
+from ..core.data import tokenizer_fingerprint
+from ..core.fitting import FORMAT, FitConfig, FitError, fit
+from ..core.paths import cache_dir, results_dir
+from ..core.runner import parse_overrides
 from ..core.unembed import next_token_losses
-from . import data as D
+from . import data as D, gpt
+from .data import DataError
+from .gpt import GPT, GPTConfig, GPTConfigError
+from .tokenizer import TokenizerSpecError, get_tokenizer, prepends_bos
 
 # Chosen by measurement (benchmarks/bench_train.py); None in a TrainConfig means "this table".
 DEVICE_DEFAULTS: dict[str, dict[str, bool]] = {
@@ -105,6 +115,7 @@ PROFILE_KEYS = {  # profile key (section "train" of residshift.core.profiles) ->
     "train_warmup": "warmup", "train_min_lr_ratio": "min_lr_ratio", "train_grad_clip": "grad_clip",
     "train_eval_every": "eval_every", "train_eval_windows": "eval_windows", "train_bf16": "bf16",
     "train_compile": "compile", "train_checkpoint_every": "checkpoint_every",
+    "train_embedding": "embedding", "train_gate_lr": "gate_lr",
 }
 RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "model", "summary.json")
 
@@ -119,7 +130,7 @@ class TrainConfig:
 
     Model (``residshift.train.gpt.GPTConfig``): ``layers``, ``heads``, ``width``, ``context``,
     ``vocab`` (None = the tokenizer's size; larger pads the embedding), ``mlp``, ``dropout``,
-    ``bias``, the residual ``mode`` and its parameters (``alpha`` and ``alpha_layers`` for
+    ``bias``, the ``embedding`` recipe (``gpt.RECIPES``), the residual ``mode`` and its parameters (``alpha`` and ``alpha_layers`` for
     ``fixed``; ``site``; ``theta_init`` / ``scalar_init`` / ``backout_layer`` / ``backout_init``,
     None = the model's default). Data: ``tokenizer`` (a ``residshift.train.tokenizer`` spec),
     ``corpus`` (a named corpus or a dict of ``datasets.load_dataset`` arguments, streamed),
@@ -129,7 +140,9 @@ class TrainConfig:
     micro-step, all processes together), ``accumulate``, ``lr``, ``betas``, ``weight_decay`` (2-D
     weights only), ``warmup`` (steps), ``min_lr_ratio`` (cosine floor), ``grad_clip``,
     ``eval_every`` and ``checkpoint_every`` (steps), ``seed``, ``bf16`` and ``compile`` (None = the
-    device default, ``DEVICE_DEFAULTS``).
+    device default, ``DEVICE_DEFAULTS``), ``gate_lr`` (None: the learned gates, scalars and backout
+    lambda train at ``lr`` with the other parameters without decay; a number: in a group of their own
+    at that peak learning rate, on the same schedule).
     """
 
     layers: int = 6
@@ -138,6 +151,7 @@ class TrainConfig:
     context: int = 128
     vocab: int | None = None
     mlp: str = "gelu"
+    embedding: str = "nanogpt"
     dropout: float = 0.0
     bias: bool = False
     mode: str = "baseline"
@@ -170,6 +184,7 @@ class TrainConfig:
     bf16: bool | None = None
     compile: bool | None = None
     checkpoint_every: int = 100
+    gate_lr: float | None = None
 
     def __post_init__(self) -> None:
         if self.alpha_layers is not None:
@@ -186,8 +201,6 @@ class TrainConfig:
     def from_profile(cls, profile: Any = "default", **overrides: Any) -> "TrainConfig":
         """The ``train_*`` values of a profile (a name, a dict, or ``profiles.resolve``'s namespace),
         with ``overrides`` (TrainConfig field names) on top."""
-        from ..core import profiles
-
         if isinstance(profile, str):
             values = profiles.get(profile)
         elif isinstance(profile, dict):
@@ -226,6 +239,9 @@ class TrainConfig:
             bad(f"eval_windows must be None (all) or a positive integer, got {self.eval_windows!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             bad(f"lr must be a positive finite number, got {self.lr!r}")
+        if self.gate_lr is not None and not (isinstance(self.gate_lr, (int, float)) and math.isfinite(self.gate_lr)
+                                             and self.gate_lr > 0):
+            bad(f"gate_lr must be None (the gates train at lr) or a positive number, got {self.gate_lr!r}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             bad(f"betas must be two numbers in [0, 1), got {self.betas}")
         if not 0 <= self.weight_decay < 1:
@@ -254,11 +270,9 @@ class TrainConfig:
 
     def model_config(self, vocab: int, tokenizer=None, *, mode: str | None = None):
         """The ``GPTConfig`` (``mode`` overrides the residual mode: the shared-init baseline)."""
-        from .gpt import GPTConfig, GPTConfigError
-
         mode = self.mode if mode is None else mode
         kw: dict[str, Any] = dict(n_layer=self.layers, n_head=self.heads, n_embd=self.width,
-                                  block_size=self.context, vocab_size=vocab, mlp=self.mlp,
+                                  block_size=self.context, vocab_size=vocab, mlp=self.mlp, embedding=self.embedding,
                                   dropout=self.dropout, bias=self.bias, residual=mode)
         if mode == self.mode:
             kw["site"] = self.site
@@ -289,8 +303,6 @@ class TrainConfig:
     def key(self, tokenizer) -> str:
         """The run key: this configuration, the tokenizer's vocabulary and rules, and the code that
         trains (:func:`training_code_fingerprint`)."""
-        from ..core.data import tokenizer_fingerprint
-
         return config_key({"kind": "residshift-train/1", "config": asdict(self),
                            "tokenizer": tokenizer_fingerprint(tokenizer), "code": training_code_fingerprint()})
 
@@ -299,6 +311,10 @@ class TrainConfig:
         if self.mode == "fixed":
             tag += f"-a{self.alpha:g}-l{'.'.join(str(l) for l in self.alpha_layers)}"
         return f"{tag}-s{self.seed}"
+
+    def gate_lr_scale(self) -> float | None:
+        """The learned gates' learning rate relative to ``lr`` (None: no group of their own)."""
+        return None if self.gate_lr is None else self.gate_lr / self.lr
 
     def tokens_per_step(self) -> int:
         return self.batch_size * self.accumulate * self.context
@@ -320,12 +336,6 @@ def training_code_fingerprint() -> str:
     the model loader behind pretrained tokenizers compute nothing a run keeps; the tokenizer enters
     the key by its own fingerprint). A change to any of them trains again rather than reusing a run
     another code produced."""
-    import hashlib
-
-    from ..core import fitting, unembed
-    from ..core.cache import _module_entry, code_fingerprint
-    from . import gpt
-
     own = _module_entry(__name__)[0]  # this module as imported (the code that runs), not its imports
     return hashlib.sha256((code_fingerprint(gpt, D, fitting, unembed) + own).encode()).hexdigest()[:20]
 
@@ -369,8 +379,6 @@ def _dist(device: str) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Dist()
-    import torch.distributed as dist
-
     started = False
     if not dist.is_initialized():
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
@@ -400,15 +408,11 @@ def _device(device: str | None, ddp: Dist | None = None) -> str:
 
 def load_tokenizer(cfg: TrainConfig):
     """The tokenizer of ``cfg`` (loaded once per process and cache folder: a grid of runs shares it)."""
-    from ..core.paths import cache_dir
-
     return _tokenizer(cfg.tokenizer, str(cache_dir()))
 
 
 @functools.lru_cache(maxsize=8)
 def _tokenizer(spec: str, cache: str):
-    from .tokenizer import TokenizerSpecError, get_tokenizer
-
     try:
         return get_tokenizer(spec)
     except TokenizerSpecError as err:
@@ -426,15 +430,11 @@ def vocab_size(cfg: TrainConfig, tokenizer) -> int:
 
 
 def bos_id(tokenizer) -> int | None:
-    from .tokenizer import prepends_bos
-
     return tokenizer.bos_token_id if prepends_bos(tokenizer) else None
 
 
 def init_model(cfg: TrainConfig, vocab: int, tokenizer=None):
     """The model of ``cfg`` with the shared weights of its seed (see the module docstring)."""
-    from .gpt import GPT
-
     torch.manual_seed(cfg.seed)
     base = GPT(cfg.model_config(vocab, tokenizer, mode="baseline"))
     if cfg.mode == "baseline":
@@ -488,8 +488,6 @@ def _autocast(device: str, enabled: bool):
 
 def check_checkpoint(path: Path, vocab: int) -> None:
     """Refuse a checkpoint that cannot be read or whose vocabulary differs, naming the fix."""
-    from ..core.fitting import FORMAT
-
     if not path.is_file():
         return
     try:
@@ -530,8 +528,6 @@ def read_log(run: str | Path) -> list[dict[str, Any]]:
 
 def _save_model(model, tokenizer, target: Path) -> None:
     """``save_pretrained`` into a temporary folder beside ``target``, then rename it into place."""
-    from transformers.utils import logging as hf_logging
-
     bars = hf_logging.is_progress_bar_enabled()
     try:
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar per run
@@ -606,8 +602,6 @@ def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, pro
     forward = model
     no_sync = None
     if ddp.world > 1:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         forward = DDP(model, device_ids=[torch.device(device).index] if torch.device(device).type == "cuda" else None)
         no_sync = forward.no_sync
     if cfg.compile:
@@ -649,7 +643,8 @@ def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, pro
     tps = cfg.tokens_per_step()
     try:
         result = fit(model, cfg.fit_config(), step_fn=step_fn, eval_fn=eval_fn,
-                     param_groups=model.param_groups(cfg.weight_decay), checkpoint=run / "checkpoint.pt",
+                     param_groups=model.param_groups(cfg.weight_decay, cfg.gate_lr_scale()),
+                     checkpoint=run / "checkpoint.pt",
                      log_path=run / "log.jsonl", tokens_per_step=tps, stop_after=stop_after,
                      progress=(cfg.label() if progress else False), no_sync=no_sync, is_main=ddp.main,
                      eval_extra=model.learned_scalars)
@@ -707,9 +702,6 @@ def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data,
 
 def config_from_args(args) -> TrainConfig:
     """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags)."""
-    from ..core import profiles
-    from ..core.runner import parse_overrides
-
     try:
         values = profiles.get(args.profile)
     except KeyError as err:
@@ -727,9 +719,6 @@ def config_from_args(args) -> TrainConfig:
 
 def main_train(args) -> int:
     """``python -m residshift train``: one run; errors are one line on stderr, exit status 2."""
-    from .data import DataError
-    from .gpt import GPTConfigError
-
     try:
         cfg = config_from_args(args)
         run = train(cfg, args.out, device=args.device, stop_after=args.stop_after,
