@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--stop-after", type=int, default=None, help="stop after N steps (resume later)")
     tr.add_argument("--prepare-only", action="store_true", help="build the tokenizer and token caches only")
     tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument("--pilot", action="store_true",
+                    help="before any grid: one baseline per embedding recipe at the profile's budget, the logit "
+                         "lens and C1's rules on each (writes benchmarks/pilot-recipes.json; smoke: build/smoke/)")
+    tr.add_argument("--recipes", nargs="*", default=None, help="the pilot's recipes (default: train_pilot_recipes)")
+    tr.add_argument("--json", default=None, help="where the pilot writes its numbers")
     args = parser.parse_args(argv)
 
     if args.cmd == "run":
@@ -104,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         # OpenMP threads that sleep instead of spinning: on a shared 2-core CPU (load ~10) a training
         # step ran 3x faster so (benchmarks/bench_train.py). Set before torch loads; yours wins.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        if args.pilot:
+            from .study.pilot import main_pilot  # lazy: torch + transformers + the lens; after OMP_WAIT_POLICY
+
+            return main_pilot(args)
         from .train.trainer import main_train  # lazy: torch + transformers ~3.2 s; after OMP_WAIT_POLICY
 
         return main_train(args)

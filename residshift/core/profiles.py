@@ -162,7 +162,7 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "train_accumulate": 1, "train_lr": 3e-3, "train_betas": [0.9, 0.95],
                   "train_weight_decay": 0.1, "train_warmup": 2, "train_min_lr_ratio": 0.1,
                   "train_grad_clip": 1.0, "train_eval_every": 6, "train_eval_windows": 8,
-                  "train_bf16": None, "train_compile": False, "train_checkpoint_every": 100,
+                  "train_bf16": False, "train_compile": False, "train_checkpoint_every": 100,
                   "train_seeds": [0, 1], "train_cut_layers": [1, 3], "train_cut_alphas": [0.0, 0.5],
                   "train_variants": ["learned", "learned-token", "backout", "scalars"],
                   "train_bench_tasks": ["wikitext-2-test", "lambada", "piqa", "arc-easy"],
@@ -179,8 +179,13 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     "train_tokens": 350 * 8 * 128, "train_batch": 8, "train_accumulate": 1,
                     "train_lr": 3e-3, "train_betas": [0.9, 0.95], "train_weight_decay": 0.1,
                     "train_warmup": 20, "train_min_lr_ratio": 0.1, "train_grad_clip": 1.0,
-                    "train_eval_every": 50, "train_eval_windows": 64, "train_bf16": None,
-                    "train_compile": None, "train_checkpoint_every": 50,
+                    # Precision is part of the profile, not of the machine: fp32. bf16 autocast was slower
+                    # at this shape on both CPUs measured (benchmarks/bench-train.json: 0.32x fp32 on an
+                    # Intel Xeon without native bf16, 0.91x on an AMD EPYC with avx512_bf16), and a grid
+                    # trained in bf16 on one machine flipped 5 of notebook 08's verdicts against the
+                    # same grid in fp32 on another. The committed grid ran in fp32 (same run keys).
+                    "train_eval_every": 50, "train_eval_windows": 64, "train_bf16": False,
+                    "train_compile": False, "train_checkpoint_every": 50,
                     # the grid (notebooks 06-08): baseline; fixed alpha in train_cut_alphas at each
                     # block of train_cut_layers (None = every block); train_variants; x train_seeds.
                     # One run ~90-100 s here (idle CPU): every block would be 3 x 17 = 51 runs (~80 min),

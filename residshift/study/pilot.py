@@ -1,0 +1,194 @@
+"""The pilot: does a small GPT trained with each embedding recipe have the shift the study mitigates?
+
+Run before any grid (``python -m residshift train --pilot``; notebook 06 reads its numbers): one
+baseline seed per recipe of ``train_pilot_recipes`` at the profile's training budget, notebook 03's
+logit lens on it (the same windows notebook 08 reads: WikiText-2 test, the training context), and
+C1's rules on it (C1.early / middle / late / C1 and C1.depth per depth metric, from
+``residshift.analysis.verdicts``). One trained model per recipe: its windows are the units, so a
+verdict says whether THIS model has the regime; whether a recipe gives it reliably is a question
+for the grid's seeds.
+
+:func:`choose_recipe` names the recipe the profile's grid should train: the first recipe, in the
+listed order, whose baseline reproduces both C1.early and C1.late (the recipes cost the same at one
+shape: the same parameters to within the position table, the same tokens and steps). The pilot's
+numbers are written to ``benchmarks/pilot-recipes.json`` and rendered in the README.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..analysis import verdicts
+from ..analysis.stats import as_numpy
+from ..core import profiles
+from ..core.cache import atomic_write_text, code_state
+from ..core.models import load_model
+from ..core.outputs import json_ready
+from ..core.paths import REPO_ROOT, build_dir
+from ..measure import lens
+from ..train import trainer as T
+from ..train.data import DataError
+from ..train.gpt import RECIPES, GPTConfigError
+from .alignment import depth_curves
+from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT
+
+PILOT_JSON = "pilot-recipes.json"
+
+
+def pilot_config(P, recipe: str, seed: int) -> T.TrainConfig:
+    """The baseline run of one recipe: the profile's ``train_*`` values with ``embedding=recipe``."""
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown embedding recipe {recipe!r}; choose among {list(RECIPES)}")
+    return T.TrainConfig.from_profile(P).with_(mode="baseline", seed=int(seed), embedding=recipe)
+
+
+def cpu_facts() -> dict[str, Any]:
+    """The CPU a speed figure was measured on (model name and the bf16 flags)."""
+    name, flags = platform.processor() or "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and name in ("unknown", "", platform.processor()):
+                name = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    return {"cpu": name, "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+            "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
+
+
+def c1_on(res, tok, info, *, model: str, n_boot: int, seed: int, source: str) -> list:
+    """C1's rows (regimes and depth) on one trained model's lens result, against a unigram decoder
+    counted on the lens split under the model's tokenizer."""
+    u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+    who = dict(model=model, decoder="logit lens", n_boot=n_boot, seed=seed)
+    rows = verdicts.c1_regimes(as_numpy(res.per_seq["top1_input"]), as_numpy(res.per_seq["top1_next"]),
+                               as_numpy(u["top1_input"]), as_numpy(u["top1_next"]),
+                               min_run=verdicts.c1_min_run(res.n_layers), source=source, **who)
+    rows += verdicts.c1_depth(depth_curves(res), source=source, **who)
+    return rows, u
+
+
+def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = None, progress: bool = False,
+              verbose: bool = True) -> dict[str, Any]:
+    """Train (or reuse) one baseline per recipe and measure it; returns the pilot's numbers
+    (``recipes``: one entry per recipe, ``chosen``: :func:`choose_recipe`'s answer)."""
+    recipes = list(P.train_pilot_recipes if recipes is None else recipes)
+    unknown = [r for r in recipes if r not in RECIPES]
+    if unknown or not recipes:
+        raise ValueError(f"pilot recipes {unknown or '(none)'} unknown; choose among {list(RECIPES)}")
+    seed = int(P.train_seeds[0] if seed is None else seed)
+    out: dict[str, Any] = {"profile": P.profile, "seed": seed, "machine": cpu_facts(), "code": code_state(),
+                           "recipes": {}}
+    for recipe in recipes:
+        cfg = pilot_config(P, recipe, seed)
+        t0 = time.perf_counter()
+        run = T.train(cfg, device=P.device, progress=progress)
+        sm = T.read_summary(run)
+        lm, tok, info = load_model(str(run / "model"), device=P.device)
+        res = lens.run_lens(lm, info, tok, corpus=LENS_CORPUS, split=LENS_SPLIT, window=int(P.train_context),
+                            n=int(P.train_lens_windows), seed=P.seed, batch=8, metrics=LENS_METRICS,
+                            positions=P.train_lens_positions)
+        rows, u = c1_on(res, tok, info, model=f"pilot {recipe}, seed {seed}", n_boot=P.train_boot, seed=P.seed,
+                        source=PILOT_JSON.removesuffix(".json"))
+        top_in, top_nx = as_numpy(res.per_seq["top1_input"]).mean(0), as_numpy(res.per_seq["top1_next"]).mean(0)
+        out["recipes"][recipe] = {
+            "config": {"layers": cfg.layers, "width": cfg.width, "context": cfg.context, "embedding": recipe,
+                       "bf16": bool(sm["config"].get("bf16")) if "config" in sm else None},
+            "steps": sm.get("steps"), "tokens": sm.get("tokens"), "train_seconds": sm.get("train_seconds"),
+            "tokens_per_s": sm.get("tokens_per_s"), "val_loss": sm["val_loss"], "unigram_ce": sm["unigram_ce"],
+            "below_unigram": sm["below_unigram"],
+            "top1_input": top_in.tolist(), "top1_next": top_nx.tolist(),
+            "unigram_top1_input": float(as_numpy(u["top1_input"]).mean()),
+            "unigram_top1_next": float(as_numpy(u["top1_next"]).mean()),
+            "verdicts": [r.as_dict() for r in rows], "wall_seconds": time.perf_counter() - t0,
+        }
+        if verbose:
+            v = {r.claim_id: r.verdict for r in rows if r.claim_id != "C1.depth"}
+            print(f"{recipe}: validation loss {sm['val_loss']:.3f} ({sm['below_unigram']:+.2f} nats below unigram), "
+                  f"input top-1 at h_1 {top_in[1]:.3f} (unigram {out['recipes'][recipe]['unigram_top1_input']:.3f}); "
+                  f"{v}")
+    out["chosen"] = choose_recipe(out["recipes"])
+    return out
+
+
+def _verdict(entry: Mapping[str, Any], claim: str) -> str | None:
+    return next((r["verdict"] for r in entry["verdicts"] if r["claim_id"] == claim), None)
+
+
+def choose_recipe(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The recipe the grid should train: the first, in the listed order, whose baseline reproduces
+    both C1.early and C1.late (equal cost at one shape); if none does, the one whose C1.early
+    estimate is largest, with ``reproduces`` False so notebooks and README say so plainly."""
+    if not entries:
+        raise ValueError("no pilot entries: run the pilot first")
+    for name, e in entries.items():
+        if _verdict(e, "C1.early") == verdicts.REPRODUCED and _verdict(e, "C1.late") == verdicts.REPRODUCED:
+            return {"recipe": name, "reproduces": True,
+                    "rule": "first recipe listed whose baseline reproduces C1.early and C1.late"}
+
+    def early(e):
+        r = next(r for r in e["verdicts"] if r["claim_id"] == "C1.early")
+        return r["estimate"] if r["estimate"] is not None else -np.inf
+
+    best = max(entries, key=lambda n: early(entries[n]))
+    return {"recipe": best, "reproduces": False,
+            "rule": "no recipe's baseline reproduces both C1.early and C1.late: the closest by C1.early"}
+
+
+def save_pilot(numbers: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Write the pilot's numbers (atomically) to ``benchmarks/pilot-recipes.json``."""
+    path = path or REPO_ROOT / "benchmarks" / PILOT_JSON
+    atomic_write_text(path, json.dumps(json_ready(dict(numbers)), indent=1) + "\n")
+    return path
+
+
+def load_pilot(path: Path | None = None) -> dict[str, Any] | None:
+    path = path or REPO_ROOT / "benchmarks" / PILOT_JSON
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def summary_table(numbers: Mapping[str, Any]):
+    """One row per recipe: cost, loss against the unigram decoder, input top-1 at h_1 against the
+    unigram decoder's, and C1's verdicts (what the README and notebook 06 show)."""
+    import pandas as pd  # lazy: the pilot's command line prints without pandas
+
+    rows = []
+    for name, e in numbers["recipes"].items():
+        v = {r["claim_id"]: r["verdict"] for r in e["verdicts"] if r["claim_id"] != "C1.depth"}
+        depth = next((r for r in e["verdicts"] if r["claim_id"] == "C1.depth"
+                      and r["details"].get("metric") == "top1"), None)
+        rows.append({"recipe": name, "steps": e["steps"], "tokens": e["tokens"],
+                     "seconds": e["train_seconds"], "tokens/s": e["tokens_per_s"], "val loss": e["val_loss"],
+                     "unigram loss": e["unigram_ce"], "input top-1 h_1": e["top1_input"][1],
+                     "unigram input top-1": e["unigram_top1_input"], "next top-1 h_1": e["top1_next"][1],
+                     **{k: v.get(k) for k in ("C1.early", "C1.middle", "C1.late", "C1")},
+                     "C1.depth (top-1)": None if depth is None else depth["verdict"]})
+    return pd.DataFrame(rows).set_index("recipe")
+
+
+def main_pilot(args) -> int:
+    """``python -m residshift train --pilot``: errors are one line on stderr, exit status 2."""
+    try:
+        P = profiles.resolve(args.profile)
+        if args.device:
+            P.device = args.device
+        numbers = run_pilot(P, args.recipes, seed=args.seed, progress=not args.no_progress)
+    except (KeyError, ValueError, T.TrainError, DataError, GPTConfigError) as err:
+        print(f"residshift train --pilot: error: {err}", file=sys.stderr)
+        return 2
+    default = build_dir() / "smoke" / PILOT_JSON if P.profile == "smoke" else None
+    path = save_pilot(numbers, Path(args.json) if args.json else default)
+    chosen = numbers["chosen"]
+    print(f"chosen: {chosen['recipe']} ({chosen['rule']})")
+    print(path)
+    return 0
