@@ -377,6 +377,19 @@ def test_c3_concentration_all_three_outcomes():
     assert row.claim_id == "C3-training.concentrates"
 
 
+def test_c3_concentration_says_when_the_gates_did_not_move():
+    kw = dict(layers=[0, 1, 2], n_layers=3, model="m", variant="scalar")
+    # started at alpha 0.953 (theta = 3) and ended within 0.01 of it: never judged concentrated
+    still = V.c3_concentration([[0.955, 0.952, 0.946]], start_alphas=[0.953] * 3, **kw)[0]
+    assert still.verdict == I and still.details["per_seed"][0]["did_not_move"]
+    assert "did not move" in still.rule
+    moved = V.c3_concentration([[0.99, 0.98, 0.8]], start_alphas=[0.953] * 3, **kw)[0]
+    assert moved.verdict == R and not moved.details["per_seed"][0]["did_not_move"]
+    assert moved.details["per_seed"][0]["largest_movement"] == pytest.approx(0.153)
+    plain = V.c3_concentration([[0.99, 0.98, 0.8]], **kw)[0]
+    assert "did not move" not in plain.rule and "did_not_move" not in plain.details["per_seed"][0]
+
+
 def _lens(n=40, L=12, shift=0.0, lp=0.0, lr=0.0, noise=0.01, seed=0):
     rng = np.random.default_rng(seed)
     layers = np.arange(L + 1)

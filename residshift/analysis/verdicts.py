@@ -116,6 +116,7 @@ MIN_ATTENUATION, CONCENTRATION_RATIO = 0.05, 2.0  # C3.concentrates: 1 - alpha m
 MISALIGNMENT_MARGINS = {"logprob": 0.1, "logrank": 0.05, "depth": 0.02}  # C3.misalignment rows
 BENCH_MARGIN = 0.03  # accuracy: a benchmark drop that counts as material
 MAX_LATE_CANDIDATES = 3  # C2.late-cut: cells carried from selection to confirmation
+MIN_GATE_MOVEMENT = 0.01  # C3.concentrates: a gate set whose alphas all moved less than this "did not move"
 
 
 def is_late(layer: int, n_layers: int, fraction: float = LATE_FRACTION) -> bool:
@@ -914,17 +915,23 @@ C3_CONCENTRATION_RULE = (
     "by less than {ratio}x), and inconclusive ('did not converge') for a fit that stopped at its step "
     "cap. Seeds combined by {how}. No interval: one fitted value per seed; the row's estimate is the "
     "final block's attenuation averaged over seeds.")
+C3_MOVEMENT_CLAUSE = (
+    " A seed whose gates all ended within {min_movement} of their starting alpha is inconclusive "
+    "('did not move'): where they ended says where they started, not what training asked for.")
 
 
 @_rule(C3_CONCENTRATION_RULE.replace("{claim_id}", "C3.concentrates"))
 def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, model: str,
                      variant: str | None, converged=None, steps=None, min_attenuation: float = MIN_ATTENUATION,
                      ratio: float = CONCENTRATION_RATIO, how: str = "unanimous", setting: str = "frozen",
+                     start_alphas=None, min_movement: float = MIN_GATE_MOVEMENT,
                      source: str = "") -> list[VerdictRow]:
     """Does the learned attenuation concentrate on the final block? (replaces ``gates.concentration``)
 
     ``alphas_by_seed [n_seeds, n_gated]``: each seed's fitted alpha per gated block (``layers``);
-    ``converged``/``steps`` as in :func:`c3_beats_baseline`.
+    ``converged``/``steps`` as in :func:`c3_beats_baseline`. ``start_alphas`` (``[n_gated]`` or
+    ``[n_seeds, n_gated]``): where the gates started; given, a seed whose gates all moved less than
+    ``min_movement`` is inconclusive ("did not move") and the rule says so.
     """
     cid = _setting_prefix("C3.concentrates", setting)
     a = _per_seed(alphas_by_seed, "alphas_by_seed")
@@ -936,6 +943,8 @@ def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, mo
     conv = _seed_flags(converged, a.shape[0], "converged", None)
     st = _seed_flags(steps, a.shape[0], "steps", None)
     last = layers.index(n_layers - 1)
+    start = None if start_alphas is None else _broadcast_seeds(_per_seed(start_alphas, "start_alphas", len(layers)),
+                                                                a.shape[0], "start_alphas")
     per_seed, numbers = [], []
     for s in range(a.shape[0]):
         att = 1 - a[s]
@@ -950,12 +959,19 @@ def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, mo
             v = INCONCLUSIVE
         if _stopped_at_cap(conv[s]):
             v = INCONCLUSIVE
+        moved = None if start is None else float(np.abs(a[s] - start[s]).max())
+        if moved is not None and moved < min_movement:
+            v = INCONCLUSIVE
         per_seed.append(v)
         numbers.append({"final_attenuation": final, "final_alpha": float(a[s, last]),
                         "runner_up_block": runner, "runner_up_attenuation": top_other,
                         "most_attenuated_block": layers[int(att.argmax())], "converged": conv[s],
                         "steps": st[s]})
+        if moved is not None:
+            numbers[-1].update(largest_movement=moved, did_not_move=moved < min_movement)
     rule = C3_CONCENTRATION_RULE.format(claim_id=cid, min_attenuation=min_attenuation, ratio=ratio, how=how)
+    if start is not None:
+        rule += C3_MOVEMENT_CLAUSE.format(min_movement=min_movement)
     return [_row(cid, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
                  statistic="final-block attenuation 1 - alpha_L (mean over seeds)",
                  estimate=float(np.mean([c["final_attenuation"] for c in numbers])), lo=None, hi=None,

@@ -279,7 +279,7 @@ def _lens_benchmark_before_compile(lens_b: dict) -> str:
             ["bare unembedding matmuls (bf16)", _num(lens_b.get("bare_bf16_s"), 1), "–"],
             ["reference: output_hidden_states + full logits + argsort",
              _num(lens_b.get("reference_s"), 1), _num(lens_b.get("reference_peak_mib"), 0)],
-            [f"streamed pass on a quarter of the tokens", _num(lens_b["streamed_quarter_s"], 1),
+            ["streamed pass on a quarter of the tokens", _num(lens_b["streamed_quarter_s"], 1),
              _num(lens_b["streamed_quarter_peak_mib"], 0)]]
     check = lens_b.get("check", {})
     ratio_ref = (lens_b["reference_s"] / lens_b["streamed_s"]) if lens_b.get("reference_s") else None
@@ -481,7 +481,40 @@ def section_lm_eval(fig: Path, bench: Path) -> str:
         text += "No item is chosen differently."
     return text
 
-SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts,
+def section_pilot(fig: Path, bench: Path) -> str:
+    """The pilot (``study.pilot``): one baseline per embedding recipe, C1 on each, the chosen recipe."""
+    b = _load(bench / "pilot-recipes.json")
+    if b is None:
+        return _missing("Pilot", "benchmarks/pilot-recipes.json (python -m residshift train --pilot)")
+    rows = []
+    for name, e in b["recipes"].items():
+        v = {r["claim_id"]: r["verdict"] for r in e["verdicts"]}
+        depth = next((r for r in e["verdicts"] if r["claim_id"] == "C1.depth" and r["details"].get("metric") == "top1"),
+                     None)
+        early = rows_from_json([next(r for r in e["verdicts"] if r["claim_id"] == "C1.early")])[0]
+        rows.append([f"`{name}`", f"{e['tokens']:,}", _num(e["train_seconds"], 0), f"{e['tokens_per_s']:,.0f}",
+                     f"{_num(e['val_loss'], 3)} ({_num(e['unigram_ce'], 3)})",
+                     f"{_num(e['top1_input'][1], 3)} ({_num(e['unigram_top1_input'], 3)})",
+                     _num(e["top1_next"][1], 3), _num(e["top1_next"][-1], 3),
+                     f"{v.get('C1.early')} ({tables.evidence(early)})", v.get("C1.middle", "–"),
+                     v.get("C1.late", "–"), "–" if depth is None else depth["verdict"]])
+    m, chosen = b["machine"], b["chosen"]
+    text = (f"**Pilot: which embedding recipe gives a small GPT the early input regime** "
+            f"(`python -m residshift train --pilot`, `benchmarks/pilot-recipes.json`; profile {b['profile']}, "
+            f"one baseline per recipe, seed {b['seed']}, the training shape and budget of the profile's grid; "
+            f"{m['cpu']}, {m['threads']} threads, native bf16: {', '.join(m['native_bf16']) or 'none'}, 1-min "
+            f"load {_num(m.get('load_1min'), 1)} at the end; commit {b['code']['commit']}"
+            f"{' with uncommitted changes' if b['code']['code_dirty'] else ''}). The lens reads the trained "
+            "model's own windows as the units: a verdict says whether this one model has the regime. In "
+            "brackets: the unigram decoder's loss and input-token top-1 on the same windows.\n\n"
+            + _table(["recipe", "tokens", "s", "tokens/s", "val loss (unigram)", "input top-1 at h_1 (unigram)",
+                      "next top-1 at h_1", "next top-1 at h_L", "C1.early", "C1.middle", "C1.late",
+                      "C1.depth (top-1)"], rows)
+            + f"\n\nThe recipe the next grid should train: **`{chosen['recipe']}`** ({chosen['rule']}).")
+    return text
+
+
+SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_pilot,
                                                section_harness, section_benchmarks, section_lm_eval,
                                                section_provenance]
 

@@ -36,9 +36,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import torch
+from matplotlib.ticker import FuncFormatter
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
+from ..core.gating import THETA_INIT
 from ..core.models import load_model
 from ..measure import evaluate, lens
 from ..train import final, trainer as T
@@ -377,11 +380,27 @@ def alpha_panel(history: pd.DataFrame, P):
                  "scalars": r"residual scalars $\lambda_l$"}[v]
         ax.set_title(title)
         ax.set_xlabel("training tokens")
+        tokens_axis(ax)
         ax.legend(fontsize=7, ncol=2)
     axes[0][0].set_ylabel(r"$\alpha$ (1 = plain skip)")
     fig.suptitle(f"{model_name(P)}: the gates during training ({len(seeds(P))} seeds)")
     fig.tight_layout()
     return fig, numbers
+
+
+def start_alpha(P) -> float:
+    """Where the paper's gates start: ``sigmoid(theta_init)`` (token gates: ``w = 0``, so every token's
+    alpha is ``sigmoid(b) = sigmoid(theta_init)``), ``theta_init`` = ``train_gate_init`` or the
+    model's default."""
+    theta = THETA_INIT if getattr(P, "train_gate_init", None) is None else float(P.train_gate_init)
+    return float(torch.sigmoid(torch.tensor(theta, dtype=torch.float64)))
+
+
+def tokens_axis(ax) -> None:
+    """Training tokens on an x axis as 50k, 1.2M (not 50000)."""
+    def fmt(x, _pos):
+        return f"{x / 1e6:g}M" if abs(x) >= 1e6 else f"{x / 1e3:g}k" if abs(x) >= 1e3 else f"{x:g}"
+    ax.xaxis.set_major_formatter(FuncFormatter(fmt))
 
 
 def final_alphas(finals: Mapping[tuple[str, int], dict], name: str, P) -> np.ndarray:
@@ -390,15 +409,18 @@ def final_alphas(finals: Mapping[tuple[str, int], dict], name: str, P) -> np.nda
 
 
 def alpha_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
-    """Final attenuation 1 - alpha per block and gated variant (mean over seeds; min-max)."""
+    """Final attenuation 1 - alpha per block and gated variant (mean over seeds; min-max), where it
+    started, and the largest movement of any seed from that start."""
     rows = []
     for v in GATED:
         if (v, seeds(P)[0]) not in finals:
             continue
         a = 1 - final_alphas(finals, v, P)
+        start = 1 - start_alpha(P) if v in C3_GATES else 0.0  # residual scalars start at lambda = 1
         for l in range(a.shape[1]):
-            rows.append({"variant": v, "block": l, "attenuation": a[:, l].mean(), "min": a[:, l].min(),
-                         "max": a[:, l].max()})
+            rows.append({"variant": v, "block": l, "start": start, "attenuation": a[:, l].mean(),
+                         "min": a[:, l].min(), "max": a[:, l].max(),
+                         "movement": float(np.abs(a[:, l] - start).max())})
     return pd.DataFrame(rows).set_index(["variant", "block"]).round(4)
 
 
@@ -465,7 +487,7 @@ def c3_rows(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -
         if v not in P.train_variants:
             continue
         rows += verdicts.c3_concentration(final_alphas(finals, v, P), list(range(L)), L, variant=v,
-                                          **{**who, "source": f"{NAME07}-alphas"})
+                                          start_alphas=[start_alpha(P)] * L, **{**who, "source": f"{NAME07}-alphas"})
         g = losses(finals, v, S)[:, conf]
         rows += verdicts.c3_beats_baseline(g, base[:, conf], variant=v, n_boot=P.train_boot, seed=P.seed, **who)
         rows += verdicts.c3_beats_best_cut(g, ref, cut={k: cut[k] for k in ("layer", "alpha", "label")}, variant=v,
