@@ -509,6 +509,17 @@ def sensitivity_table(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows).drop(columns=["bos", "detokenize"]).set_index(["model", "setting"]).round(3)
 
 
+def _top1_bands(ax, res, depth, ls: str, P, *, band: float) -> dict[str, Any]:
+    """The input and next top-1 curves of one lens result with their CI bands; their numbers."""
+    out = {}
+    for which in lens.WHICH:
+        c = curve(res, f"top1_{which}", P)
+        out[which] = c.as_dict()
+        ax.plot(depth, c.estimate, ls, color=PALETTE[which], lw=1.5)
+        ax.fill_between(depth, c.lo, c.hi, color=PALETTE[which], alpha=band, lw=0)
+    return out
+
+
 def sensitivity_panel(sens: Mapping[str, Mapping[str, Any]], P):
     """Top-1 curves (input and next) per model under each setting (line style). Returns ``(fig, numbers)``."""
     styles = dict(zip(SETTINGS, ("-", "--", ":")))
@@ -517,11 +528,7 @@ def sensitivity_panel(sens: Mapping[str, Mapping[str, Any]], P):
     for ax, (name, by_setting) in zip(axes[0], sens.items()):
         for setting, res in by_setting.items():
             depth = np.arange(res.n_layers + 1) / res.n_layers
-            for which in lens.WHICH:
-                c = curve(res, f"top1_{which}", P)
-                numbers.setdefault(name, {}).setdefault(setting, {})[which] = c.as_dict()
-                ax.plot(depth, c.estimate, styles[setting], color=PALETTE[which], lw=1.5)
-                ax.fill_between(depth, c.lo, c.hi, color=PALETTE[which], alpha=0.10, lw=0)
+            numbers.setdefault(name, {})[setting] = _top1_bands(ax, res, depth, styles[setting], P, band=0.10)
         ax.set_title(f"{name}: top-1 match rate", fontsize=10)
         ax.set_xlabel("relative depth l / L")
     extra = [Line2D([], [], color="k", ls=styles[s], label=s) for s in SETTINGS]
@@ -641,11 +648,7 @@ def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: M
         L = results[name].n_layers
         depth = np.arange(L + 1) / L
         for decoder, res in (("logit lens", results[name]), ("tuned lens", tuned[name])):
-            for which in lens.WHICH:
-                c = curve(res, f"top1_{which}", P)
-                numbers.setdefault(name, {}).setdefault(decoder, {})[which] = c.as_dict()
-                ax.plot(depth, c.estimate, DECODER_STYLE[decoder], color=PALETTE[which], lw=1.5)
-                ax.fill_between(depth, c.lo, c.hi, color=PALETTE[which], alpha=0.12, lw=0)
+            numbers.setdefault(name, {})[decoder] = _top1_bands(ax, res, depth, DECODER_STYLE[decoder], P, band=0.12)
         ax.set_title(f"{name}: top-1 match rate", fontsize=10)
         ax.set_xlabel("relative depth l / L")
     ax = axes[0, -1]
