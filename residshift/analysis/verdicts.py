@@ -1135,6 +1135,18 @@ def _benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, claim_id
                          "combine": how, "worst_task": worst})
 
 
+def benchmark_items_needed(row: VerdictRow, *, alpha: float = TEST_ALPHA, power: float = POWER) -> tuple[dict, int]:
+    """For a benchmark row (:func:`c3_benchmarks` / :func:`c4_benchmarks`): the task and seed with the
+    largest minimum detectable drop, and about how many items per task would bring that drop down to
+    the rule's margin (McNemar at the Holm level across the row's tasks, the changed-answer rate held
+    at its upper bound)."""
+    tasks = row.details["tasks"]
+    worst = max((c for cs in tasks.values() for c in cs), key=lambda c: c["mde"])
+    need = stats.n_for_mde(row.details["margin"], float(np.sqrt(worst["discordance_upper"])),
+                           alpha=alpha / len(tasks), power=power)
+    return worst, need
+
+
 @_rule(BENCH_RULE.replace("{claim_id}", "C3.benchmarks"))
 def c3_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model: str, variant: str | None,
                   alpha: float = TEST_ALPHA, margin: float = BENCH_MARGIN, power: float = POWER, how: str = "unanimous",

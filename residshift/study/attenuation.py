@@ -709,20 +709,17 @@ def benchmark_table(bench: Mapping[str, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["model", "task"]).round(3)
 
 
-def benchmark_power(rows, *, target: float = 0.03) -> list[str]:
+def benchmark_power(rows) -> list[str]:
     """Per benchmark row: the largest per-task minimum detectable drop at this n, and roughly how
-    many items per task would bring it to ``target`` (the discordance held at its upper bound)."""
+    many items per task would bring it to the rule's margin (``verdicts.benchmark_items_needed``)."""
     lines = []
     for r in rows:
         if r.claim_id != "C3.benchmarks":
             continue
-        tasks = r.details["tasks"]
-        m = len(tasks)
-        worst = max((c for cs in tasks.values() for c in cs), key=lambda c: c["mde"])
-        need = stats.n_for_mde(target, float(np.sqrt(worst["discordance_upper"])), alpha=0.05 / m, power=0.8)
+        worst, need = verdicts.benchmark_items_needed(r)
         lines.append(f"{r.model} · {r.variant}: largest detectable drop {worst['mde']:.3f} accuracy at "
                      f"{worst['n']} items (changed-answer rate <= {worst['discordance_upper']:.3f}); "
-                     f"a {target:g} drop needs about {need} items per task")
+                     f"a {r.details['margin']:g} drop needs about {need} items per task")
     for line in lines:
         print(line)
     return lines
