@@ -62,6 +62,7 @@ LOGIT_METRICS = ["rank", "logprob", "top1", "entropy", "kl_final"]
 REFERENCE_COLUMNS = ("rank_input", "logprob_input", "top1_input", "rank_next", "logprob_next", "top1_next",
                      "entropy", "kl_final")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+REFERENCE_WHAT = "the package's reference lens (lens.reference_metrics: full logits, log_softmax, ranks by counting)"
 
 
 def rss_bytes() -> int:
@@ -301,6 +302,7 @@ def main(argv=None) -> dict:
         _, ref = paired("streamed", run_streamed("float32"), "reference",
                         lambda i: reference_one(info, *batches[i]), nb, rm)
         ref = cat(ref)
+        out["reference"] = REFERENCE_WHAT
         out.update(reference_s=rm["reference_s"], reference_peak_mib=rm["reference_peak_mib"],
                    reference_load=rm["reference_load"], streamed_with_reference_s=rm["streamed_s"])
         out["speedup_vs_reference"] = round(rm["reference_s"] / rm["streamed_s"], 2)
