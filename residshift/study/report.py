@@ -252,9 +252,8 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
     harness_b = _load(bench / "bench-harness.json")
     if harness_b is not None:
         parts.append(_harness_benchmark(harness_b))
-    train_b = _load(bench / "bench-train.json")
-    if train_b is not None:
-        parts.append(_train_benchmark(train_b))
+    for path in sorted(bench.glob("bench-train*.json")):  # one file per machine measured
+        parts.append(_train_benchmark(_load(path), path.name))
     tuned_b = _load(bench / "bench-tuned-lens.json")
     if tuned_b is not None:
         parts.append(_tuned_lens_benchmark(tuned_b))
@@ -352,7 +351,7 @@ def _lens_benchmark(b: dict) -> str:
     return text
 
 
-def _train_benchmark(b: dict) -> str:
+def _train_benchmark(b: dict, name_: str = "bench-train.json") -> str:
     m, parts = b["machine"], []
     for name, sh in b["shapes"].items():
         d = sh["shape"]
@@ -364,16 +363,19 @@ def _train_benchmark(b: dict) -> str:
         parts.append(f"*{name}* shape ({d['n_layer']} layers, width {d['n_embd']}, context {d['block_size']}, "
                      f"vocabulary {d['vocab_size']:,}, batch {d['batch']}):\n\n"
                      + _table(["variant", "tokens/s (median)", "ratio", "per round"], rows))
-    t = b["targets"]
-    text = (f"**Training throughput** (`benchmarks/bench_train.py`, {m['cpu']}, {m['threads']} threads, "
+    t = b.get("targets") or {}
+    text = (f"**Training throughput** (`benchmarks/{name_}` from `bench_train.py`, {m['cpu']}, {m['threads']} threads, "
             f"native bf16: {', '.join(m['cpu_bf16']) or 'none'}, torch {m['torch']}, {b['settings']['rounds']} "
             f"interleaved rounds of {b['settings']['steps']} steps; 1-min load average "
             f"{_num(m['load_avg_start'], 1)} → {_num(m['load_avg_end'], 1)}: the per-round columns show how much "
-            "the shared CPU moved the numbers):\n\n" + "\n\n".join(parts)
-            + f"\n\nTargets: best bf16 variant {t['bf16_speedup']:.2f}× fp32 eager (target ≥ {t['bf16_speedup_target']}×: "
-            f"{_met(t['bf16_speedup_met'])}; this CPU has no native bf16, so autocast emulates it); learned-gate "
-            f"cost {t['learned_cost']:+.1%} over baseline (target ≤ {t['learned_cost_target']:.0%}: "
-            f"{_met(t['learned_cost_met'])}).")
+            "the shared CPU moved the numbers):\n\n" + "\n\n".join(parts))
+    if t.get("bf16_speedup") is not None:
+        native = ("this CPU has no native bf16, so autocast emulates it" if not m["cpu_bf16"]
+                  else "on a CPU with native bf16")
+        text += (f"\n\nTargets: best bf16 variant {t['bf16_speedup']:.2f}× fp32 eager (target ≥ "
+                 f"{t['bf16_speedup_target']}×: {_met(t['bf16_speedup_met'])}; {native}); learned-gate "
+                 f"cost {t['learned_cost']:+.1%} over baseline (target ≤ {t['learned_cost_target']:.0%}: "
+                 f"{_met(t['learned_cost_met'])}).")
     c = b.get("calibration")
     if c:
         lines = [f"{r['label']}: validation loss {r['val_loss']:.3f} vs unigram {r['unigram_ce']:.3f} "
