@@ -180,8 +180,9 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     "train_lr": 3e-3, "train_betas": [0.9, 0.95], "train_weight_decay": 0.1,
                     "train_warmup": 20, "train_min_lr_ratio": 0.1, "train_grad_clip": 1.0,
                     # Precision is part of the profile, not of the machine: fp32. bf16 autocast was slower
-                    # at this shape on both CPUs measured (benchmarks/bench-train.json: 0.32x fp32 on an
-                    # Intel Xeon without native bf16, 0.91x on an AMD EPYC with avx512_bf16), and a grid
+                    # at this shape on every CPU measured (0.32x fp32 on an Intel Xeon without native bf16,
+                    # benchmarks/bench-train.json; 0.81x on an Intel Xeon with amx_bf16 and avx512_bf16,
+                    # bench-train-xeon-amx.json; 0.91x on an AMD EPYC with avx512_bf16), and a grid
                     # trained in bf16 on one machine flipped 5 of notebook 08's verdicts against the
                     # same grid in fp32 on another. The committed grid ran in fp32 (same run keys).
                     "train_eval_every": 50, "train_eval_windows": 64, "train_bf16": False,
