@@ -6,9 +6,9 @@ whether the code (package, notebooks, pyproject.toml) differed from that commit 
 outputs being written do not count) and a hash of that code (``code_hash``).
 :func:`manifest_commits` names the commit(s) a set of outputs comes from; :func:`manifest_problems`
 lists the outputs that do not come from committed code. ``residshift.study.plotting`` saves the
-figures through the same record, so notebook, figure and numbers share one name. This module lives
-in ``core`` so that the analysis layer (``analysis.verdicts.save_verdicts``) can write its tables
-without importing the plotting stack.
+figures through the same record, so notebook, figure and numbers share one name, and
+``residshift.study.tables.save_verdicts`` the verdict tables. :func:`json_ready` is the one cleaner
+that makes numbers JSON-safe (strict for verdict details, which ``analysis.verdicts`` checks).
 """
 from __future__ import annotations
 
