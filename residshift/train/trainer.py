@@ -57,9 +57,13 @@ AVX512-BF16 or AMX, so bf16 matrix products are emulated; load average about 8):
 - CPU, the ``default`` size (6 / 128 / 128 / 1,024, batch 8): eager fp32 4,118 tokens/s, bf16
   x0.35, fp32 compiled x1.02 (59 s to compile), bf16 compiled x0.39.
 
-So on CPU: bf16 only where the CPU has native bf16 (``avx512_bf16`` / ``amx_bf16`` in
-``/proc/cpuinfo``; issue 9 measured 2.6x for bf16 + compile on such a CPU), no compile (no gain
-here; a minute of compiling per run). CUDA: bf16 and compile (not measured in this session, which
+So on CPU, when a configuration leaves ``bf16`` as None: bf16 only where the CPU has native bf16
+(``avx512_bf16`` / ``amx_bf16`` in ``/proc/cpuinfo``; issue 9 measured 2.6x for bf16 + compile on
+such a CPU at a wider shape), no compile (no gain here; a minute of compiling per run). The
+profiles do not leave it to the machine: ``smoke`` and ``default`` fix fp32, because at their
+small shape bf16 was slower even on CPUs with native bf16 (0.81x on an Intel Xeon with AMX,
+``bench-train-xeon-amx.json``; 0.91x on an AMD EPYC), and the same profile must give the same runs
+on any machine. CUDA: bf16 and compile (not measured in this session, which
 had no GPU; the standard choice on Ampere and later, where bf16 tensor cores double the fp32-TF32
 rate and compile fuses the small element-wise kernels).
 
