@@ -57,7 +57,7 @@ __all__ = ["REPRODUCED", "NOT_REPRODUCED", "INCONCLUSIVE", "OUTCOMES", "SCHEMA",
 
 SCHEMA = "residshift.verdicts/1"
 
-# The claims in words (paper claims C1-C4, as our rules read them; see shared/paper-notes.md).
+# The claims in words (paper claims C1-C4, as our rules read them; see docs/paper.md).
 CLAIMS: dict[str, str] = {
     "C1": "decoding h_l through the tied embedding shows three regimes in order: the input token "
           "early, nothing interpretable in the middle, the next token late",

@@ -218,7 +218,7 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     # says which recipe gives these small models the early input regime.
                     "train_embedding": "nanogpt", "train_gate_lr": None, "train_cut_site": "block",
                     "train_pilot_recipes": ["nanogpt", "gemma", "gemma-rope"]},
-        # the authors' setup (../shared/paper-notes.md): GPT-2 small shape with GEGLU, FineWeb-Edu
+        # the authors' setup (docs/paper.md): GPT-2 small shape with GEGLU, FineWeb-Edu
         # sample-10BT streamed, GPT-2 tokenizer (vocabulary padded to 50,304), 2,000 steps of
         # 4,194,304 tokens (256 windows x 16 accumulation x 1,024; 8 GPUs: 32 windows per GPU).
         "paper": {"train_layers": 12, "train_heads": 12, "train_width": 768, "train_context": 1024,

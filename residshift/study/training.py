@@ -57,7 +57,7 @@ GATED = ("learned", "learned-token", "scalars")  # a skip gate per block (alpha/
 C3_GATES = ("learned", "learned-token")  # the paper's gates: the C3-training rules judge these
 LENS_CORPUS, LENS_SPLIT = "wikitext-2", "test"  # held out: training on train, validation loss on validation
 LENS_METRICS = ("logprob", "logrank", "top1")
-PAPER_REF = ("paper (reference, ../shared/paper-notes.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
+PAPER_REF = ("paper (reference, docs/paper.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
              "tokens; alpha = 0 hurts, the layer matters, a late cut helps; learned gates concentrate on "
              "the final layer")
 
