@@ -42,8 +42,6 @@ def test_the_pilot_runs_at_smoke_and_writes_its_numbers(tmp_path, monkeypatch):
     path = pilot.save_pilot(numbers, tmp_path / "pilot.json")
     back = pilot.load_pilot(path)
     assert back["chosen"] == numbers["chosen"] and json.loads(path.read_text())["seed"] == P.train_seeds[0]
-    table = pilot.summary_table(back)
-    assert list(table.index) == ["nanogpt", "gemma"] and "C1.early" in table.columns
 
 
 def test_the_pilot_command_names_a_bad_recipe(capsys):

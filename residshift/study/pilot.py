@@ -16,15 +16,12 @@ numbers are written to ``benchmarks/pilot-recipes.json`` and rendered in the REA
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import torch
 
 from ..analysis import verdicts
 from ..analysis.stats import as_numpy
@@ -37,8 +34,7 @@ from ..measure import lens
 from ..train import trainer as T
 from ..train.data import DataError
 from ..train.gpt import RECIPES, GPTConfigError
-from .alignment import depth_curves
-from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT
+from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT, c1_on_model
 
 PILOT_JSON = "pilot-recipes.json"
 
@@ -50,34 +46,6 @@ def pilot_config(P, recipe: str, seed: int) -> T.TrainConfig:
     return T.TrainConfig.from_profile(P).with_(mode="baseline", seed=int(seed), embedding=recipe)
 
 
-def cpu_facts() -> dict[str, Any]:
-    """The CPU a speed figure was measured on (model name and the bf16 flags)."""
-    name, flags = platform.processor() or "unknown", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and name in ("unknown", "", platform.processor()):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    return {"cpu": name, "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
-            "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
-
-
-def c1_on(res, tok, info, *, model: str, n_boot: int, seed: int, source: str) -> list:
-    """C1's rows (regimes and depth) on one trained model's lens result, against a unigram decoder
-    counted on the lens split under the model's tokenizer."""
-    u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
-    who = dict(model=model, decoder="logit lens", n_boot=n_boot, seed=seed)
-    rows = verdicts.c1_regimes(as_numpy(res.per_seq["top1_input"]), as_numpy(res.per_seq["top1_next"]),
-                               as_numpy(u["top1_input"]), as_numpy(u["top1_next"]),
-                               min_run=verdicts.c1_min_run(res.n_layers), source=source, **who)
-    rows += verdicts.c1_depth(depth_curves(res), source=source, **who)
-    return rows, u
-
-
 def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = None, progress: bool = False,
               verbose: bool = True) -> dict[str, Any]:
     """Train (or reuse) one baseline per recipe and measure it; returns the pilot's numbers
@@ -87,7 +55,7 @@ def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = Non
     if unknown or not recipes:
         raise ValueError(f"pilot recipes {unknown or '(none)'} unknown; choose among {list(RECIPES)}")
     seed = int(P.train_seeds[0] if seed is None else seed)
-    out: dict[str, Any] = {"profile": P.profile, "seed": seed, "machine": cpu_facts(), "code": code_state(),
+    out: dict[str, Any] = {"profile": P.profile, "seed": seed, "machine": T.cpu_facts(), "code": code_state(),
                            "recipes": {}}
     for recipe in recipes:
         cfg = pilot_config(P, recipe, seed)
@@ -98,8 +66,8 @@ def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = Non
         res = lens.run_lens(lm, info, tok, corpus=LENS_CORPUS, split=LENS_SPLIT, window=int(P.train_context),
                             n=int(P.train_lens_windows), seed=P.seed, batch=8, metrics=LENS_METRICS,
                             positions=P.train_lens_positions)
-        rows, u = c1_on(res, tok, info, model=f"pilot {recipe}, seed {seed}", n_boot=P.train_boot, seed=P.seed,
-                        source=PILOT_JSON.removesuffix(".json"))
+        rows, u = c1_on_model(res, tok, info, P, model=f"pilot {recipe}, seed {seed}",
+                              source=PILOT_JSON.removesuffix(".json"))
         top_in, top_nx = as_numpy(res.per_seq["top1_input"]).mean(0), as_numpy(res.per_seq["top1_next"]).mean(0)
         out["recipes"][recipe] = {
             "config": {"layers": cfg.layers, "width": cfg.width, "context": cfg.context, "embedding": recipe,
@@ -155,25 +123,6 @@ def save_pilot(numbers: Mapping[str, Any], path: Path | None = None) -> Path:
 def load_pilot(path: Path | None = None) -> dict[str, Any] | None:
     path = path or REPO_ROOT / "benchmarks" / PILOT_JSON
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def summary_table(numbers: Mapping[str, Any]):
-    """One row per recipe: cost, loss against the unigram decoder, input top-1 at h_1 against the
-    unigram decoder's, and C1's verdicts (what the README and notebook 06 show)."""
-    import pandas as pd  # lazy: the pilot's command line prints without pandas
-
-    rows = []
-    for name, e in numbers["recipes"].items():
-        v = {r["claim_id"]: r["verdict"] for r in e["verdicts"] if r["claim_id"] != "C1.depth"}
-        depth = next((r for r in e["verdicts"] if r["claim_id"] == "C1.depth"
-                      and r["details"].get("metric") == "top1"), None)
-        rows.append({"recipe": name, "steps": e["steps"], "tokens": e["tokens"],
-                     "seconds": e["train_seconds"], "tokens/s": e["tokens_per_s"], "val loss": e["val_loss"],
-                     "unigram loss": e["unigram_ce"], "input top-1 h_1": e["top1_input"][1],
-                     "unigram input top-1": e["unigram_top1_input"], "next top-1 h_1": e["top1_next"][1],
-                     **{k: v.get(k) for k in ("C1.early", "C1.middle", "C1.late", "C1")},
-                     "C1.depth (top-1)": None if depth is None else depth["verdict"]})
-    return pd.DataFrame(rows).set_index("recipe")
 
 
 def main_pilot(args) -> int:

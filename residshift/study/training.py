@@ -624,21 +624,25 @@ def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | No
 
 
 
+def c1_on_model(res, tok, info, P, *, model: str, source: str) -> tuple[list, dict]:
+    """C1's rows (``verdicts.c1_regimes`` and ``verdicts.c1_depth``) on one trained model's lens
+    result, against a unigram decoder counted on the lens split under the model's tokenizer; and
+    that decoder's per-window rates."""
+    u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+    who = dict(model=model, decoder="logit lens", n_boot=P.train_boot, seed=P.seed, source=source)
+    rows = verdicts.c1_regimes(as_numpy(res.per_seq["top1_input"]), as_numpy(res.per_seq["top1_next"]),
+                               as_numpy(u["top1_input"]), as_numpy(u["top1_next"]),
+                               min_run=verdicts.c1_min_run(res.n_layers), **who)
+    return rows + verdicts.c1_depth(depth_curves(res), **who), u
+
+
 def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P) -> list:
-    """C1 on each baseline seed (``verdicts.c1_regimes`` against a unigram decoder counted on the lens
-    split, and ``verdicts.c1_depth``)."""
+    """C1 on each baseline seed (:func:`c1_on_model`)."""
     rows = []
     for s in seeds(P):
-        res = lenses[("baseline", s)]
-        lm, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
-        counts = lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT)
-        u = lens.unigram_baseline(res, counts)
-        who = dict(model=f"{model_name(P)} baseline, seed {s}", decoder="logit lens", n_boot=P.train_boot,
-                   seed=P.seed)
-        rows += verdicts.c1_regimes(as_numpy(res.per_seq["top1_input"]), as_numpy(res.per_seq["top1_next"]),
-                                    as_numpy(u["top1_input"]), as_numpy(u["top1_next"]), min_run=verdicts.c1_min_run(res.n_layers),
-                                    source=f"{NAME08}-regimes", **who)
-        rows += verdicts.c1_depth(depth_curves(res), source=f"{NAME08}-regimes", **who)
+        _, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
+        rows += c1_on_model(lenses[("baseline", s)], tok, info, P, model=f"{model_name(P)} baseline, seed {s}",
+                            source=f"{NAME08}-regimes")[0]
     return rows
 
 

@@ -79,6 +79,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -344,12 +345,21 @@ def training_code_fingerprint() -> str:
     return hashlib.sha256((code_fingerprint(gpt, D, fitting, unembed) + own).encode()).hexdigest()[:20]
 
 
-def _cpu_has_bf16() -> bool:
+def cpu_facts() -> dict[str, Any]:
+    """The CPU a speed figure was measured on: model name, native bf16 flags, threads, 1-min load."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+        lines = []
+    names = [l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")]
+    flags = next((set(l.split(":", 1)[1].split()) for l in lines if l.startswith("flags")), set())
+    name = names[0] if names else platform.processor() or platform.machine()
+    return {"cpu": name, "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
+            "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
+
+
+def _cpu_has_bf16() -> bool:
+    return bool(cpu_facts()["native_bf16"])
 
 
 # --------------------------------------------------------------------------------------------
