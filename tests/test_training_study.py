@@ -51,13 +51,19 @@ def grid_runs(tmp_path_factory):
 def test_grid_from_profile_keys():
     P = tiny_profile()
     names = [v.name for v in study.grid(P)]
-    assert names == ["baseline", "alpha=0 @ block 1", "alpha=0 @ block 3", "learned", "learned-token"]
+    assert names == ["baseline", "alpha=0 @ block 1", "alpha=0 @ block 3", "learned", "learned-token",
+                     "baseline (nanogpt embedding)"]
     every = tiny_profile(train_cut_alphas=[0.0, 0.5])
     every.train_cut_layers = None  # None = every block (the paper profile's value)
-    assert study.cut_layers(every) == [0, 1, 2, 3] and len(study.grid(every)) == 1 + 8 + 2
+    # alpha = 0 at every block, other alphas at the late blocks only (l >= 2/3 L: block 3 of 4)
+    assert study.cut_layers(every) == [0, 1, 2, 3] and study.cut_cells(every)[-1] == (0.5, 3)
+    assert len(study.grid(every)) == 1 + 4 + 1 + 2 + 1
     cfg = study.config(P, study.grid(P)[2], 1)
-    assert (cfg.mode, cfg.alpha, cfg.alpha_layers, cfg.seed) == ("fixed", 0.0, (3,), 1)
-    assert cfg.layers == 4 and cfg.tokenizer == "tiny-llama"
+    assert (cfg.mode, cfg.alpha, cfg.alpha_layers, cfg.seed, cfg.site) == ("fixed", 0.0, (3,), 1, "sublayer")
+    assert cfg.layers == 4 and cfg.tokenizer == "tiny-llama" and cfg.embedding == "gemma"
+    contrast = study.config(P, study.grid(P)[-1], 0)
+    assert (contrast.mode, contrast.embedding) == ("baseline", "nanogpt")
+    assert study.contrast_name(tiny_profile(train_contrast_embedding="gemma")) is None  # same recipe: no arm
 
 
 def test_gate_init_reaches_the_learned_gates_only():
@@ -97,7 +103,10 @@ def test_profiles_define_the_grid_keys():
         assert grid[0].name == "baseline" and len(study.seeds(P)) >= 2
         assert all(l < P.train_layers for l in study.cut_layers(P))
     d = profiles.resolve("default")
-    assert len(study.seeds(d)) >= 3 and len(study.grid(d)) * len(study.seeds(d)) <= 40  # ~1 h at ~95 s per run
+    # seeds are the unit: 5 of them; 70 runs of ~50 s is about an hour on 2 cores
+    assert len(study.seeds(d)) >= 5 and len(study.grid(d)) * len(study.seeds(d)) <= 70
+    assert {(a, l) for a, l in study.cut_cells(d) if a > 0} == {(a, l) for a in (0.5, 0.75, 0.9) for l in (4, 5)}
+    assert study.AUTHORS_CUT in study.cut_cells(d) and d.train_cut_site == "sublayer"
     assert any(verdicts.is_late(l, d.train_layers) for l in study.cut_layers(d))
 
 
@@ -158,13 +167,14 @@ def test_c2_rows_use_the_training_rules(grid_runs):
     ids = [r.claim_id for r in rows]
     assert ids == ["C2-training.alpha0-hurts", "C2-training.alpha0-hurts", "C2-training.layer-sensitive",
                    "C2-training.late-cut"]
-    assert all(r.per_seed is None or len(r.per_seed) == 2 for r in rows)
+    assert all(r.n == 2 and r.details["unit"] == "seed" and len(r.details["per_seed_values"]) == 2 for r in rows)
     table = study.cut_table(finals, P)
     base = study.losses(finals, "baseline", [0, 1])
     cut = study.losses(finals, "alpha=0 @ block 1", [0, 1])
     assert table.loc[(0.0, 1), "change"] == pytest.approx((cut - base).mean())
+    assert table.loc[(0.0, 1), "per_seed"] == [round(v, 4) for v in (cut - base).mean(1)]
     fig, numbers = study.cut_panel(finals, P)
-    assert numbers["blocks"] == [1, 3] and np.asarray(numbers["alpha=0"]).shape == (2, 2)
+    assert numbers["blocks"] == [1, 3] and np.asarray(numbers["alpha=0"]["per_seed"]).shape == (2, 2)
     plt.close(fig)
 
 
@@ -172,13 +182,14 @@ def test_best_cut_compare_and_c3_rows(grid_runs):
     P, _, finals = grid_runs
     cut = study.best_cut(finals, P)
     assert cut["variant"] in {"baseline", "alpha=0 @ block 1", "alpha=0 @ block 3"}
+    assert study.cut_candidates(P) == ["baseline", "alpha=0 @ block 1", "alpha=0 @ block 3"]
     table = study.compare_table(finals, P, cut)
     assert table.loc["baseline", "vs baseline"] == 0 and {"learned", "learned-token"} <= set(table.index)
-    rows = study.c3_rows(finals, P, cut)
+    rows = study.c3_rows(finals, P)
     assert [r.claim_id for r in rows] == ["C3-training.concentrates", "C3-training.beats-baseline",
                                           "C3-training.beats-best-cut"] * 2
-    # the comparisons use the odd windows only (the best cut was chosen on the even ones)
-    assert rows[1].n == P.train_eval_windows // 2
+    # seeds are the unit; the gates are compared with every candidate, no selection step
+    assert rows[1].n == 2 and set(rows[2].details["candidates"]) == set(study.cut_candidates(P))
     fig, _ = study.compare_panel(table, P)
     plt.close(fig)
     alphas = study.alpha_table(finals, P)
@@ -208,19 +219,27 @@ def test_benchmarks_table_with_chance_and_c4(grid_runs):
 def test_lens_c1_and_misalignment(grid_runs):
     P, runs, _ = grid_runs
     names = study.lens_variants(P)
-    assert names == ["baseline", "alpha=0 @ block 3", "learned", "learned-token"]
+    assert names == [v.name for v in study.grid(P)]
     lenses = study.lens_runs(runs, P, verbose=False)
     assert set(lenses) == {(n, s) for n in names for s in (0, 1)}
     fig, numbers = study.regimes_panel(lenses, runs, P)
-    assert set(numbers) == {"0", "1"} and len(numbers["0"]["next"]) == P.train_layers + 1
+    assert set(numbers) == {"gemma", "nanogpt"} and set(numbers["gemma"]) == {"0", "1"}
+    assert len(numbers["gemma"]["0"]["next"]) == P.train_layers + 1
     plt.close(fig)
-    rows = study.c1_rows(lenses, runs, P)
-    assert {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"} <= {r.claim_id for r in rows}
+    summary, per_seed = study.c1_rows(lenses, runs, P)
+    assert {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"} <= {r.claim_id for r in summary}
+    k = len(summary) // 2  # rows per arm
+    assert len(per_seed) == 2 * 2 * k and all(len(r.per_seed) == 2 for r in summary)
+    assert study.c1_seed_table(per_seed).shape[0] == 4
     table = study.persistence_table(lenses, P)
-    assert table.loc["alpha=0 @ block 3", "from"] == "h_4" and table.loc["learned", "from"] == "h_1"
+    assert table.loc["alpha=0 @ block 3", "states"] == "none" and table.loc["learned", "states"] == "h_1..h_3"
+    assert table.loc["alpha=0 @ block 1", "states"] == "h_2..h_3"
     mis = study.misalignment_rows(lenses, P)
-    assert [r.claim_id for r in mis[:3]] == ["C3.misalignment", "C3.misalignment.rank", "C3.emergence-shift"]
-    assert mis[0].details["after_layers"] == [4] and "loss_change" in mis[0].details
+    by = {(r.variant, r.claim_id): r for r in mis}
+    assert by[("alpha=0 @ block 1", "C2-training.cut-misalignment")].details["after_layers"] == [2, 3]
+    assert by[("alpha=0 @ block 3", "C2-training.cut-misalignment")].details["why"].startswith("not applicable")
+    assert "forces" in by[("alpha=0 @ block 1", "C3-training.emergence-shift")].details["why"]
+    assert ("learned", "C3-training.misalignment") in by and "loss_change" in by[("learned", "C3-training.misalignment")].details
     fig, numbers = study.persistence_panel(lenses, P)
-    assert set(numbers) == set(names)
+    assert set(numbers) == {"baseline", "alpha=0 @ block 1", "learned", "learned-token"}
     plt.close(fig)

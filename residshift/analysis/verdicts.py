@@ -30,8 +30,15 @@ otherwise (:func:`residshift.analysis.stats.combine_verdicts`). Claim ids: ``C1`
 ``C1.middle``, ``C1.late``, ``C1.depth``, ``C2.late-cut``, ``C2.layer-sensitive``,
 ``C3.beats-baseline``, ``C3.beats-best-cut``, ``C3.concentrates``, ``C3.misalignment``,
 ``C3.misalignment.rank``, ``C3.emergence-shift``, ``C3.benchmarks``, ``C2-training.alpha0-hurts``,
-``C2-training.layer-sensitive``, ``C2-training.late-cut``, ``C3-training.beats-baseline``,
-``C3-training.beats-best-cut``, ``C3-training.concentrates``, ``C4.benchmarks``.
+``C2-training.layer-sensitive``, ``C2-training.late-cut``, ``C2-training.cut-misalignment``,
+``C3-training.beats-baseline``, ``C3-training.beats-best-cut``, ``C3-training.concentrates``,
+``C3-training.misalignment``, ``C3-training.emergence-shift``, ``C4.benchmarks``.
+
+**Trained models** (notebooks 06-08) have one more unit above the windows: the seed. Every training
+rule tests across seeds (:func:`seed_test`: a paired t-interval over the per-seed differences, with
+its minimum detectable effect in seed units), so the variation from training itself is what a
+mitigation is compared against; :func:`seed_reach` says whether each outcome can happen at a
+profile's seeds. An inconclusive row names why in ``details["why"]``.
 """
 from __future__ import annotations
 
@@ -46,6 +53,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.stats import norm as _sp_norm
+from scipy.stats import t as _sp_t
 
 from ..core.outputs import NotJSONError, json_ready
 from . import stats
@@ -84,8 +92,13 @@ CLAIMS: dict[str, str] = {
     "C2-training.late-cut": "training with one late block attenuated improves validation loss",
     "C3-training.beats-baseline": "gates trained with the model lower the validation loss of the baseline",
     "C3-training.beats-best-cut": "gates trained with the model beat the best fixed single-block cut "
-                                  "(the baseline among the candidates)",
+                                  "(the baseline among the candidates; every trained cut is compared)",
     "C3-training.concentrates": "gates trained with the model concentrate their attenuation on the final layer",
+    "C3-training.misalignment": "gates trained with the model reduce the misalignment: the input token "
+                                "ranks lower between the edit and the output (log10 rank)",
+    "C3-training.emergence-shift": "with gates trained with the model, the next token emerges earlier",
+    "C2-training.cut-misalignment": "a fixed cut trained with the model reduces the misalignment (the input "
+                                    "token ranks lower after it) without making the model materially worse",
     "C4.benchmarks": "the attenuated model matches or improves the baseline on benchmarks",
 }
 
@@ -1127,12 +1140,41 @@ def _benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, claim_id
     m_, lo, hi = stats.bootstrap_mean(diffs[worst], n_boot=n_boot, seed=seed, level=level)
     rule = BENCH_RULE.format(claim_id=claim_id, alpha=alpha, power=power, margin=margin, how=how, level=level)
     max_mde = max(c["mde"] for cs in per_task.values() for c in cs)
-    return _row(claim_id, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
+    verdict, why = stats.combine_verdicts(per_seed, how=how), ""
+    reach = bench_reach({t: data[t][1].shape[1] for t in tasks}, alpha=alpha, power=power, margin=margin)
+    if verdict == INCONCLUSIVE:
+        why = (reach["why"] if not reach["reachable"] else
+               "seeds disagree" if len(set(per_seed)) > 1 else
+               f"underpowered: detectable drop up to {max_mde:.3f} > margin {margin:g}")
+    return _row(claim_id, model=model, variant=variant, verdict=verdict,
                 statistic=f"accuracy after - before, worst task ({worst}), seed-averaged",
                 estimate=m_, lo=lo, hi=hi, level=level, n=len(diffs[worst]), rule=rule, per_seed=per_seed,
                 source=source,
                 details={"tasks": per_task, "mde": max_mde, "mde_unit": "accuracy", "margin": margin,
-                         "combine": how, "worst_task": worst})
+                         "combine": how, "worst_task": worst, "why": why, "reach": reach})
+
+
+def bench_reach(items: Mapping[str, int], *, alpha: float = TEST_ALPHA, power: float = POWER,
+                margin: float = BENCH_MARGIN) -> dict[str, Any]:
+    """Can the benchmark rule say "reproduced" with these items per task? Only if even the best case
+    -- no item changes its answer, so the changed-answer rate is at its Clopper-Pearson upper bound for
+    0 of n -- gives a detectable drop within ``margin`` for every task. Returns ``reachable``, the
+    best-case drop per task, the items per task that would reach the margin, and ``why``."""
+    m = len(items)
+    best = {t: stats.mde_paired_accuracy(stats.discordance_upper(0, n, level=1 - alpha), n, alpha=alpha / m,
+                                         power=power, sided="one") for t, n in items.items()}
+    n = 1
+    while n < 10**7:  # smallest n whose best case reaches the margin (monotone in n)
+        if stats.mde_paired_accuracy(stats.discordance_upper(0, n, level=1 - alpha), n, alpha=alpha / m,
+                                     power=power, sided="one") <= margin:
+            break
+        n = int(n * 1.05) + 1
+    ok = all(v <= margin for v in best.values())
+    fewest = min(items.values())
+    why = "" if ok else (f"not assessable at this profile: with {fewest} items per task even no changed answer "
+                         f"leaves a detectable drop of {max(best.values()):.3f} > margin {margin:g}; at least "
+                         f"~{n} items per task (more when answers change) would assess it")
+    return {"reachable": ok, "best_case_drop": best, "items_needed_at_best": n, "why": why}
 
 
 def benchmark_items_needed(row: VerdictRow, *, alpha: float = TEST_ALPHA, power: float = POWER) -> tuple[dict, int]:
@@ -1176,115 +1218,495 @@ def c4_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model:
 
 
 # --------------------------------------------------------------------------------------------
-# C2 when training with the cut (notebooks 06-08)
+# Trained models (notebooks 06-08): the seed is the unit
 # --------------------------------------------------------------------------------------------
+# Each seed trains every variant from the same initialisation and data order, so one seed gives one
+# paired difference d_s (variant - baseline, averaged over the evaluation windows); the windows
+# within a seed only measure d_s more precisely. What a reader compares a mitigation against is the
+# variation from training itself, which only the seeds carry: every training rule below is a test
+# across seeds (Student t on S - 1 degrees of freedom), never a bootstrap over windows.
+
+MIN_SEEDS = 2  # a test across seeds needs at least two; one seed is "not assessable at this profile"
+PLAUSIBLE_LOSS_EFFECT = 0.5  # nats: larger training effects than this are not plausible at these sizes
+# (used only by the reachability check: an outcome that needs a larger effect cannot happen)
+
+SEED_TEST = (
+    "Unit: the seed (every variant of a seed starts from the same initialisation and sees the same "
+    "data order). Per seed s, d_s = {what}, averaged over the evaluation {units}; statistic: the "
+    "mean of d_s over the S seeds with a two-sided {level} Student-t interval on S - 1 degrees of "
+    "freedom (the paired t-test across seeds). ")
+MATERIAL_RULE = (
+    "Claimed sign {claimed}: reproduced if the interval excludes 0 on the claimed side AND the "
+    "estimate is material (at least {margin} {unit} on that side); not reproduced if the interval "
+    "excludes every effect of {margin} {unit} or more on the claimed side; inconclusive otherwise, "
+    "with the reason (seeds disagree in sign / interval straddles the margin / underpowered: the "
+    "minimum detectable effect (t_(1-{alpha}/2) + t_{power}) sd(d)/sqrt(S) exceeds the margin). "
+    "Fewer than {min_seeds} seeds: not assessable at this profile.")
+
+
+def seed_test(d, *, sign: int, margin: float, level: float = LEVEL, alpha: float = TEST_ALPHA,
+              power: float = POWER) -> dict[str, Any]:
+    """The paired t-test across seeds behind every training rule, with the material-improvement rule.
+
+    ``d [n_seeds]``: one paired difference per seed; ``sign``: the claimed sign (+1: the claim says
+    ``d > 0``). Returns ``verdict``, ``why`` (for an inconclusive one; "" otherwise), ``estimate``,
+    ``lo``, ``hi`` (``level`` t-interval), ``sd``, ``t``, ``p`` (two-sided), ``df``, ``mde`` (two-sided
+    at ``alpha`` with ``power``), ``per_seed`` (the d_s) and ``n``.
+    """
+    if sign not in (1, -1):
+        raise ValueError(f"sign must be +1 or -1, got {sign}")
+    x = _arr(d, "per-seed differences", 1)
+    S = x.size
+    out: dict[str, Any] = {"per_seed": x.tolist(), "n": S, "estimate": float(x.mean()) if S else None,
+                           "lo": None, "hi": None, "sd": None, "t": None, "p": None, "df": S - 1, "mde": None,
+                           "margin": margin}
+    if S < MIN_SEEDS:
+        return {**out, "verdict": INCONCLUSIVE,
+                "why": f"not assessable at this profile: {S} seed (a test across seeds needs >= {MIN_SEEDS})"}
+    t = stats.paired_ttest(x)
+    q = float(_sp_t.ppf((1 + level) / 2, S - 1))
+    lo, hi = t["mean"] - q * t["se"], t["mean"] + q * t["se"]
+    mde = stats.mde_paired_mean(t["sd"], S, alpha=alpha, power=power, sided="two")
+    out.update(lo=lo, hi=hi, sd=t["sd"], t=t["t"], p=t["p"], mde=mde)
+    e, elo = sign * t["mean"], min(sign * lo, sign * hi)  # on the claimed side
+    ehi = max(sign * lo, sign * hi)
+    if elo > 0 and e >= margin:
+        return {**out, "verdict": REPRODUCED, "why": ""}
+    if ehi < margin:
+        return {**out, "verdict": NOT_REPRODUCED, "why": ""}
+    on_side = int((sign * x > 0).sum())
+    if 0 < on_side < S:
+        why = f"seeds disagree: {on_side} of {S} on the claimed side"
+    elif elo > 0:
+        why = f"significant but not material: interval excludes 0, estimate below the {margin:g} margin"
+    else:
+        why = f"interval straddles the margin ({margin:g})"
+    if mde > margin:
+        why += f"; underpowered: MDE {mde:.3g} > margin {margin:g} at {S} seeds"
+    return {**out, "verdict": INCONCLUSIVE, "why": why}
+
+
+def seed_reach(n_seeds: int, sd: float, *, margin: float, level: float = LEVEL,
+               plausible: float = PLAUSIBLE_LOSS_EFFECT) -> dict[str, Any]:
+    """Can :func:`seed_test` give each outcome at ``n_seeds`` seeds with seed-to-seed spread ``sd``?
+
+    On the claimed side: the smallest effect that would be reproduced, ``max(margin, q sd/sqrt(S))``,
+    and the largest that would be not reproduced, ``margin - q sd/sqrt(S)`` (q the t quantile), for
+    an observed mean equal to the effect. An outcome is reachable if its boundary lies within
+    ``plausible`` of 0. Returns ``reproduced_from``, ``not_reproduced_below``, ``reachable`` and
+    ``why`` (what is missing when not).
+    """
+    if n_seeds < MIN_SEEDS:
+        return {"reproduced_from": None, "not_reproduced_below": None, "reachable": False,
+                "why": f"{n_seeds} seed: needs >= {MIN_SEEDS}"}
+    half = float(_sp_t.ppf((1 + level) / 2, n_seeds - 1)) * sd / math.sqrt(n_seeds)
+    rep, notrep = max(margin, half), margin - half
+    ok_rep, ok_not = rep <= plausible, notrep >= -plausible
+    why = "" if ok_rep and ok_not else (
+        f"with sd {sd:.3g} over {n_seeds} seeds the interval's half-width is {half:.3g}: "
+        + ("'reproduced' needs an effect over the plausible " if not ok_rep else
+           "'not reproduced' needs the opposite effect over the plausible ") + f"{plausible:g}")
+    return {"reproduced_from": rep, "not_reproduced_below": notrep, "reachable": ok_rep and ok_not, "why": why,
+            "half_width": half}
+
+
+def per_seed_mean(x, name: str, n_units: int | None = None) -> np.ndarray:
+    """``[n_seeds]``: each seed's mean over its windows of ``x [n_seeds, n_windows]``."""
+    return _per_seed(x, name, n_units).mean(axis=1)
+
+
+def _paired_seeds(x, base, name: str) -> np.ndarray:
+    """Per-seed mean of ``x - base`` (both ``[n_seeds, n_windows]``, seed s paired with seed s)."""
+    b = _per_seed(base, "baseline losses")
+    a = _per_seed(x, name, b.shape[1])
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"{name} has {a.shape[0]} seeds, the baseline {b.shape[0]}: pair them by seed")
+    return (a - b).mean(axis=1)
+
+
+def _seed_row(claim_id: str, test: Mapping[str, Any], *, model: str, variant: str | None, statistic: str,
+              rule: str, source: str, n_windows: int | None = None, details: dict | None = None,
+              verdict: str | None = None, why: str | None = None, unit: str = "nats") -> VerdictRow:
+    v = test["verdict"] if verdict is None else verdict
+    w = test["why"] if why is None else why
+    return _row(claim_id, model=model, variant=variant, verdict=v, statistic=statistic,
+                estimate=test["estimate"], lo=test["lo"], hi=test["hi"], level=LEVEL if test["lo"] is not None else None,
+                n=test["n"], rule=rule, source=source,
+                details={"unit": "seed", "per_seed_values": test["per_seed"], "sd": test["sd"], "t": test["t"],
+                         "p": test["p"], "df": test["df"], "mde": test["mde"], "mde_unit": unit,
+                         "margin": test["margin"], "why": "" if v != INCONCLUSIVE else w,
+                         "windows_per_seed": n_windows, **(details or {})})
+
+
+def _fmt_rule(head: str, *, what: str, claimed: str, margin: float, unit: str = "nats", units: str = "windows",
+              level: float = LEVEL, alpha: float = TEST_ALPHA, power: float = POWER) -> str:
+    return (head + " " + SEED_TEST.format(what=what, units=units, level=level)
+            + MATERIAL_RULE.format(claimed=claimed, margin=margin, unit=unit, alpha=alpha, power=power,
+                                   min_seeds=MIN_SEEDS))
 
 
 C2_ALPHA0_RULE = (
-    "C2-training.alpha0-hurts. Per seed, final validation loss of the model trained with block "
-    "{block}'s skip path cut (alpha = 0) minus the baseline trained with the same seed, paired per "
-    "evaluation window; statistic: the mean with a two-sided {level} percentile bootstrap CI over "
-    "windows. Per-seed improvement rule (claimed sign: positive, the cut hurts): reproduced if the "
-    "CI lies above 0; not reproduced if it lies below {margin} nats (a harm of {margin} nats or more "
-    "is ruled out); inconclusive otherwise. Seeds combined by {how}; the row shows the "
-    "seed-averaged difference.")
+    "C2-training.alpha0-hurts (block {block}). d_s = final validation loss of the model trained with "
+    "the block's skip path cut (alpha = 0) minus the baseline of the same seed.")
 
 
-@_rule(C2_ALPHA0_RULE.replace("{block}", "l"))
+@_rule(C2_ALPHA0_RULE.replace("{block}", "b") + " " + SEED_TEST + MATERIAL_RULE)
 def c2_training_alpha0(baseline, cut, *, block: int, model: str, margin: float = LOSS_MARGIN,
-                       how: str = "unanimous", n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
-                       source: str = "") -> list[VerdictRow]:
-    """Training with alpha = 0 at ``block`` vs the baseline (``[n_seeds, n_windows]`` validation losses)."""
-    base = _per_seed(baseline, "baseline losses")
-    x = _per_seed(cut, "cut losses", base.shape[1])
-    if x.shape[0] != base.shape[0]:
-        raise ValueError(f"cut has {x.shape[0]} seeds, the baseline {base.shape[0]}: pair them by seed")
-    per_seed, numbers = _paired_by_seed(x, base, sign=1, margin=margin, converged=[None] * x.shape[0],
-                                        n_boot=n_boot, seed=seed, level=level)
-    m, lo, hi = stats.bootstrap_mean((x - base).mean(axis=0), n_boot=n_boot, seed=seed, level=level)
-    return [_row("C2-training.alpha0-hurts", model=model, variant=f"alpha=0 at block {block}",
-                 verdict=stats.combine_verdicts(per_seed, how=how),
-                 statistic="final validation loss, cut - baseline (nats, seed-averaged)", estimate=m, lo=lo,
-                 hi=hi, level=level, n=x.shape[1],
-                 rule=C2_ALPHA0_RULE.format(block=block, level=level, margin=margin, how=how),
-                 per_seed=per_seed, source=source, details={"per_seed": numbers, "margin": margin})]
+                       level: float = LEVEL, source: str = "", what: str = "cut - baseline",
+                       units: str = "windows", claimed: str = "positive (the cut hurts)",
+                       unit: str = "nats", alpha: float = TEST_ALPHA, power: float = POWER,
+                       min_seeds: int = MIN_SEEDS) -> list[VerdictRow]:
+    """Training with alpha = 0 at ``block`` vs the baseline (``[n_seeds, n_windows]`` validation
+    losses, seed s paired with seed s)."""
+    d = _paired_seeds(cut, baseline, "cut losses")
+    test = seed_test(d, sign=1, margin=margin, level=level, alpha=alpha, power=power)
+    rule = _fmt_rule(C2_ALPHA0_RULE.format(block=block), what=what, claimed=claimed, margin=margin, level=level)
+    return [_seed_row("C2-training.alpha0-hurts", test, model=model, variant=f"alpha=0 at block {block}",
+                      statistic="final validation loss, cut - baseline (nats, mean over seeds)", rule=rule,
+                      source=source, n_windows=_per_seed(baseline, "baseline losses").shape[1])]
 
 
-def _cut_stack(baseline, cuts: Mapping[int, Any]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    base = _per_seed(baseline, "baseline losses")
+def _cut_stack(baseline, cuts: Mapping[int, Any]) -> tuple[np.ndarray, list[int]]:
+    """``[k, n_seeds]`` per-seed mean change (cut - baseline) of each cut, blocks in order."""
     if len(cuts) < 1:
         raise ValueError("no trained cut given")
     layers = sorted(int(l) for l in cuts)
-    x = np.stack([_per_seed(cuts[l], f"cut at block {l}", base.shape[1]) for l in layers])  # [k, S, W]
-    if x.shape[1] != base.shape[0]:
-        raise ValueError(f"cuts have {x.shape[1]} seeds, the baseline {base.shape[0]}: pair them by seed")
-    return x, base, layers
+    return np.stack([_paired_seeds(cuts[l], baseline, f"cut at block {l}") for l in layers]), layers
 
 
-@_rule(C2_LAYER_RULE.replace("{claim_id}", "C2-training.layer-sensitive")
-       .replace("{units}", "evaluation windows (seed-averaged)").replace("{k}", "trained")
-       .replace("{probe_alpha}", "alpha_value"))
+C2_TRAINING_LAYER_RULE = (
+    "C2-training.layer-sensitive. At one alpha, per seed the change d_(s,l) = cut at block l - "
+    "baseline (mean over windows), for each of the k trained blocks. Statistic: the largest "
+    "between-block contrast, the mean over seeds of d_(s,i) - d_(s,j) for the pair (i, j) of blocks "
+    "whose means lie furthest apart. Test: for every one of the k(k-1)/2 pairs a two-sided paired "
+    "t-interval across seeds at the Bonferroni level 1 - (1 - {level})/(k(k-1)/2) (the pair is "
+    "picked after looking, so every pair is tested). Reproduced if the furthest pair's interval "
+    "excludes 0 and its estimate is at least {threshold} nats (a 10% perplexity difference between "
+    "choices of block); not reproduced if every pair's interval lies inside (-{threshold}, "
+    "{threshold}) nats; inconclusive otherwise. Fewer than {min_seeds} seeds: not assessable.")
+
+
+@_rule(C2_TRAINING_LAYER_RULE)
 def c2_training_layer_sensitive(baseline, cuts: Mapping[int, Any], *, alpha_value: float, model: str,
-                                threshold: float = SPREAD_THRESHOLD, n_boot: int = 1000, seed: int = 0,
-                                level: float = LEVEL, source: str = "") -> list[VerdictRow]:
-    """Training with one block attenuated by ``alpha_value``, for several blocks: is it layer-sensitive?
+                                threshold: float = SPREAD_THRESHOLD, level: float = LEVEL,
+                                min_seeds: int = MIN_SEEDS, source: str = "") -> list[VerdictRow]:
+    """Training with one block attenuated by ``alpha_value``, for several blocks: does the block matter?
 
     ``baseline [n_seeds, n_windows]``; ``cuts``: block -> ``[n_seeds, n_windows]`` final validation
-    losses (seed s paired with the baseline's seed s). The per-window change is averaged over seeds.
+    losses (seed s paired with the baseline's seed s).
     """
-    x, base, layers = _cut_stack(baseline, cuts)
-    if len(layers) < 2:
+    x, layers = _cut_stack(baseline, cuts)
+    k, S = x.shape
+    if k < 2:
         raise ValueError("layer sensitivity needs cuts at 2 or more blocks")
-    diff = (x - base[None]).mean(axis=1)  # [k, W]
-    return [_layer_spread_row(diff, layers, claim_id="C2-training.layer-sensitive", probe_alpha=alpha_value,
-                              units="evaluation windows (seed-averaged)", threshold=threshold, model=model,
-                              variant=f"alpha={alpha_value:g}", n_boot=n_boot, seed=seed, level=level,
-                              source=source)]
+    n_w = _per_seed(baseline, "baseline losses").shape[1]
+    rule = C2_TRAINING_LAYER_RULE.format(level=level, threshold=threshold, min_seeds=min_seeds)
+    means = x.mean(axis=1)
+    hi_i, lo_i = int(means.argmax()), int(means.argmin())
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    level_b = bonferroni_level(level, len(pairs))
+    head = x[hi_i] - x[lo_i]
+    test = seed_test(head, sign=1, margin=threshold, level=level_b)
+    details = {"block_means": dict(zip(map(str, layers), means.tolist())), "most_harmful_block": layers[hi_i],
+               "least_harmful_block": layers[lo_i], "bonferroni_level": level_b, "threshold": threshold}
+    if S < min_seeds:
+        verdict, why = INCONCLUSIVE, test["why"]
+    else:
+        ivs = [seed_test(x[i] - x[j], sign=1, margin=threshold, level=level_b) for i, j in pairs]
+        inside = all(-threshold < iv["lo"] and iv["hi"] < threshold for iv in ivs)
+        if test["lo"] > 0 and test["estimate"] >= threshold:
+            verdict, why = REPRODUCED, ""
+        elif inside:
+            verdict, why = NOT_REPRODUCED, ""
+        else:
+            verdict = INCONCLUSIVE
+            why = ("a block contrast is significant but below the threshold" if test["lo"] > 0 else
+                   "the furthest pair's interval straddles the threshold")
+    return [_seed_row("C2-training.layer-sensitive", test, model=model, variant=f"alpha={alpha_value:g}",
+                      statistic=f"largest block contrast of the loss change at alpha={alpha_value:g} "
+                                f"(block {layers[hi_i]} - block {layers[lo_i]}, nats, mean over seeds)",
+                      rule=rule, source=source, n_windows=n_w, details=details, verdict=verdict, why=why)]
 
 
 C2_TRAINING_LATE_RULE = (
-    "C2-training.late-cut. Candidates fixed in advance: every trained cut at a block l >= "
-    "{late_fraction:.3g} L (no selection step, so no held-out split). Per seed, per candidate, a "
-    "one-sided paired t-test over evaluation windows of final validation loss, cut - baseline of the "
-    "same seed (H1: mean < 0), Holm correction across the candidates at family level {alpha}. "
-    "Per-seed verdict: reproduced if Holm rejects for at least one candidate; not reproduced if none "
-    "is rejected and every candidate's two-sided {level} bootstrap CI lies above -{margin} nats; "
-    "inconclusive otherwise. Seeds combined by {how}. Shown: the candidate with the lowest "
-    "seed-averaged change, its CI over windows, and its minimum detectable effect "
-    "(t_(1-{alpha}/k) + t_{power}) SD/sqrt(n) per seed.")
+    "C2-training.late-cut. Candidates fixed in advance, no selection step: every trained cut at "
+    "this alpha at a block l >= {late_fraction:.3g} L. Per candidate, d_s = cut - baseline of the "
+    "same seed (mean over windows); a one-sided paired t-test across seeds (H1: mean < 0), Holm "
+    "correction across the candidates at family level {alpha}. Reproduced if Holm rejects for at "
+    "least one candidate whose mean improvement is material (at least {margin} nats); not "
+    "reproduced if every candidate's two-sided {level} t-interval across seeds lies above -{margin} "
+    "nats (an improvement of {margin} nats or more is ruled out for each); inconclusive otherwise. "
+    "Shown: the candidate with the lowest mean, its interval, and its minimum detectable effect "
+    "(t_(1-{alpha}/k) + t_{power}) sd(d)/sqrt(S) in seed units. Fewer than {min_seeds} seeds: not "
+    "assessable.")
 
 
 @_rule(C2_TRAINING_LATE_RULE)
 def c2_training_late_cut(baseline, cuts: Mapping[int, Any], *, alpha_value: float, n_layers: int, model: str,
                          late_fraction: float = LATE_FRACTION, alpha: float = TEST_ALPHA, margin: float = LOSS_MARGIN,
-                         power: float = POWER, how: str = "unanimous", n_boot: int = 1000, seed: int = 0,
-                         level: float = LEVEL, source: str = "") -> list[VerdictRow]:
+                         power: float = POWER, level: float = LEVEL, min_seeds: int = MIN_SEEDS,
+                         source: str = "") -> list[VerdictRow]:
     """Training with one late block attenuated by ``alpha_value``: does validation loss improve?
 
     Shapes as in :func:`c2_training_layer_sensitive`; blocks below ``late_fraction * n_layers`` are
     ignored.
     """
-    x, base, layers = _cut_stack(baseline, cuts)
+    x, layers = _cut_stack(baseline, cuts)
     keep = [i for i, l in enumerate(layers) if is_late(l, n_layers, late_fraction)]
     if not keep:
         raise ValueError(f"no trained cut at a block >= {late_fraction:.3g} x {n_layers}: train late cuts")
     x, layers = x[keep], [layers[i] for i in keep]
-    per_seed, seeds = [], []
-    for s in range(base.shape[0]):
-        v, numbers, head = _holm_family([x[i, s] - base[s] for i in range(len(layers))], alpha=alpha,
-                                        margin=margin, power=power, n_boot=n_boot, seed=seed, level=level)
-        for l, c in zip(layers, numbers):
-            c["block"] = l
-        per_seed.append(v)
-        seeds.append(numbers)
-    avg = (x - base[None]).mean(axis=1)  # [k, W]
-    h = int(avg.mean(axis=1).argmin())
-    m, lo, hi = stats.bootstrap_mean(avg[h], n_boot=n_boot, seed=seed, level=level)
+    k, S = x.shape
+    n_w = _per_seed(baseline, "baseline losses").shape[1]
     rule = C2_TRAINING_LATE_RULE.format(late_fraction=late_fraction, alpha=alpha, level=level, margin=margin,
-                                        how=how, power=power)
-    return [_row("C2-training.late-cut", model=model, variant=f"block {layers[h]}, alpha={alpha_value:g}",
-                 verdict=stats.combine_verdicts(per_seed, how=how),
-                 statistic="final validation loss, cut - baseline (nats, seed-averaged)", estimate=m, lo=lo,
-                 hi=hi, level=level, n=avg.shape[1], rule=rule, per_seed=per_seed, source=source,
-                 details={"per_seed": seeds, "blocks": layers, "mde": max(s[h]["mde"] for s in seeds),
-                          "mde_unit": "nats", "margin": margin})]
+                                        power=power, min_seeds=min_seeds)
+    tests = [seed_test(x[i], sign=-1, margin=margin, level=level, alpha=alpha / k, power=power) for i in range(k)]
+    h = int(x.mean(axis=1).argmin())
+    cands = [{"block": l, "mean": t["estimate"], "lo": t["lo"], "hi": t["hi"], "mde": t["mde"],
+              "per_seed_values": t["per_seed"]} for l, t in zip(layers, tests)]
+    if S < min_seeds:
+        verdict, why = INCONCLUSIVE, tests[h]["why"]
+    else:
+        p = [stats.paired_ttest(x[i], alternative="less")["p"] for i in range(k)]
+        adj = stats.holm(p)
+        for c, pi, a in zip(cands, p, adj):
+            c.update(p=float(pi), p_holm=float(a), rejected=bool(a <= alpha))
+        if any(c["rejected"] and c["mean"] <= -margin for c in cands):
+            verdict, why = REPRODUCED, ""
+        elif all(c["lo"] > -margin for c in cands):
+            verdict, why = NOT_REPRODUCED, ""
+        else:
+            verdict = INCONCLUSIVE
+            why = ("Holm rejects only for an improvement below the margin" if any(c["rejected"] for c in cands)
+                   else "no candidate is rejected and some interval reaches below -margin")
+            if tests[h]["mde"] > margin:
+                why += f"; underpowered: MDE {tests[h]['mde']:.3g} > margin {margin:g} at {S} seeds"
+    return [_seed_row("C2-training.late-cut", tests[h], model=model, variant=f"block {layers[h]}, alpha={alpha_value:g}",
+                      statistic="final validation loss, cut - baseline (nats, mean over seeds)", rule=rule,
+                      source=source, n_windows=n_w, details={"candidates": cands, "blocks": layers},
+                      verdict=verdict, why=why)]
+
+
+C3_TRAINING_BASELINE_RULE = (
+    "C3-training.beats-baseline. d_s = final validation loss of the model trained with the gates "
+    "minus the baseline of the same seed.")
+
+
+@_rule(C3_TRAINING_BASELINE_RULE + " " + SEED_TEST + MATERIAL_RULE)
+def c3_training_beats_baseline(gated, baseline, *, model: str, variant: str | None, margin: float = LOSS_MARGIN,
+                               level: float = LEVEL, source: str = "", what: str = "gated - baseline",
+                               units: str = "windows", claimed: str = "negative (the gates lower the loss)",
+                               unit: str = "nats", alpha: float = TEST_ALPHA, power: float = POWER,
+                               min_seeds: int = MIN_SEEDS) -> list[VerdictRow]:
+    """Gates trained with the model vs the baseline (``[n_seeds, n_windows]`` each, paired by seed)."""
+    d = _paired_seeds(gated, baseline, "gated losses")
+    test = seed_test(d, sign=-1, margin=margin, level=level, alpha=alpha, power=power)
+    rule = _fmt_rule(C3_TRAINING_BASELINE_RULE, what=what, claimed=claimed, margin=margin, level=level)
+    return [_seed_row("C3-training.beats-baseline", test, model=model, variant=variant,
+                      statistic="final validation loss, gated - baseline (nats, mean over seeds)", rule=rule,
+                      source=source, n_windows=_per_seed(baseline, "baseline losses").shape[1])]
+
+
+C3_TRAINING_CUTS_RULE = (
+    "C3-training.beats-best-cut. No selection step: the gates must beat EVERY trained fixed cut and "
+    "the baseline (alpha = 1), so they beat the best of them whichever it is (an intersection-union "
+    "test: no correction is needed). Per candidate c, d_s = gated - c of the same seed (mean over "
+    "windows), a two-sided {level} t-interval across seeds. Reproduced if every candidate's "
+    "interval lies below 0 and the gates beat the candidate with the lowest mean by at least "
+    "{margin} nats; not reproduced if some candidate's interval lies above -{margin} nats (an "
+    "improvement of {margin} nats or more over that candidate is ruled out); inconclusive "
+    "otherwise. Fewer than {min_seeds} seeds: not assessable.")
+
+
+@_rule(C3_TRAINING_CUTS_RULE)
+def c3_training_beats_every_cut(gated, candidates: Mapping[str, Any], *, model: str, variant: str | None,
+                                margin: float = LOSS_MARGIN, level: float = LEVEL, min_seeds: int = MIN_SEEDS,
+                                source: str = "") -> list[VerdictRow]:
+    """Gates vs every fixed cut and the baseline: ``candidates`` name -> ``[n_seeds, n_windows]``
+    final validation losses (include ``"baseline"``), ``gated`` the same shape, paired by seed."""
+    if not candidates:
+        raise ValueError("no candidate given: pass the baseline and the fixed cuts")
+    names = list(candidates)
+    tests = {n: seed_test(_paired_seeds(gated, candidates[n], f"gated vs {n}"), sign=-1, margin=margin, level=level)
+             for n in names}
+    best = min(names, key=lambda n: per_seed_mean(candidates[n], n).mean())
+    head = tests[best]
+    S = head["n"]
+    if S < min_seeds:
+        verdict, why = INCONCLUSIVE, head["why"]
+    elif all(t["hi"] < 0 for t in tests.values()) and head["estimate"] <= -margin:
+        verdict, why = REPRODUCED, ""
+    elif any(t["lo"] > -margin for t in tests.values()):
+        verdict, why = NOT_REPRODUCED, ""
+    else:
+        verdict = INCONCLUSIVE
+        why = "some candidate's interval straddles the margin"
+        if head["mde"] is not None and head["mde"] > margin:
+            why += f"; underpowered: MDE {head['mde']:.3g} > margin {margin:g} at {S} seeds"
+    rule = C3_TRAINING_CUTS_RULE.format(level=level, margin=margin, min_seeds=min_seeds)
+    per = {n: {"mean": t["estimate"], "lo": t["lo"], "hi": t["hi"], "per_seed_values": t["per_seed"]}
+           for n, t in tests.items()}
+    return [_seed_row("C3-training.beats-best-cut", head, model=model, variant=variant,
+                      statistic=f"final validation loss, gated - the lowest-mean candidate ({best}) (nats, mean "
+                            "over seeds)", rule=rule, source=source,
+                      n_windows=_per_seed(gated, "gated losses").shape[1],
+                      details={"best_candidate": best, "candidates": per}, verdict=verdict, why=why)]
+
+
+MISALIGNMENT_TRAINING_RULE = (
+    "{claim_id}. The input token's persistence measured so that a flatter output distribution does "
+    "not move it: the lens's log10 rank of the input token x_t (rank does not change when every "
+    "logit is scaled or shifted), averaged over the states after the edit and before the output, "
+    "{after}. d_s = that average with the edit minus without it, same seed, mean over the lens "
+    "windows.")
+CUT_MITIGATION_CLAUSE = (
+    " A fixed cut counts as a mitigation only if it does not make the model materially worse: when "
+    "the paired loss test across seeds (claimed sign positive, margin {loss_margin} nats) says the "
+    "cut's loss is materially worse, the row is not reproduced ('loss materially worse'); when that "
+    "test is inconclusive, so is the row.")
+
+
+def _rank_after(curves, layers: Sequence[int]) -> np.ndarray:
+    """Per seed, the mean over windows and ``layers`` of ``logrank_input`` (``[n_seeds, n_windows, L+1]``)."""
+    a = _arr(curves, "logrank_input", 3)
+    return a[:, :, list(layers)].mean(axis=(1, 2))
+
+
+@_rule(MISALIGNMENT_TRAINING_RULE.replace("{claim_id}", "C3-training.misalignment / C2-training.cut-misalignment")
+       .replace("{after}", "h_(b+1)..h_(L-1)") + " " + SEED_TEST + MATERIAL_RULE + CUT_MITIGATION_CLAUSE)
+def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int], model: str, variant: str,
+                          loss_before=None, loss_after=None, fixed_cut: bool = False,
+                          margin: float = MISALIGNMENT_MARGINS["logrank"], loss_margin: float = LOSS_MARGIN,
+                          level: float = LEVEL, source: str = "", what: str = "edited - baseline",
+                          units: str = "windows", claimed: str = "positive (the input token ranks lower)",
+                          unit: str = "log10 rank", alpha: float = TEST_ALPHA, power: float = POWER,
+                          min_seeds: int = MIN_SEEDS) -> list[VerdictRow]:
+    """Does the edit make the input token less decodable on the layers it leaves before the output?
+
+    ``before_rank``, ``after_rank``: ``[n_seeds, n_windows, L+1]`` lens ``logrank_input`` curves of
+    the baseline and the edited model, seed s paired with seed s, the same windows. ``after_layers``:
+    the residual states between the edit and the output (``h_(b+1)..h_(L-1)`` for a cut at block b;
+    ``h_1..h_(L-1)`` for gates at every block); empty: not applicable (reported, inconclusive).
+    ``loss_before``/``loss_after``: ``[n_seeds, n_windows]`` losses on the same windows (reported;
+    for ``fixed_cut`` they decide whether the cut counts as a mitigation).
+    Claim id ``C3-training.misalignment`` (gates) or ``C2-training.cut-misalignment`` (a fixed cut).
+    """
+    cid = "C2-training.cut-misalignment" if fixed_cut else "C3-training.misalignment"
+    b, a = _arr(before_rank, "before_rank", 3), _arr(after_rank, "after_rank", 3)
+    if a.shape != b.shape:
+        raise ValueError(f"before and after curves differ in shape: {b.shape} vs {a.shape} (same seeds, windows)")
+    L = b.shape[2] - 1
+    idx = [int(l) for l in after_layers]
+    if any(not 1 <= l <= L - 1 for l in idx):
+        raise ValueError(f"after_layers must lie within 1..{L - 1} (after the edit, before the output h_{L})")
+    after = f"h_{idx[0]}..h_{idx[-1]}" if idx else "none"
+    rule = _fmt_rule(MISALIGNMENT_TRAINING_RULE.format(claim_id=cid, after=after), what=what, claimed=claimed,
+                     margin=margin, unit=unit, level=level)
+    if fixed_cut:
+        rule += CUT_MITIGATION_CLAUSE.format(loss_margin=loss_margin)
+    details: dict[str, Any] = {"after_layers": idx}
+    loss_test = None
+    if loss_before is not None and loss_after is not None:
+        loss_test = seed_test(_paired_seeds(loss_after, loss_before, "loss_after"), sign=1, margin=loss_margin,
+                              level=level)
+        details["loss_change"] = {k: loss_test[k] for k in ("estimate", "lo", "hi", "per_seed", "verdict")}
+    if not idx:
+        test = seed_test(np.zeros(b.shape[0]), sign=1, margin=margin, level=level)
+        return [_seed_row(cid, {**test, "estimate": None, "lo": None, "hi": None}, model=model, variant=variant,
+                          statistic="input-token log10 rank between the edit and the output, edited - baseline",
+                          rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=INCONCLUSIVE,
+                          why=f"not applicable: no residual state lies between the edit and the output h_{L}",
+                          unit="log10 rank")]
+    test = seed_test(_rank_after(a, idx) - _rank_after(b, idx), sign=1, margin=margin, level=level, alpha=alpha,
+                     power=power)
+    verdict, why = test["verdict"], test["why"]
+    details.update(before=float(_rank_after(b, idx).mean()), after=float(_rank_after(a, idx).mean()))
+    if fixed_cut:
+        if loss_test is None:
+            raise ValueError("a fixed cut's mitigation row needs loss_before and loss_after")
+        if loss_test["verdict"] == REPRODUCED:
+            verdict, why = NOT_REPRODUCED, ""
+            details["loss_materially_worse"] = True
+        elif verdict == REPRODUCED and loss_test["verdict"] == INCONCLUSIVE:
+            verdict, why = INCONCLUSIVE, f"the rank rises, but whether the loss is materially worse is open ({loss_test['why']})"
+    return [_seed_row(cid, test, model=model, variant=variant,
+                      statistic=f"input-token log10 rank over {after}, edited - baseline (mean over seeds)",
+                      rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=verdict, why=why,
+                      unit="log10 rank")]
+
+
+EMERGENCE_TRAINING_RULE = (
+    "C3-training.emergence-shift. Per seed, the next-token emergence depth of the seed's mean "
+    "{metric} curve (where it has covered half its way from h_{start} to h_L), as a share of the "
+    "depth; d_s = with the edit minus without it.")
+
+
+@_rule(EMERGENCE_TRAINING_RULE + " " + SEED_TEST + MATERIAL_RULE)
+def training_emergence_shift(before_next, after_next, *, model: str, variant: str, forced: bool = False,
+                             metric: str = "top1", start: int = 1, margin: float = MISALIGNMENT_MARGINS["depth"],
+                             level: float = LEVEL, source: str = "", what: str = "edited - baseline",
+                             units: str = "windows", claimed: str = "negative (the next token emerges earlier)",
+                             unit: str = "of the depth", alpha: float = TEST_ALPHA, power: float = POWER,
+                             min_seeds: int = MIN_SEEDS) -> list[VerdictRow]:
+    """``before_next``, ``after_next``: ``[n_seeds, n_windows, L+1]`` next-token curves. ``forced``: the
+    edit itself forces the answer (an alpha = 0 cut makes the curve flat before the cut, so the
+    half-way point must fall at it): the row is reported as not applicable."""
+    b, a = _arr(before_next, "before_next", 3), _arr(after_next, "after_next", 3)
+    L = b.shape[2] - 1
+    rule = _fmt_rule(EMERGENCE_TRAINING_RULE.format(metric=metric, start=start), what=what, claimed=claimed,
+                     margin=margin, unit=unit, level=level)
+
+    def depth(x):
+        out = []
+        for s in range(x.shape[0]):
+            h = stats.halfway_point(x[s].mean(axis=0)[start:])
+            out.append(np.nan if h is None else (h + start) / L)
+        return np.asarray(out)
+
+    db, da = depth(b), depth(a)
+    details = {"before": db.tolist(), "after": da.tolist(), "forced": forced}
+    if forced or not (np.isfinite(db).all() and np.isfinite(da).all()):
+        test = seed_test(np.zeros(b.shape[0]), sign=-1, margin=margin, level=level)
+        why = ("not applicable: the alpha = 0 cut forces the shift (the next-token curve is flat before it)"
+               if forced else "a seed's next-token curve is flat (no half-way point)")
+        return [_seed_row("C3-training.emergence-shift", {**test, "estimate": None, "lo": None, "hi": None},
+                          model=model, variant=variant, statistic="next-token emergence depth l/L, edited - baseline",
+                          rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=INCONCLUSIVE,
+                          why=why, unit="of the depth")]
+    test = seed_test(da - db, sign=-1, margin=margin, level=level, alpha=alpha, power=power)
+    return [_seed_row("C3-training.emergence-shift", test, model=model, variant=variant,
+                      statistic=f"next-token emergence depth l/L ({metric}), edited - baseline (mean over seeds)",
+                      rule=rule, source=source, n_windows=b.shape[1], details=details, unit="of the depth")]
+
+
+C1_SEEDS_RULE = (
+    "{claim_id} across seeds. Each seed's trained baseline is judged by the rule of {claim_id} on its "
+    "own lens windows; seeds are the unit: reproduced if every seed is, not reproduced if every seed "
+    "is not, inconclusive otherwise ('seeds disagree'). Shown: the mean over seeds of the per-seed "
+    "estimates.")
+
+
+def c1_across_seeds(rows_by_seed: Sequence[Sequence[VerdictRow]], *, model: str, source: str = "") -> list[VerdictRow]:
+    """One row per C1 claim id from each seed's rows (``c1_regimes`` + ``c1_depth`` of each seed)."""
+    if not rows_by_seed:
+        raise ValueError("no seed's rows given")
+    out = []
+    n = len(rows_by_seed[0])
+    if any(len(rows) != n or [r.claim_id for r in rows] != [r.claim_id for r in rows_by_seed[0]]
+           for rows in rows_by_seed):
+        raise ValueError("every seed's rows must come from the same rules, in the same order")
+    for i in range(n):
+        per = [rows[i] for rows in rows_by_seed]
+        cid = per[0].claim_id
+        verdicts_ = [r.verdict for r in per]
+        v = stats.combine_verdicts(verdicts_, how="unanimous")
+        est = [r.estimate for r in per]
+        mean = float(np.mean(est)) if all(e is not None for e in est) else None
+        out.append(_row(cid, model=model, variant=f"{per[0].variant}, seeds as the unit", verdict=v,
+                        statistic=per[0].statistic + " (mean over seeds)", estimate=mean, lo=None, hi=None,
+                        level=None, n=len(per), rule=C1_SEEDS_RULE.format(claim_id=cid), per_seed=verdicts_,
+                        source=source,
+                        details={"unit": "seed", "per_seed_values": est,
+                                 "why": "" if v != INCONCLUSIVE else (
+                                     "seeds disagree" if len(set(verdicts_)) > 1 else "every seed is inconclusive")}))
+    return out

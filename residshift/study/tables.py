@@ -35,13 +35,29 @@ def evidence(row: VerdictRow) -> str:
     return text
 
 
+def per_seed_text(row: VerdictRow) -> str:
+    """Each seed's verdict (rules judged per seed) or each seed's value (tests across seeds)."""
+    values = row.details.get("per_seed_values")
+    if row.per_seed and values is not None:
+        return ", ".join(f"{v} ({number(x)})" for v, x in zip(row.per_seed, values))
+    if row.per_seed:
+        return ", ".join(row.per_seed)
+    if values is not None:
+        return ", ".join(number(x) for x in values)
+    return "–"
+
+
 def verdict_record(row: VerdictRow) -> dict[str, str]:
-    """One row as the strings every view shows (:data:`COLUMNS`)."""
+    """One row as the strings every view shows (:data:`COLUMNS`); an inconclusive verdict carries its
+    reason (``details["why"]``), and ``n`` says when its units are seeds."""
     mde = row.details.get("mde")
-    return {"model": row.model, "variant": row.variant or "–", "claim": row.claim_id, "verdict": row.verdict,
-            "statistic": row.statistic, "estimate [CI]": evidence(row), "n": "–" if row.n is None else str(row.n),
+    why = row.details.get("why") or ""
+    n = "–" if row.n is None else str(row.n) + (" seeds" if row.details.get("unit") == "seed" else "")
+    return {"model": row.model, "variant": row.variant or "–", "claim": row.claim_id,
+            "verdict": row.verdict + (f" ({why})" if why else ""),
+            "statistic": row.statistic, "estimate [CI]": evidence(row), "n": n,
             "MDE": "–" if mde is None else f"{number(mde)} {row.details.get('mde_unit', '')}".strip(),
-            "per seed": ", ".join(row.per_seed) if row.per_seed else "–"}
+            "per seed": per_seed_text(row)}
 
 
 def verdict_table(rows: Sequence[VerdictRow]) -> pd.DataFrame:
@@ -55,8 +71,8 @@ def verdict_lines(rows: Sequence[VerdictRow]) -> list[str]:
     lines = []
     for r in rows:
         rec = verdict_record(r)
-        lines.append(f"{r.model} · {r.claim_id} ({rec['variant']}): {r.verdict} — {r.statistic} = "
-                     f"{rec['estimate [CI]']}" + (f"; per seed: {rec['per seed']}" if r.per_seed else ""))
+        lines.append(f"{r.model} · {r.claim_id} ({rec['variant']}): {rec['verdict']} — {r.statistic} = "
+                     f"{rec['estimate [CI]']}" + (f"; per seed: {rec['per seed']}" if rec["per seed"] != "–" else ""))
     for line in lines:
         print(line)
     return lines
@@ -76,10 +92,12 @@ def power_lines(rows: Sequence[VerdictRow]) -> list[str]:
         if mde is None:
             continue
         unit = r.details.get("mde_unit", "")
-        text = f"{r.model} · {r.claim_id}: with n = {r.n} the test detects an effect of {mde:.3g} {unit} with 80% power"
+        size = f"{r.n} seeds" if r.details.get("unit") == "seed" else f"n = {r.n}"
+        text = (f"{r.model} · {r.claim_id}" + (f" ({r.variant})" if r.variant else "")
+                + f": with {size} the test detects an effect of {mde:.3g} {unit} with 80% power")
         if margin is not None and mde > margin:
             text += (f", more than the materiality margin of {margin:g} {unit}: a real effect between the two "
-                     "could be missed (power gave way to the run-time budget; the paper profile has more units)")
+                     "could be missed (power gave way to the run-time budget)")
         elif margin is not None:
             text += f", within the materiality margin of {margin:g} {unit}"
         lines.append(text + ".")

@@ -77,12 +77,15 @@ class Variant:
     mode: str
     alpha: float | None = None
     layer: int | None = None
+    embedding: str | None = None  # None: the profile's train_embedding
 
     def overrides(self) -> dict[str, Any]:
         """The TrainConfig fields that make this variant (on top of the profile's)."""
         out: dict[str, Any] = {"mode": self.mode}
         if self.mode == "fixed":
             out.update(alpha=float(self.alpha), alpha_layers=(int(self.layer),))
+        if self.embedding is not None:
+            out["embedding"] = self.embedding
         return out
 
 
@@ -101,8 +104,29 @@ def cut_layers(P) -> list[int]:
     return sorted(layers)
 
 
+AUTHORS_CUT = (0.0, 0)  # the authors' own cut: alpha = 0 at block 0 (at both adds with site "sublayer")
+
+
+def contrast_name(P) -> str | None:
+    """The baseline trained with ``train_contrast_embedding`` (None: no contrast arm)."""
+    emb = getattr(P, "train_contrast_embedding", None)
+    return None if emb in (None, P.train_embedding) else f"baseline ({emb} embedding)"
+
+
+def cut_cells(P) -> list[tuple[float, int]]:
+    """The fixed cuts of the grid as (alpha, block): alpha = 0 at every block of ``train_cut_layers``
+    (does the block matter?), every other alpha of ``train_cut_alphas`` at the late blocks among them
+    only (does a late cut help, and at which strength?)."""
+    L = int(P.train_layers)
+    alphas = [float(a) for a in P.train_cut_alphas]
+    if any(not 0 <= a < 1 for a in alphas):
+        raise ValueError(f"train_cut_alphas must lie in [0, 1) (alpha = 1 is the baseline), got {alphas}")
+    return [(a, l) for a in alphas for l in cut_layers(P) if a == 0.0 or verdicts.is_late(l, L)]
+
+
 def grid(P) -> list[Variant]:
-    """The variants of the grid, in order: baseline, the fixed cuts (alpha, then block), the others."""
+    """The variants of the grid, in order: baseline, the fixed cuts (:func:`cut_cells`, alpha then
+    block), the others, the contrast arm's baseline."""
     alphas = [float(a) for a in P.train_cut_alphas]
     if any(not 0 <= a < 1 for a in alphas):
         raise ValueError(f"train_cut_alphas must lie in [0, 1) (alpha = 1 is the baseline), got {alphas}")
@@ -112,8 +136,10 @@ def grid(P) -> list[Variant]:
                          "fixed are always in the grid)")
     assert set(EXTRA_MODES) <= set(MODES)
     out = [Variant("baseline", "baseline")]
-    out += [Variant(fixed_name(a, l), "fixed", a, l) for a in alphas for l in cut_layers(P)]
+    out += [Variant(fixed_name(a, l), "fixed", a, l) for a, l in cut_cells(P)]
     out += [Variant(v, v) for v in P.train_variants]
+    if contrast_name(P):
+        out.append(Variant(contrast_name(P), "baseline", embedding=P.train_contrast_embedding))
     return out
 
 
@@ -242,10 +268,13 @@ def curves_panel(frame: pd.DataFrame, P):
     for v in others:
         m = _band(axes[0], frame[frame.variant == v], "tokens", "val_loss", color=colors[v], label=v, ls="--")
         numbers[v] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
-    axes[0].set_title("learned gates and relatives")
+    axes[0].set_title("learned gates" + (" and relatives" if set(others) - set(C3_GATES) else ""))
     layers = cut_layers(P)
+    cells = cut_cells(P)
     for ax, a in zip(axes[1:], alphas):
         for i, l in enumerate(layers):
+            if (a, l) not in cells:
+                continue
             name = fixed_name(a, l)
             m = _band(ax, frame[frame.variant == name], "tokens", "val_loss",
                       color=cmap(i / max(1, len(layers) - 1) * 0.9), label=f"block {l}", ls="--")
@@ -253,6 +282,7 @@ def curves_panel(frame: pd.DataFrame, P):
         ax.set_title(rf"fixed cut, $\alpha = {a:g}$")
     for ax in axes:
         ax.set_xlabel("training tokens")
+        tokens_axis(ax)
         ax.legend(fontsize=8, ncol=2)
     axes[0].set_ylabel("validation loss (nats)")
     lo = float(frame.groupby(["variant", "tokens"]).val_loss.mean().min())
@@ -280,18 +310,17 @@ def losses(finals: Mapping[tuple[str, int], dict], name: str, seed_list: Sequenc
 
 
 def cut_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
-    """Per (alpha, block): mean final validation loss, the paired change vs baseline (seed-averaged per
-    window) with its bootstrap CI, and each seed's change."""
+    """Per trained cut (alpha, block): mean final validation loss, the paired change vs the baseline
+    with seeds as the unit (mean over seeds of each seed's change, two-sided t-interval across seeds,
+    ``verdicts.seed_test``'s numbers) and each seed's change."""
     S = seeds(P)
     base = losses(finals, "baseline", S)
     rows = []
-    for a in P.train_cut_alphas:
-        for l in cut_layers(P):
-            x = losses(finals, fixed_name(a, l), S)
-            d = stats.paired_delta(x.mean(0), base.mean(0), n_boot=P.train_boot, seed=P.seed)
-            rows.append({"alpha": float(a), "block": l, "val_loss": float(x.mean()),
-                         "change": d["delta"], "lo": d["lo"], "hi": d["hi"],
-                         "per_seed": [float(v) for v in (x - base).mean(1)]})
+    for a, l in cut_cells(P):
+        x = losses(finals, fixed_name(a, l), S)
+        t = verdicts.seed_test((x - base).mean(1), sign=1, margin=verdicts.LOSS_MARGIN)
+        rows.append({"alpha": a, "block": l, "val_loss": float(x.mean()), "change": t["estimate"],
+                     "lo": t["lo"], "hi": t["hi"], "mde": t["mde"], "per_seed": [round(v, 4) for v in t["per_seed"]]})
     return pd.DataFrame(rows).set_index(["alpha", "block"])
 
 
@@ -303,42 +332,48 @@ def cut_panel(finals: Mapping[tuple[str, int], dict], P):
     base = losses(finals, "baseline", S).mean(1)  # [S]
     fig, axes = plt.subplots(1, len(alphas), figsize=(4.8 * len(alphas), 3.7), squeeze=False)
     numbers: dict[str, Any] = {"baseline": base.tolist(), "blocks": layers}
+    cells = cut_cells(P)
     for ax, a in zip(axes[0], alphas):
-        per = np.stack([losses(finals, fixed_name(a, l), S).mean(1) for l in layers])  # [k, S]
+        at = [l for l in layers if (a, l) in cells]
+        per = np.stack([losses(finals, fixed_name(a, l), S).mean(1) for l in at])  # [k, S]
         ax.axhspan(base.min(), base.max(), color="k", alpha=0.12, lw=0)
         ax.axhline(base.mean(), color="k", lw=1, label=f"baseline ({len(S)} seeds)")
         for j in range(len(S)):
-            ax.plot(layers, per[:, j], "o", color="#0173b2", alpha=0.45, ms=4,
+            ax.plot(at, per[:, j], "o", color="#0173b2", alpha=0.45, ms=4,
                     label="one seed" if j == 0 else None)
-        ax.plot(layers, per.mean(1), "-", color="#0173b2", lw=1.8, label="mean over seeds")
+        ax.plot(at, per.mean(1), "-", color="#0173b2", lw=1.8, label="mean over seeds")
         ax.axvline(verdicts.first_late_block(int(P.train_layers)) - 0.5, color="grey", ls=":", lw=1)
         ax.set_xticks(layers)
+        ax.set_xlim(min(layers) - 0.5, max(layers) + 0.5)
         ax.set_xlabel("block with the cut (late: right of the dotted line)")
         ax.set_title(rf"fixed $\alpha = {a:g}$ at one block")
         ax.legend(fontsize=8)
-        numbers[f"alpha={a:g}"] = per.tolist()
+        numbers[f"alpha={a:g}"] = {"blocks": at, "per_seed": per.tolist()}
     axes[0][0].set_ylabel("final validation loss (nats)")
-    fig.suptitle(f"{model_name(P)}: final validation loss against the block of the cut")
+    fig.suptitle(f"{model_name(P)}: final validation loss against the block of the cut "
+                 f"(cut at {'both adds' if P.train_cut_site == 'sublayer' else 'the block'})")
     fig.tight_layout()
     return fig, numbers
 
 
 def c2_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
-    """C2 as the paper states it, training with the cut in place (``verdicts.c2_training_*``):
-    alpha = 0 at each trained block; layer sensitivity and the late cut for each alpha."""
-    S, layers, L = seeds(P), cut_layers(P), int(P.train_layers)
+    """C2 as the paper states it, training with the cut in place (``verdicts.c2_training_*``, seeds as
+    the unit): alpha = 0 at each trained block; layer sensitivity where an alpha was trained at 2 or
+    more blocks; the late cut for each alpha."""
+    S, L = seeds(P), int(P.train_layers)
     base = losses(finals, "baseline", S)
-    who = dict(model=model_name(P), n_boot=P.train_boot, seed=P.seed, source=f"{NAME06}-cut")
+    who = dict(model=model_name(P), source=f"{NAME06}-cut")
     rows = []
-    for a in P.train_cut_alphas:
-        cuts = {l: losses(finals, fixed_name(a, l), S) for l in layers}
-        if float(a) == 0.0:
-            for l in layers:
+    cells = cut_cells(P)
+    for a in dict.fromkeys(a for a, _ in cells):
+        cuts = {l: losses(finals, fixed_name(a, l), S) for b, l in cells if b == a}
+        if a == 0.0:
+            for l in cuts:
                 rows += verdicts.c2_training_alpha0(base, cuts[l], block=l, **who)
-        if len(layers) >= 2:
-            rows += verdicts.c2_training_layer_sensitive(base, cuts, alpha_value=float(a), **who)
-        if any(verdicts.is_late(l, L) for l in layers):
-            rows += verdicts.c2_training_late_cut(base, cuts, alpha_value=float(a), n_layers=L, **who)
+        if len(cuts) >= 2:
+            rows += verdicts.c2_training_layer_sensitive(base, cuts, alpha_value=a, **who)
+        if any(verdicts.is_late(l, L) for l in cuts):
+            rows += verdicts.c2_training_late_cut(base, cuts, alpha_value=a, n_layers=L, **who)
     return rows
 
 
@@ -424,35 +459,39 @@ def alpha_table(finals: Mapping[tuple[str, int], dict], P) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["variant", "block"]).round(4)
 
 
+def cut_candidates(P) -> list[str]:
+    """What the gates are compared against in C3-training.beats-best-cut: the baseline (alpha = 1)
+    and every trained fixed cut."""
+    return ["baseline", *[fixed_name(a, l) for a, l in cut_cells(P)]]
+
+
 def best_cut(finals: Mapping[tuple[str, int], dict], P) -> dict[str, Any]:
-    """The best fixed single-block cut (the baseline, alpha = 1, among the candidates), chosen on the
-    EVEN validation windows (``verdicts.best_fixed_cut``); comparisons use the odd ones."""
-    S, layers = seeds(P), cut_layers(P)
-    alphas = [float(a) for a in P.train_cut_alphas]
-    base = losses(finals, "baseline", S)
-    sel, _ = verdicts.selection_confirmation(base.shape[1])
-    d = np.stack([np.stack([(losses(finals, fixed_name(a, l), S) - base).mean(0)[sel] for a in alphas])
-                  for l in layers])  # [k, A, W_sel]
-    best = verdicts.best_fixed_cut(d, layers, alphas)
-    best["variant"] = "baseline" if best["layer"] is None else fixed_name(best["alpha"], best["layer"])
-    return best
+    """The candidate (:func:`cut_candidates`) with the lowest final validation loss, mean over seeds and
+    windows. Descriptive only: the rule compares the gates with EVERY candidate, so no selection is
+    made and nothing needs confirming on other seeds."""
+    S = seeds(P)
+    means = {n: float(losses(finals, n, S).mean()) for n in cut_candidates(P)}
+    name = min(means, key=means.get)
+    cell = next(((a, l) for a, l in cut_cells(P) if fixed_name(a, l) == name), (None, None))
+    return {"variant": name, "alpha": cell[0], "layer": cell[1], "val_loss": means[name],
+            "label": "baseline (alpha = 1)" if cell[1] is None else name}
 
 
 def compare_table(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -> pd.DataFrame:
-    """Final validation loss of the baseline, the best fixed cut, each learned variant and relative, and
-    each one's paired change vs the baseline (seed-averaged per window, bootstrap CI), on the odd
-    (confirmation) windows."""
+    """Final validation loss of the baseline, the lowest-loss fixed cut, each learned variant and
+    relative, and each one's change vs the baseline with seeds as the unit (mean over seeds,
+    t-interval across seeds, each seed's change, seeds better)."""
     S = seeds(P)
     base = losses(finals, "baseline", S)
-    _, conf = verdicts.selection_confirmation(base.shape[1])
     names = ["baseline", cut["variant"]] + [v for v in P.train_variants]
     rows = []
     for name in dict.fromkeys(names):
-        x = losses(finals, name, S)[:, conf]
-        d = stats.paired_delta(x.mean(0), base[:, conf].mean(0), n_boot=P.train_boot, seed=P.seed)
-        label = name if name != cut["variant"] or name == "baseline" else f"{name} (best fixed cut)"
-        rows.append({"variant": label, "val_loss": float(x.mean()), "vs baseline": d["delta"], "lo": d["lo"],
-                     "hi": d["hi"], "seeds better": int(((x - base[:, conf]).mean(1) < 0).sum())})
+        x = losses(finals, name, S)
+        t = verdicts.seed_test((x - base).mean(1), sign=-1, margin=verdicts.LOSS_MARGIN)
+        label = name if name != cut["variant"] or name == "baseline" else f"{name} (lowest-loss fixed cut)"
+        rows.append({"variant": label, "val_loss": float(x.mean()), "vs baseline": t["estimate"], "lo": t["lo"],
+                     "hi": t["hi"], "per seed": [round(v, 4) for v in t["per_seed"]],
+                     "seeds better": int(sum(v < 0 for v in t["per_seed"]))})
     return pd.DataFrame(rows).set_index("variant")
 
 
@@ -462,36 +501,38 @@ def compare_panel(table: pd.DataFrame, P):
     fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(t) + 1.6))
     y = np.arange(len(t))
     ax.errorbar(t["vs baseline"], y, xerr=[t["vs baseline"] - t["lo"], t["hi"] - t["vs baseline"]], fmt="o",
-                color="#0173b2", capsize=3)
+                color="#0173b2", capsize=3, label="mean over seeds, 95% t-interval")
+    for i, per in enumerate(t["per seed"]):
+        ax.plot(per, [i] * len(per), "|", color="k", ms=9, alpha=0.6, label="one seed" if i == 0 else None)
+    ax.legend(fontsize=8, loc="best")
     ax.axvline(0, color="k", lw=1)
     ax.set_yticks(y)
     ax.set_yticklabels(t.index)
     ax.invert_yaxis()
-    ax.set_xlabel("final validation loss − baseline (nats; 95% CI over windows, seed-averaged)")
+    ax.set_xlabel("final validation loss − baseline (nats; seeds as the unit)")
     ax.set_title(f"{model_name(P)}: learned gates vs fixed cut vs relatives")
     fig.tight_layout()
     return fig, t.reset_index().to_dict(orient="list")
 
 
-def c3_rows(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, Any]) -> list:
-    """``verdicts.c3_*`` with ``setting="training"`` for the paper's gates (learned, learned-token):
-    concentration on the final block, beats the baseline, beats the best fixed cut (confirmation
-    windows; training runs to a token budget, so ``converged`` is None)."""
+def c3_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
+    """The C3 training rules for the paper's gates (learned, learned-token), seeds as the unit:
+    concentration on the final block (``verdicts.c3_concentration``, per seed, unanimous), beats the
+    baseline and beats every fixed cut (``verdicts.c3_training_*``)."""
     S, L = seeds(P), int(P.train_layers)
     base = losses(finals, "baseline", S)
-    _, conf = verdicts.selection_confirmation(base.shape[1])
-    ref = losses(finals, cut["variant"], S)[:, conf]
-    who = dict(model=model_name(P), setting="training", source=f"{NAME07}-compare")
+    cands = {n: losses(finals, n, S) for n in cut_candidates(P)}
+    who = dict(model=model_name(P), source=f"{NAME07}-compare")
     rows = []
     for v in C3_GATES:
         if v not in P.train_variants:
             continue
-        rows += verdicts.c3_concentration(final_alphas(finals, v, P), list(range(L)), L, variant=v,
-                                          start_alphas=[start_alpha(P)] * L, **{**who, "source": f"{NAME07}-alphas"})
-        g = losses(finals, v, S)[:, conf]
-        rows += verdicts.c3_beats_baseline(g, base[:, conf], variant=v, n_boot=P.train_boot, seed=P.seed, **who)
-        rows += verdicts.c3_beats_best_cut(g, ref, cut={k: cut[k] for k in ("layer", "alpha", "label")}, variant=v,
-                                           n_boot=P.train_boot, seed=P.seed, **who)
+        rows += verdicts.c3_concentration(final_alphas(finals, v, P), list(range(L)), L, variant=v, setting="training",
+                                          start_alphas=[start_alpha(P)] * L, model=model_name(P),
+                                          source=f"{NAME07}-alphas")
+        g = losses(finals, v, S)
+        rows += verdicts.c3_training_beats_baseline(g, base, variant=v, **who)
+        rows += verdicts.c3_training_beats_every_cut(g, cands, variant=v, **who)
     return rows
 
 
@@ -597,10 +638,9 @@ def c4_rows(bench: Mapping[str, Mapping[str, Any]], P) -> list:
 
 
 def lens_variants(P) -> list[str]:
-    """What 08 looks at: the baseline, every late fixed cut, and the paper's gates in the grid."""
-    L = int(P.train_layers)
-    late = [fixed_name(a, l) for a in P.train_cut_alphas for l in cut_layers(P) if verdicts.is_late(l, L)]
-    return ["baseline", *late, *[v for v in C3_GATES if v in P.train_variants]]
+    """What 08 looks at: every variant of the grid (the baseline, every fixed cut, the gates and
+    relatives, the contrast arm's baseline)."""
+    return [v.name for v in grid(P)]
 
 
 def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | None = None,
@@ -636,126 +676,172 @@ def c1_on_model(res, tok, info, P, *, model: str, source: str) -> tuple[list, di
     return rows + verdicts.c1_depth(depth_curves(res), **who), u
 
 
-def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P) -> list:
-    """C1 on each baseline seed (:func:`c1_on_model`)."""
-    rows = []
-    for s in seeds(P):
-        _, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
-        rows += c1_on_model(lenses[("baseline", s)], tok, info, P, model=f"{model_name(P)} baseline, seed {s}",
-                            source=f"{NAME08}-regimes")[0]
-    return rows
+def arms(P) -> dict[str, str]:
+    """The baselines whose C1 rows 08 shows: ``{variant name: embedding recipe}`` (the profile's recipe,
+    then the contrast arm's)."""
+    out = {"baseline": P.train_embedding}
+    if contrast_name(P):
+        out[contrast_name(P)] = P.train_contrast_embedding
+    return out
+
+
+def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P
+            ) -> tuple[list, list]:
+    """C1 on each baseline seed of each arm (:func:`c1_on_model`), and per arm the rows with seeds as
+    the unit (``verdicts.c1_across_seeds``): ``(across-seed rows, per-seed rows)``."""
+    summary, per_seed = [], []
+    for name, emb in arms(P).items():
+        by_seed = []
+        for s in seeds(P):
+            _, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
+            rows = c1_on_model(lenses[(name, s)], tok, info, P, model=f"{model_name(P)}, {emb} embedding, seed {s}",
+                               source=f"{NAME08}-regimes")[0]
+            by_seed.append(rows)
+            per_seed += rows
+        summary += verdicts.c1_across_seeds(by_seed, model=f"{model_name(P)}, {emb} embedding ({len(seeds(P))} seeds)",
+                                            source=f"{NAME08}-regimes")
+    return summary, per_seed
+
+
+def c1_seed_table(per_seed: Sequence) -> pd.DataFrame:
+    """Each seed's C1 verdicts and estimates, one row per model (arm and seed), one column per claim."""
+    rows: dict[str, dict[str, str]] = {}
+    for r in per_seed:
+        est = "" if r.estimate is None else f" ({r.estimate:+.3f})"
+        col = r.claim_id + (f" ({r.details['metric']})" if "metric" in r.details else "")
+        rows.setdefault(r.model, {})[col] = r.verdict + est
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P):
-    """Each baseline seed's top-1 rate of the input and the next token per residual state (logit lens,
-    95% CI over windows), with the unigram decoder's rates (dotted): where do the regimes change?"""
-    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    """Each baseline seed's top-1 rate of the input and the next token per residual state (logit lens),
+    with the unigram decoder's rates (dotted), one panel per arm (embedding recipe): where do the
+    regimes change, and does the embedding recipe decide it?"""
+    A = arms(P)
+    fig, axes = plt.subplots(1, len(A), figsize=(6.0 * len(A), 3.9), sharey=True, squeeze=False)
     numbers: dict[str, Any] = {}
-    for j, s in enumerate(seeds(P)):
-        res = lenses[("baseline", s)]
-        _, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
-        u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
-        numbers[str(s)] = {}
-        for which, ls in (("input", "-"), ("next", "--")):
-            c = stats.curve_ci(res.per_seq[f"top1_{which}"], n_boot=P.train_boot, seed=P.seed)
-            x = np.arange(len(c.estimate))
-            ax.plot(x, c.estimate, color=PALETTE[which], ls=ls, marker="o", ms=3, alpha=0.9,
-                    label=f"{which} token" if j == 0 else None)
-            ax.fill_between(x, c.lo, c.hi, color=PALETTE[which], alpha=0.12, lw=0)
-            ax.axhline(float(as_numpy(u[f"top1_{which}"]).mean()), color=PALETTE[which], ls=":", lw=1,
-                       label=f"unigram decoder ({which})" if j == 0 else None)
-            numbers[str(s)][which] = np.asarray(c.estimate).tolist()
-    ax.set_xticks(range(int(P.train_layers) + 1))
-    ax.set_xlabel(r"residual state $h_l$ ($h_0$: the embedding)")
-    ax.set_ylabel("top-1 rate (logit lens)")
-    ax.set_title(f"{model_name(P)} baselines ({len(seeds(P))} seeds): input early, next late?")
-    ax.legend(fontsize=8)
+    for ax, (name, emb) in zip(axes[0], A.items()):
+        numbers[emb] = {}
+        for j, s in enumerate(seeds(P)):
+            res = lenses[(name, s)]
+            _, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
+            u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+            numbers[emb][str(s)] = {}
+            for which, ls in (("input", "-"), ("next", "--")):
+                est = as_numpy(res.per_seq[f"top1_{which}"]).mean(0)
+                x = np.arange(len(est))
+                ax.plot(x, est, color=PALETTE[which], ls=ls, marker="o", ms=3, alpha=0.7,
+                        label=f"{which} token (one line per seed)" if j == 0 else None)
+                if j == 0:
+                    ax.axhline(float(as_numpy(u[f"top1_{which}"]).mean()), color=PALETTE[which], ls=":", lw=1,
+                               label=f"unigram decoder ({which})")
+                numbers[emb][str(s)][which] = est.tolist()
+                numbers[emb][str(s)][f"unigram_{which}"] = float(as_numpy(u[f"top1_{which}"]).mean())
+        ax.set_xticks(range(int(P.train_layers) + 1))
+        ax.set_xlabel(r"residual state $h_l$ ($h_0$: the embedding)")
+        ax.set_title(f"{emb} embedding ({len(seeds(P))} seeds)")
+    axes[0][0].set_ylabel("top-1 rate (logit lens)")
+    axes[0][-1].legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"{model_name(P)} baselines: input early, next late?")
     fig.tight_layout()
     return fig, numbers
 
 
-def _seed_mean(lenses, name: str, S: Sequence[int]) -> dict[str, np.ndarray]:
-    """Per-window curves averaged over seeds (the same windows for every seed)."""
-    keys = lenses[(name, S[0])].per_seq.keys()
-    return {k: np.mean([as_numpy(lenses[(name, s)].per_seq[k]) for s in S], axis=0) for k in keys}
+def _stack(lenses, name: str, key: str, S: Sequence[int]) -> np.ndarray:
+    """``[n_seeds, n_windows, L+1]`` lens curves of one variant (the same windows for every seed)."""
+    return np.stack([as_numpy(lenses[(name, s)].per_seq[key]) for s in S])
 
 
-def _first_after(name: str, P) -> int:
-    """The first residual state after the edited block (fixed cut at block b: h_(b+1); gates: h_1)."""
-    for a in P.train_cut_alphas:
-        for l in cut_layers(P):
-            if name == fixed_name(a, l):
-                return l + 1
-    return 1
+def _cell_of(name: str, P) -> tuple[float, int] | None:
+    return next(((a, l) for a, l in cut_cells(P) if fixed_name(a, l) == name), None)
+
+
+def after_layers(name: str, P) -> list[int]:
+    """The residual states between the edit and the output: h_(b+1)..h_(L-1) for a fixed cut at block b,
+    h_1..h_(L-1) for gates at every block (empty for a cut at the last block)."""
+    L = int(P.train_layers)
+    cell = _cell_of(name, P)
+    return list(range((cell[1] + 1) if cell else 1, L))
+
+
+def _edited(lenses, P) -> list[str]:
+    """The variants 08 compares with the baseline: every lensed variant of the profile's recipe."""
+    skip = {"baseline", contrast_name(P)}
+    return [n for n in dict.fromkeys(n for n, _ in lenses) if n not in skip]
 
 
 def persistence_table(lenses: Mapping[tuple[str, int], Any], P) -> pd.DataFrame:
-    """``lens.input_persistence`` after the edited block, variant minus baseline, paired per window
-    (seed-averaged), with the loss change on the same positions beside it."""
+    """Per variant, the input token's log10 rank between the edit and the output (``after_layers``),
+    edited minus baseline with seeds as the unit (mean, t-interval, each seed's change), and the
+    loss change on the same lens windows beside it."""
     S = seeds(P)
+    rb = _stack(lenses, "baseline", "logrank_input", S)
+    lb = -_stack(lenses, "baseline", "logprob_next", S)[:, :, -1]
     rows = []
-    for name in dict.fromkeys(n for n, _ in lenses):
-        if name == "baseline":
-            continue
-        first = _first_after(name, P)
-        pb = [lens.input_persistence(lenses[("baseline", s)], first) for s in S]
-        pa = [lens.input_persistence(lenses[(name, s)], first) for s in S]
-        row = {"variant": name, "from": f"h_{first}"}
-        for m in ("logprob", "logrank"):
-            b = np.mean([as_numpy(p[m]) for p in pb], axis=0)
-            a = np.mean([as_numpy(p[m]) for p in pa], axis=0)
-            d = stats.paired_delta(a, b, n_boot=P.train_boot, seed=P.seed)
-            row[f"{m} baseline"], row[f"{m} change"] = float(b.mean()), d["delta"]
-            row[f"{m} CI"] = f"[{d['lo']:.3f}, {d['hi']:.3f}]"
-        lb = np.mean([-as_numpy(lenses[("baseline", s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
-        la = np.mean([-as_numpy(lenses[(name, s)].per_seq["logprob_next"])[:, -1] for s in S], axis=0)
-        d = stats.paired_delta(la, lb, n_boot=P.train_boot, seed=P.seed)
-        row["loss change"], row["loss CI"] = d["delta"], f"[{d['lo']:.3f}, {d['hi']:.3f}]"
+    for name in _edited(lenses, P):
+        idx = after_layers(name, P)
+        la = -_stack(lenses, name, "logprob_next", S)[:, :, -1]
+        lt = verdicts.seed_test((la - lb).mean(1), sign=1, margin=verdicts.LOSS_MARGIN)
+        row = {"variant": name, "states": f"h_{idx[0]}..h_{idx[-1]}" if idx else "none"}
+        if idx:
+            ra = _stack(lenses, name, "logrank_input", S)
+            t = verdicts.seed_test(ra[:, :, idx].mean((1, 2)) - rb[:, :, idx].mean((1, 2)), sign=1,
+                                   margin=verdicts.MISALIGNMENT_MARGINS["logrank"])
+            row.update({"rank baseline": float(rb[:, :, idx].mean()), "rank change": t["estimate"],
+                        "rank CI": f"[{t['lo']:.3f}, {t['hi']:.3f}]",
+                        "rank per seed": [round(v, 3) for v in t["per_seed"]]})
+        row.update({"loss change": lt["estimate"], "loss CI": f"[{lt['lo']:.3f}, {lt['hi']:.3f}]"})
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant").round(4)
 
 
 def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
-    """``verdicts.c3_misalignment`` for each variant vs the baseline (seed-averaged per window; the
-    states after the edited block), with the loss change reported beside it."""
-    S, L = seeds(P), int(P.train_layers)
-    before = _seed_mean(lenses, "baseline", S)
+    """Per variant vs the baseline, seeds as the unit: ``verdicts.training_misalignment`` (gates:
+    C3-training.misalignment; a fixed cut: C2-training.cut-misalignment, which also asks that the
+    loss is not materially worse) and ``verdicts.training_emergence_shift`` (not applicable for an
+    alpha = 0 cut, which forces it)."""
+    S = seeds(P)
+    rb, nb = _stack(lenses, "baseline", "logrank_input", S), _stack(lenses, "baseline", "top1_next", S)
+    lb = -_stack(lenses, "baseline", "logprob_next", S)[:, :, -1]
     rows = []
-    for name in dict.fromkeys(n for n, _ in lenses):
-        if name == "baseline":
-            continue
-        after = _seed_mean(lenses, name, S)
-        rows += verdicts.c3_misalignment(before, after, after_layers=range(_first_after(name, P), L + 1),
-                                         model=model_name(P), variant=name,
-                                         loss_before=-before["logprob_next"][:, -1],
-                                         loss_after=-after["logprob_next"][:, -1], n_boot=P.train_boot,
-                                         seed=P.seed, source=f"{NAME08}-persistence")
+    for name in _edited(lenses, P):
+        cell = _cell_of(name, P)
+        who = dict(model=model_name(P), variant=name, source=f"{NAME08}-persistence")
+        rows += verdicts.training_misalignment(rb, _stack(lenses, name, "logrank_input", S),
+                                               after_layers=after_layers(name, P), loss_before=lb,
+                                               loss_after=-_stack(lenses, name, "logprob_next", S)[:, :, -1],
+                                               fixed_cut=cell is not None, **who)
+        rows += verdicts.training_emergence_shift(nb, _stack(lenses, name, "top1_next", S),
+                                                  forced=cell is not None and cell[0] == 0.0, **who)
     return rows
 
 
 def persistence_panel(lenses: Mapping[tuple[str, int], Any], P):
-    """Input- and next-token log-prob per layer (h_1..h_L; seed-averaged, 95% CI over windows) for the
-    baseline and each variant: does the input token fade faster after the edit?"""
+    """The input token's log10 rank (left) and the next token's top-1 rate (right) per residual state,
+    mean over seeds, for the baseline and each variant with a state between its edit and the output."""
     S = seeds(P)
-    names = list(dict.fromkeys(n for n, _ in lenses))
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.9))
+    names = ["baseline"] + [n for n in _edited(lenses, P) if after_layers(n, P)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     cmap = plt.get_cmap("tab10")
     numbers: dict[str, Any] = {}
     for i, name in enumerate(names):
-        cur = _seed_mean(lenses, name, S)
         numbers[name] = {}
-        for ax, which in zip(axes, ("input", "next")):
-            c = stats.curve_ci(cur[f"logprob_{which}"][:, 1:], n_boot=P.train_boot, seed=P.seed)
-            x = np.arange(1, len(c.estimate) + 1)
+        for ax, key in zip(axes, ("logrank_input", "top1_next")):
+            per = _stack(lenses, name, key, S).mean(1)  # [S, L+1]
+            x = np.arange(per.shape[1])
             color = "k" if name == "baseline" else cmap(i % 10)
-            ax.plot(x, c.estimate, color=color, ls="-" if name == "baseline" else "--", marker="o", ms=3, label=name)
-            ax.fill_between(x, c.lo, c.hi, color=color, alpha=0.15, lw=0)
-            numbers[name][which] = np.asarray(c.estimate).tolist()
-    for ax, which in zip(axes, ("input", "next")):
+            ax.plot(x, per.mean(0), color=color, ls="-" if name == "baseline" else "--", marker="o", ms=3,
+                    label=name)
+            ax.fill_between(x, per.min(0), per.max(0), color=color, alpha=0.12, lw=0)
+            numbers[name][key] = per.tolist()
+    for ax, title in zip(axes, ("input token: log10 rank under the lens (higher: less decodable)",
+                                "next token: top-1 rate under the lens")):
         ax.set_xlabel(r"residual state $h_l$")
-        ax.set_title(f"{which} token: lens log-prob")
-    axes[0].set_ylabel("log-prob (nats)")
-    axes[1].legend(fontsize=7)
-    fig.suptitle(f"{model_name(P)}: the input token after the edit (seed-averaged; 95% CI over windows)")
+        ax.set_xticks(range(int(P.train_layers) + 1))
+        ax.set_title(title, fontsize=10)
+    axes[0].set_ylabel("log10 rank")
+    axes[1].set_ylabel("top-1 rate")
+    axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"{model_name(P)}: the input token after the edit (mean over seeds; band: min-max over seeds)")
     fig.tight_layout()
     return fig, numbers
