@@ -211,7 +211,9 @@ def test_benchmarks_table_with_chance_and_c4(grid_runs):
 
     numbers = study.benchmark_numbers(table)
     json.dumps(numbers, allow_nan=False)
-    assert numbers["variant"][-1] == "chance (uniform guess)" and numbers["items"] == {"arc-easy": 6}
+    assert numbers["variant"][-2:] == ["chance (uniform guess)", "baseline above chance? (95%)"]
+    assert numbers["items"] == {"arc-easy": 6}
+    assert table.loc["baseline above chance? (95%)", "arc-easy (acc)"] in ("yes", "no: says nothing at this scale")
     rows = study.c4_rows(bench, P)
     assert [(r.claim_id, r.variant) for r in rows] == [("C4.benchmarks", "learned")]
 

@@ -106,6 +106,21 @@ def power_lines(rows: Sequence[VerdictRow]) -> list[str]:
     return lines
 
 
+def rule_lines(*rules) -> list[str]:
+    """The rules as the package states them (each function's rule text with its default parameters
+    filled in, ``verdicts._rule``), printed: a notebook shows these instead of retyping them."""
+    lines = []
+    for fn in rules:
+        doc = fn.__doc__ or ""
+        if "Rule (default parameters):" not in doc:
+            raise ValueError(f"{fn.__name__} states no rule (not a rule of residshift.analysis.verdicts)")
+        text = " ".join(doc.split("Rule (default parameters):", 1)[1].split())
+        lines.append(f"{fn.__name__}: {text}")
+    for line in lines:
+        print(line + "\n")
+    return lines
+
+
 def save_verdicts(name: str, rows: Sequence[VerdictRow], *, parameters: dict[str, Any] | None = None) -> Path:
     """Write ``figures/<name>.json``: a list of rows in the one layout (recorded in the manifest)."""
     rows = list(rows)

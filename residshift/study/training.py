@@ -43,6 +43,7 @@ from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
 from ..core.gating import THETA_INIT
 from ..core.models import load_model
+from ..core.paths import figures_dir
 from ..measure import evaluate, lens
 from ..train import final, trainer as T
 from ..train.gpt import MODES
@@ -377,6 +378,32 @@ def c2_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
     return rows
 
 
+def c2_lines(rows: Sequence, cuts: pd.DataFrame, finals: Mapping[tuple[str, int], dict], P) -> list[str]:
+    """What 06's numbers show, as sentences printed from them: the seeds' spread against the paired
+    changes, the authors' cut, the cut that hurt most and the one that helped most."""
+    S = seeds(P)
+    base = losses(finals, "baseline", S).mean(1)
+    sds = [float(np.std(v, ddof=1)) for v in cuts["per_seed"]] if len(S) > 1 else []
+    lines = [f"the baseline's final loss ranges {base.min():.3f}-{base.max():.3f} nats across its {len(S)} seeds "
+             f"(spread {np.ptp(base):.3f})"
+             + (f"; a cut's paired change varies across seeds with sd {min(sds):.3f}-{max(sds):.3f} nats: that "
+                "spread, not the windows', is what every verdict above is tested against" if sds else "")]
+    a0, b0 = AUTHORS_CUT
+    if (a0, b0) in cuts.index:
+        r = cuts.loc[(a0, b0)]
+        lines.append(f"the authors' cut (alpha = 0 at block {b0}, at {'both adds' if P.train_cut_site == 'sublayer' else 'the block'}): "
+                     f"{r['change']:+.4f} nats [{r['lo']:+.4f}, {r['hi']:+.4f}] vs the baseline, per seed "
+                     + ", ".join(f"{v:+.3f}" for v in r["per_seed"]))
+    worst, best = cuts["change"].idxmax(), cuts["change"].idxmin()
+    for what, k in (("largest harm", worst), ("smallest harm or largest gain", best)):
+        r = cuts.loc[k]
+        lines.append(f"{what}: alpha={k[0]:g} at block {k[1]}, {r['change']:+.4f} nats "
+                     f"[{r['lo']:+.4f}, {r['hi']:+.4f}]; {sum(v < 0 for v in r['per_seed'])} of {len(S)} seeds lower")
+    for line in lines:
+        print(line)
+    return lines
+
+
 # ============================================================================================
 # 07: learned alphas, the comparison, benchmarks
 # ============================================================================================
@@ -536,6 +563,31 @@ def c3_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
     return rows
 
 
+def c3_lines(alphas: pd.DataFrame, compare: pd.DataFrame, P) -> list[str]:
+    """What 07's gate numbers show, printed from them: per gated variant where its gates started and
+    ended, which block they attenuate most, and its paired change vs the baseline per seed."""
+    lines = []
+    L = int(P.train_layers)
+    for v in dict.fromkeys(alphas.index.get_level_values("variant")):
+        t = alphas.xs(v, level="variant")
+        moved = float(t["movement"].max())
+        top = int(t["attenuation"].idxmax())
+        lines.append(f"{v}: attenuation 1 - alpha started at {t['start'].iloc[0]:.4f} and ended at "
+                     f"{t['attenuation'].min():.4f}-{t['attenuation'].max():.4f} across blocks (mean over seeds); "
+                     f"most attenuated: block {top}" + (" (the last)" if top == L - 1 else "")
+                     + f"; largest movement of any seed {moved:.4f}"
+                     + (f" (below the {verdicts.MIN_GATE_MOVEMENT:g} floor: did not move)"
+                        if moved < verdicts.MIN_GATE_MOVEMENT else ""))
+        if v in compare.index:
+            r = compare.loc[v]
+            lines.append(f"{v} vs baseline: {r['vs baseline']:+.4f} nats [{r['lo']:+.4f}, {r['hi']:+.4f}], per seed "
+                         + ", ".join(f"{x:+.3f}" for x in r["per seed"]) + f" ({r['seeds better']} of "
+                         f"{len(r['per seed'])} seeds lower)")
+    for line in lines:
+        print(line)
+    return lines
+
+
 def eval_config(P):
     """The harness settings for the trained models: their context, half-overlapping windows."""
     ctx = int(P.train_context)
@@ -601,18 +653,31 @@ def benchmark_table(bench: Mapping[str, Mapping[str, Any]], P) -> pd.DataFrame:
     first = next(iter(bench.values()))
     rows.append({"variant": "chance (uniform guess)", **{t: first["chance"].get(t, np.nan)
                                                         for t in first["metrics"]}})
-    frame = pd.DataFrame(rows).set_index("variant")
+    frame = pd.DataFrame(rows).set_index("variant").round(3).astype(object)
+    base = bench.get("baseline", first)
+    frame.loc["baseline above chance? (95%)"] = [above_chance(base, t) for t in first["metrics"]]
     frame.columns = [f"{t} ({'ppl' if t in evaluate.PPL_TASKS else 'acc'})" for t in frame.columns]
     n = {t: first["correct"][t].shape[1] for t in first["correct"]}
     frame.attrs["items"] = n
-    return frame.round(3)
+    return frame
+
+
+def above_chance(b: Mapping[str, Any], task: str) -> str:
+    """Does the baseline's accuracy on ``task`` clear chance? One-sided 95% bound over items (each
+    item's correctness averaged over seeds, normal interval): "yes", or "no: says nothing at this
+    scale" when the bound does not clear the chance row; "–" for perplexity tasks."""
+    if task not in b["correct"]:
+        return "–"
+    x = np.asarray(b["correct"][task], dtype=float).mean(axis=0)  # per item, mean over seeds
+    lo = x.mean() - 1.645 * x.std(ddof=1) / np.sqrt(x.size) if x.size > 1 else -np.inf
+    return "yes" if lo > b["chance"][task] else "no: says nothing at this scale"
 
 
 def benchmark_numbers(table: pd.DataFrame) -> dict[str, Any]:
     """:func:`benchmark_table` as JSON-ready columns (missing values, e.g. no chance for perplexity: null)."""
     out: dict[str, Any] = {"variant": [str(v) for v in table.index]}
     for c in table.columns:
-        out[c] = [None if pd.isna(v) else float(v) for v in table[c]]
+        out[c] = [v if isinstance(v, str) else None if pd.isna(v) else float(v) for v in table[c]]
     out["items"] = {t: int(n) for t, n in table.attrs.get("items", {}).items()}
     return out
 
@@ -711,6 +776,32 @@ def c1_seed_table(per_seed: Sequence) -> pd.DataFrame:
         col = r.claim_id + (f" ({r.details['metric']})" if "metric" in r.details else "")
         rows.setdefault(r.model, {})[col] = r.verdict + est
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+PRETRAINED_C1 = "03-alignment-curves-verdicts"  # notebook 03's verdicts: the pretrained contrast
+
+
+def c1_lines(summary: Sequence, numbers: Mapping[str, Any], P) -> list[str]:
+    """What 08's C1 numbers show, printed from them: per embedding recipe, the input token's top-1
+    rate at h_1 against the unigram decoder (mean over seeds, each seed) and the across-seed
+    verdicts; then the pretrained contrast as notebook 03 saved it (when its verdicts exist)."""
+    lines = []
+    for emb, per in numbers.items():
+        h1 = [v["input"][1] for v in per.values()]
+        uni = float(np.mean([v["unigram_input"] for v in per.values()]))
+        v = {r.claim_id: r.verdict for r in summary if r.model.startswith(f"{model_name(P)}, {emb} embedding")}
+        lines.append(f"{emb} embedding: input top-1 at h_1 {np.mean(h1):.3f} (seeds " + ", ".join(f"{x:.3f}" for x in h1)
+                     + f") vs unigram {uni:.3f}; C1.early {v.get('C1.early', '–')}, C1.middle {v.get('C1.middle', '–')}, "
+                     f"C1.late {v.get('C1.late', '–')}")
+    path = figures_dir() / f"{PRETRAINED_C1}.json"
+    if path.is_file():
+        for r in verdicts.load_verdicts(path):
+            if r.claim_id == "C1.early" and r.variant == "logit lens":
+                lines.append(f"pretrained (notebook 03, logit lens): {r.model} C1.early {r.verdict} "
+                             f"({r.estimate:+.3f} over the unigram at h_1)")
+    for line in lines:
+        print(line)
+    return lines
 
 
 def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P):
