@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..analysis.verdicts import is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
 from ..core.outputs import load_manifest, manifest_problems
+from ..core import profiles
 from ..core.paths import REPO_ROOT
 from ..core.runner import load_runs
 from . import tables
@@ -507,6 +508,7 @@ def section_pilot(fig: Path, bench: Path) -> str:
                      f"{v.get('C1.early')} ({tables.evidence(early)})", v.get("C1.middle", "–"),
                      v.get("C1.late", "–"), "–" if depth is None else depth["verdict"]])
     m, chosen = b["machine"], b["chosen"]
+    grid = profiles.resolve(b["profile"]).train_embedding
     text = (f"**Pilot: which embedding recipe gives a small GPT the early input regime** "
             f"(`python -m residshift train --pilot`, `benchmarks/pilot-recipes.json`; profile {b['profile']}, "
             f"one baseline per recipe, seed {b['seed']}, the training shape and budget of the profile's grid; "
@@ -518,11 +520,28 @@ def section_pilot(fig: Path, bench: Path) -> str:
             + _table(["recipe", "tokens", "s", "tokens/s", "val loss (unigram)", "input top-1 at h_1 (unigram)",
                       "next top-1 at h_1", "next top-1 at h_L", "C1.early", "C1.middle", "C1.late",
                       "C1.depth (top-1)"], rows)
-            + f"\n\nThe recipe the next grid should train: **`{chosen['recipe']}`** ({chosen['rule']}).")
+            + f"\n\nThe recipe chosen: **`{chosen['recipe']}`** ({chosen['rule']}); "
+            + (f"the {b['profile']} grid trains it." if grid == chosen["recipe"] else
+               f"**the {b['profile']} grid still trains `{grid}`**."))
     return text
 
 
+def section_grid(fig: Path, bench: Path) -> str:
+    """What notebook 06's grid cost (``figures/06-training-with-attenuation-grid.json``)."""
+    g = _load(fig / "06-training-with-attenuation-grid.json")
+    if g is None:
+        return _missing("Training grid", "figures/06-training-with-attenuation-grid.json (notebook 06)")
+    m = g["machine"]
+    return (f"**The training grid** (notebook 06, `figures/06-training-with-attenuation-grid.json`): "
+            f"{g['runs']} runs ({g['variants']} variants x {g['seeds']} seeds) of {g['tokens_per_run']:,} tokens, "
+            f"{g['precision']}, trained in {_num(g['train_seconds'] / 60, 1)} minutes of training time in all "
+            f"({_num(g['seconds_per_run'], 0)} s per run; {g['tokens_per_s']['mean']:,.0f} tokens/s on average, "
+            f"{g['tokens_per_s']['min']:,.0f}-{g['tokens_per_s']['max']:,.0f} across runs) on {m['cpu']}, "
+            f"{m['threads']} threads, native bf16: {', '.join(m['native_bf16']) or 'none'}.")
+
+
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_pilot,
+                                               section_grid,
                                                section_harness, section_benchmarks, section_lm_eval,
                                                section_provenance]
 

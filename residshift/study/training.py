@@ -219,6 +219,20 @@ def summary_table(runs: Mapping[tuple[str, int], Path]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["variant", "seed"])
 
 
+def grid_numbers(runs: Mapping[tuple[str, int], Path], P) -> dict[str, Any]:
+    """What the grid cost, with the CPU beside it: runs, variants, seeds, tokens per run, summed training
+    seconds, tokens/s (mean, min, max over runs) and the machine (``trainer.cpu_facts``: the one this
+    notebook runs on, which trained the runs unless they were reused from elsewhere)."""
+    sums = [T.read_summary(r) for r in runs.values()]
+    tps = [s["tokens_per_s"] for s in sums]
+    return {"runs": len(sums), "variants": len({k[0] for k in runs}), "seeds": len({k[1] for k in runs}),
+            "tokens_per_run": int(sums[0]["tokens"]), "precision": "bf16 autocast" if P.train_bf16 else "fp32",
+            "train_seconds": float(sum(s["train_seconds"] for s in sums)),
+            "seconds_per_run": float(np.mean([s["train_seconds"] for s in sums])),
+            "tokens_per_s": {"mean": float(np.mean(tps)), "min": float(min(tps)), "max": float(max(tps))},
+            "machine": T.cpu_facts()}
+
+
 def grid_cost(runs: Mapping[tuple[str, int], Path]) -> dict[str, float]:
     """What the grid cost to train (summed training seconds; a reused run counts its original time)."""
     secs = [T.read_summary(r)["train_seconds"] for r in runs.values()]
