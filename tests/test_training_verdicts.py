@@ -194,3 +194,21 @@ def test_c1_across_seeds_is_unanimous():
     assert out.verdict == R and out.per_seed == (R,) * 5 and out.n == 5
     out, = V.c1_across_seeds([rows(R)] * 4 + [rows(N)], model="m")
     assert out.verdict == I and out.details["why"] == "seeds disagree"
+
+
+def test_every_committed_training_rule_can_reach_each_outcome():
+    """The committed default grid: at its seeds and the seed-to-seed spread each row measured, each
+    rule could have said reproduced and not reproduced (within a plausible effect)."""
+    from residshift.core.paths import figures_dir
+
+    rows = []
+    for name in ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
+                 "08-misalignment-after-mitigation-verdicts"):
+        path = figures_dir() / f"{name}.json"
+        if path.is_file():
+            rows += [r for r in V.load_verdicts(path) if r.details.get("unit") == "seed" and r.details.get("sd")]
+    if not rows:
+        pytest.skip("no committed seed-unit training verdicts")
+    for r in rows:
+        reach = V.seed_reach(r.n, r.details["sd"], margin=r.details["margin"])
+        assert reach["reachable"], (r.claim_id, r.variant, reach["why"])
