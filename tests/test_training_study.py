@@ -240,7 +240,8 @@ def test_lens_c1_and_misalignment(grid_runs):
     by = {(r.variant, r.claim_id): r for r in mis}
     assert by[("alpha=0 @ block 1", "C2-training.cut-misalignment")].details["after_layers"] == [2, 3]
     assert by[("alpha=0 @ block 3", "C2-training.cut-misalignment")].details["why"].startswith("not applicable")
-    assert "forces" in by[("alpha=0 @ block 1", "C3-training.emergence-shift")].details["why"]
+    assert "forces" in by[("alpha=0 @ block 1", "C2-training.cut-emergence-shift")].details["why"]
+    assert ("learned", "C3-training.emergence-shift") in by
     assert ("learned", "C3-training.misalignment") in by and "loss_change" in by[("learned", "C3-training.misalignment")].details
     fig, numbers = study.persistence_panel(lenses, P)
     assert set(numbers) == {"baseline", "alpha=0 @ block 1", "learned", "learned-token"}

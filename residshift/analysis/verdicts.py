@@ -32,7 +32,8 @@ otherwise (:func:`residshift.analysis.stats.combine_verdicts`). Claim ids: ``C1`
 ``C3.misalignment.rank``, ``C3.emergence-shift``, ``C3.benchmarks``, ``C2-training.alpha0-hurts``,
 ``C2-training.layer-sensitive``, ``C2-training.late-cut``, ``C2-training.cut-misalignment``,
 ``C3-training.beats-baseline``, ``C3-training.beats-best-cut``, ``C3-training.concentrates``,
-``C3-training.misalignment``, ``C3-training.emergence-shift``, ``C4.benchmarks``.
+``C2-training.cut-emergence-shift``, ``C3-training.misalignment``, ``C3-training.emergence-shift``,
+``C4.benchmarks``.
 
 **Trained models** (notebooks 06-08) have one more unit above the windows: the seed. Every training
 rule tests across seeds (:func:`seed_test`: a paired t-interval over the per-seed differences, with
@@ -97,6 +98,7 @@ CLAIMS: dict[str, str] = {
     "C3-training.misalignment": "gates trained with the model reduce the misalignment: the input token "
                                 "ranks lower between the edit and the output (log10 rank)",
     "C3-training.emergence-shift": "with gates trained with the model, the next token emerges earlier",
+    "C2-training.cut-emergence-shift": "with a fixed cut trained with the model, the next token emerges earlier",
     "C2-training.cut-misalignment": "a fixed cut trained with the model reduces the misalignment (the input "
                                     "token ranks lower after it) without making the model materially worse",
     "C4.benchmarks": "the attenuated model matches or improves the baseline on benchmarks",
@@ -1334,7 +1336,7 @@ def _seed_row(claim_id: str, test: Mapping[str, Any], *, model: str, variant: st
                 n=test["n"], rule=rule, source=source,
                 details={"unit": "seed", "per_seed_values": test["per_seed"], "sd": test["sd"], "t": test["t"],
                          "p": test["p"], "df": test["df"], "mde": test["mde"], "mde_unit": unit,
-                         "margin": test["margin"], "why": "" if v != INCONCLUSIVE else w,
+                         "margin": test["margin"], "why": w if (v == INCONCLUSIVE or why) else "",
                          "windows_per_seed": n_windows, **(details or {})})
 
 
@@ -1612,7 +1614,8 @@ def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int
         details["loss_change"] = {k: loss_test[k] for k in ("estimate", "lo", "hi", "per_seed", "verdict")}
     if not idx:
         test = seed_test(np.zeros(b.shape[0]), sign=1, margin=margin, level=level)
-        return [_seed_row(cid, {**test, "estimate": None, "lo": None, "hi": None}, model=model, variant=variant,
+        none = {"estimate": None, "lo": None, "hi": None, "per_seed": None, "sd": None, "mde": None}
+        return [_seed_row(cid, {**test, **none}, model=model, variant=variant,
                           statistic="input-token log10 rank between the edit and the output, edited - baseline",
                           rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=INCONCLUSIVE,
                           why=f"not applicable: no residual state lies between the edit and the output h_{L}",
@@ -1625,7 +1628,8 @@ def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int
         if loss_test is None:
             raise ValueError("a fixed cut's mitigation row needs loss_before and loss_after")
         if loss_test["verdict"] == REPRODUCED:
-            verdict, why = NOT_REPRODUCED, ""
+            verdict = NOT_REPRODUCED
+            why = f"not a mitigation: the loss is materially worse ({loss_test['estimate']:+.3g} nats)"
             details["loss_materially_worse"] = True
         elif verdict == REPRODUCED and loss_test["verdict"] == INCONCLUSIVE:
             verdict, why = INCONCLUSIVE, f"the rank rises, but whether the loss is materially worse is open ({loss_test['why']})"
@@ -1636,13 +1640,14 @@ def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int
 
 
 EMERGENCE_TRAINING_RULE = (
-    "C3-training.emergence-shift. Per seed, the next-token emergence depth of the seed's mean "
+    "C3-training.emergence-shift / C2-training.cut-emergence-shift. Per seed, the next-token emergence depth of the seed's mean "
     "{metric} curve (where it has covered half its way from h_{start} to h_L), as a share of the "
     "depth; d_s = with the edit minus without it.")
 
 
 @_rule(EMERGENCE_TRAINING_RULE + " " + SEED_TEST + MATERIAL_RULE)
 def training_emergence_shift(before_next, after_next, *, model: str, variant: str, forced: bool = False,
+                             fixed_cut: bool = False,
                              metric: str = "top1", start: int = 1, margin: float = MISALIGNMENT_MARGINS["depth"],
                              level: float = LEVEL, source: str = "", what: str = "edited - baseline",
                              units: str = "windows", claimed: str = "negative (the next token emerges earlier)",
@@ -1650,7 +1655,9 @@ def training_emergence_shift(before_next, after_next, *, model: str, variant: st
                              min_seeds: int = MIN_SEEDS) -> list[VerdictRow]:
     """``before_next``, ``after_next``: ``[n_seeds, n_windows, L+1]`` next-token curves. ``forced``: the
     edit itself forces the answer (an alpha = 0 cut makes the curve flat before the cut, so the
-    half-way point must fall at it): the row is reported as not applicable."""
+    half-way point must fall at it): the row is reported as not applicable. Claim id
+    ``C3-training.emergence-shift`` (gates) or ``C2-training.cut-emergence-shift`` (``fixed_cut``)."""
+    cid = "C2-training.cut-emergence-shift" if fixed_cut else "C3-training.emergence-shift"
     b, a = _arr(before_next, "before_next", 3), _arr(after_next, "after_next", 3)
     L = b.shape[2] - 1
     rule = _fmt_rule(EMERGENCE_TRAINING_RULE.format(metric=metric, start=start), what=what, claimed=claimed,
@@ -1669,12 +1676,13 @@ def training_emergence_shift(before_next, after_next, *, model: str, variant: st
         test = seed_test(np.zeros(b.shape[0]), sign=-1, margin=margin, level=level)
         why = ("not applicable: the alpha = 0 cut forces the shift (the next-token curve is flat before it)"
                if forced else "a seed's next-token curve is flat (no half-way point)")
-        return [_seed_row("C3-training.emergence-shift", {**test, "estimate": None, "lo": None, "hi": None},
+        return [_seed_row(cid, {**test, "estimate": None, "lo": None, "hi": None, "per_seed": None, "sd": None,
+                                "mde": None},
                           model=model, variant=variant, statistic="next-token emergence depth l/L, edited - baseline",
                           rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=INCONCLUSIVE,
                           why=why, unit="of the depth")]
     test = seed_test(da - db, sign=-1, margin=margin, level=level, alpha=alpha, power=power)
-    return [_seed_row("C3-training.emergence-shift", test, model=model, variant=variant,
+    return [_seed_row(cid, test, model=model, variant=variant,
                       statistic=f"next-token emergence depth l/L ({metric}), edited - baseline (mean over seeds)",
                       rule=rule, source=source, n_windows=b.shape[1], details=details, unit="of the depth")]
 

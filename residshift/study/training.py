@@ -539,19 +539,19 @@ def compare_table(finals: Mapping[tuple[str, int], dict], P, cut: Mapping[str, A
 def compare_panel(table: pd.DataFrame, P):
     """Each variant's final validation loss minus the baseline's (confirmation windows), with its CI."""
     t = table.drop(index="baseline", errors="ignore")
-    fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(t) + 1.6))
+    fig, ax = plt.subplots(figsize=(7.4, 0.55 * len(t) + 2.2))
     y = np.arange(len(t))
     ax.errorbar(t["vs baseline"], y, xerr=[t["vs baseline"] - t["lo"], t["hi"] - t["vs baseline"]], fmt="o",
                 color="#0173b2", capsize=3, label="mean over seeds, 95% t-interval")
     for i, per in enumerate(t["per seed"]):
         ax.plot(per, [i] * len(per), "|", color="k", ms=9, alpha=0.6, label="one seed" if i == 0 else None)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2, frameon=False)
     ax.axvline(0, color="k", lw=1)
     ax.set_yticks(y)
     ax.set_yticklabels(t.index)
     ax.invert_yaxis()
     ax.set_xlabel("final validation loss − baseline (nats; seeds as the unit)")
-    ax.set_title(f"{model_name(P)}: learned gates vs fixed cut vs relatives")
+    ax.set_title(f"{model_name(P)}: each variant's final loss minus the baseline's")
     fig.tight_layout()
     return fig, t.reset_index().to_dict(orient="list")
 
@@ -917,7 +917,8 @@ def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
                                                loss_after=-_stack(lenses, name, "logprob_next", S)[:, :, -1],
                                                fixed_cut=cell is not None, **who)
         rows += verdicts.training_emergence_shift(nb, _stack(lenses, name, "top1_next", S),
-                                                  forced=cell is not None and cell[0] == 0.0, **who)
+                                                  forced=cell is not None and cell[0] == 0.0,
+                                                  fixed_cut=cell is not None, **who)
     return rows
 
 
