@@ -224,16 +224,21 @@ def test_lens_c1_and_misalignment(grid_runs):
     assert names == [v.name for v in study.grid(P)]
     lenses = study.lens_runs(runs, P, verbose=False)
     assert set(lenses) == {(n, s) for n in names for s in (0, 1)}
-    fig, numbers = study.regimes_panel(lenses, runs, P)
+    unigrams = study.arm_unigrams(lenses, runs, P)
+    assert set(unigrams) == {(n, s) for n in study.arms(P) for s in (0, 1)}
+    fig, numbers = study.regimes_panel(lenses, unigrams, P)
     assert set(numbers) == {"gemma", "nanogpt"} and set(numbers["gemma"]) == {"0", "1"}
     assert len(numbers["gemma"]["0"]["next"]) == P.train_layers + 1
     plt.close(fig)
-    summary, per_seed = study.c1_rows(lenses, runs, P)
+    summary, per_seed = study.c1_rows(lenses, unigrams, P)
     assert {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"} <= {r.claim_id for r in summary}
     k = len(summary) // 2  # rows per arm
     assert len(per_seed) == 2 * 2 * k and all(len(r.per_seed) == 2 for r in summary)
     assert study.c1_seed_table(per_seed).shape[0] == 4
+    lines = study.c1_lines(summary, numbers, P, runs)
+    assert lines[0].startswith("validation loss, gemma minus nanogpt embedding") and len(lines) >= 3
     table = study.persistence_table(lenses, P)
+    assert len(study.persistence_lines(table)) == len(table)
     assert table.loc["alpha=0 @ block 3", "states"] == "none" and table.loc["learned", "states"] == "h_1..h_3"
     assert table.loc["alpha=0 @ block 1", "states"] == "h_2..h_3"
     mis = study.misalignment_rows(lenses, P)

@@ -1312,6 +1312,13 @@ def seed_reach(n_seeds: int, sd: float, *, margin: float, level: float = LEVEL,
             "half_width": half}
 
 
+def no_test(n_seeds: int, margin: float, why: str) -> dict[str, Any]:
+    """What a rule reports when it does not apply (not applicable / no such state): no estimate,
+    no interval, no per-seed values; the row is inconclusive with ``why``."""
+    return {"per_seed": None, "n": n_seeds, "estimate": None, "lo": None, "hi": None, "sd": None, "t": None,
+            "p": None, "df": n_seeds - 1, "mde": None, "margin": margin, "verdict": INCONCLUSIVE, "why": why}
+
+
 def per_seed_mean(x, name: str, n_units: int | None = None) -> np.ndarray:
     """``[n_seeds]``: each seed's mean over its windows of ``x [n_seeds, n_windows]``."""
     return _per_seed(x, name, n_units).mean(axis=1)
@@ -1613,13 +1620,11 @@ def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int
                               level=level)
         details["loss_change"] = {k: loss_test[k] for k in ("estimate", "lo", "hi", "per_seed", "verdict")}
     if not idx:
-        test = seed_test(np.zeros(b.shape[0]), sign=1, margin=margin, level=level)
-        none = {"estimate": None, "lo": None, "hi": None, "per_seed": None, "sd": None, "mde": None}
-        return [_seed_row(cid, {**test, **none}, model=model, variant=variant,
+        test = no_test(b.shape[0], margin, f"not applicable: no residual state lies between the edit and the "
+                                           f"output h_{L}")
+        return [_seed_row(cid, test, model=model, variant=variant,
                           statistic="input-token log10 rank between the edit and the output, edited - baseline",
-                          rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=INCONCLUSIVE,
-                          why=f"not applicable: no residual state lies between the edit and the output h_{L}",
-                          unit="log10 rank")]
+                          rule=rule, source=source, n_windows=b.shape[1], details=details, unit="log10 rank")]
     test = seed_test(_rank_after(a, idx) - _rank_after(b, idx), sign=1, margin=margin, level=level, alpha=alpha,
                      power=power)
     verdict, why = test["verdict"], test["why"]
@@ -1673,14 +1678,11 @@ def training_emergence_shift(before_next, after_next, *, model: str, variant: st
     db, da = depth(b), depth(a)
     details = {"before": db.tolist(), "after": da.tolist(), "forced": forced}
     if forced or not (np.isfinite(db).all() and np.isfinite(da).all()):
-        test = seed_test(np.zeros(b.shape[0]), sign=-1, margin=margin, level=level)
         why = ("not applicable: the alpha = 0 cut forces the shift (the next-token curve is flat before it)"
                if forced else "a seed's next-token curve is flat (no half-way point)")
-        return [_seed_row(cid, {**test, "estimate": None, "lo": None, "hi": None, "per_seed": None, "sd": None,
-                                "mde": None},
-                          model=model, variant=variant, statistic="next-token emergence depth l/L, edited - baseline",
-                          rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=INCONCLUSIVE,
-                          why=why, unit="of the depth")]
+        return [_seed_row(cid, no_test(b.shape[0], margin, why), model=model, variant=variant,
+                          statistic="next-token emergence depth l/L, edited - baseline", rule=rule, source=source,
+                          n_windows=b.shape[1], details=details, unit="of the depth")]
     test = seed_test(da - db, sign=-1, margin=margin, level=level, alpha=alpha, power=power)
     return [_seed_row(cid, test, model=model, variant=variant,
                       statistic=f"next-token emergence depth l/L ({metric}), edited - baseline (mean over seeds)",

@@ -743,11 +743,17 @@ def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | No
 
 
 
-def c1_on_model(res, tok, info, P, *, model: str, source: str) -> tuple[list, dict]:
+def unigram_rates(res, tok, info) -> dict:
+    """The unigram decoder's per-window rates on one lens result's positions, counted on the lens
+    split under the model's tokenizer (``lens.unigram_baseline``)."""
+    return lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+
+
+def c1_on_model(res, tok, info, P, *, model: str, source: str, unigram: dict | None = None) -> tuple[list, dict]:
     """C1's rows (``verdicts.c1_regimes`` and ``verdicts.c1_depth``) on one trained model's lens
-    result, against a unigram decoder counted on the lens split under the model's tokenizer; and
-    that decoder's per-window rates."""
-    u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+    result, against the unigram decoder (:func:`unigram_rates`; pass ``unigram`` when already
+    counted); and that decoder's per-window rates."""
+    u = unigram_rates(res, tok, info) if unigram is None else unigram
     who = dict(model=model, decoder="logit lens", n_boot=P.train_boot, seed=P.seed, source=source)
     rows = verdicts.c1_regimes(as_numpy(res.per_seq["top1_input"]), as_numpy(res.per_seq["top1_next"]),
                                as_numpy(u["top1_input"]), as_numpy(u["top1_next"]),
@@ -764,17 +770,29 @@ def arms(P) -> dict[str, str]:
     return out
 
 
-def c1_rows(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P
+def arm_unigrams(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P
+                 ) -> dict[tuple[str, int], dict]:
+    """The unigram decoder's rates for each baseline of each arm (:func:`arms`), every seed: one
+    tokenizer load and one count per model, shared by :func:`c1_rows` and :func:`regimes_panel`."""
+    out = {}
+    for name in arms(P):
+        for s in seeds(P):
+            _, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
+            out[(name, s)] = unigram_rates(lenses[(name, s)], tok, info)
+    return out
+
+
+def c1_rows(lenses: Mapping[tuple[str, int], Any], unigrams: Mapping[tuple[str, int], dict], P
             ) -> tuple[list, list]:
-    """C1 on each baseline seed of each arm (:func:`c1_on_model`), and per arm the rows with seeds as
-    the unit (``verdicts.c1_across_seeds``): ``(across-seed rows, per-seed rows)``."""
+    """C1 on each baseline seed of each arm (:func:`c1_on_model`, unigram rates from
+    :func:`arm_unigrams`), and per arm the rows with seeds as the unit (``verdicts.c1_across_seeds``):
+    ``(across-seed rows, per-seed rows)``."""
     summary, per_seed = [], []
     for name, emb in arms(P).items():
         by_seed = []
         for s in seeds(P):
-            _, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
-            rows = c1_on_model(lenses[(name, s)], tok, info, P, model=f"{model_name(P)}, {emb} embedding, seed {s}",
-                               source=f"{NAME08}-regimes")[0]
+            rows = c1_on_model(lenses[(name, s)], None, None, P, unigram=unigrams[(name, s)],
+                               model=f"{model_name(P)}, {emb} embedding, seed {s}", source=f"{NAME08}-regimes")[0]
             by_seed.append(rows)
             per_seed += rows
         summary += verdicts.c1_across_seeds(by_seed, model=f"{model_name(P)}, {emb} embedding ({len(seeds(P))} seeds)",
@@ -795,11 +813,21 @@ def c1_seed_table(per_seed: Sequence) -> pd.DataFrame:
 PRETRAINED_C1 = "03-alignment-curves-verdicts"  # notebook 03's verdicts: the pretrained contrast
 
 
-def c1_lines(summary: Sequence, numbers: Mapping[str, Any], P) -> list[str]:
+def c1_lines(summary: Sequence, numbers: Mapping[str, Any], P,
+             runs: Mapping[tuple[str, int], Path] | None = None) -> list[str]:
     """What 08's C1 numbers show, printed from them: per embedding recipe, the input token's top-1
     rate at h_1 against the unigram decoder (mean over seeds, each seed) and the across-seed
-    verdicts; then the pretrained contrast as notebook 03 saved it (when its verdicts exist)."""
+    verdicts; with ``runs``, what the recipe costs in validation loss (paired by seed, t-interval
+    across seeds); then the pretrained contrast as notebook 03 saved it (when its verdicts exist)."""
     lines = []
+    A = list(arms(P))
+    if runs is not None and len(A) == 2:
+        loss = {n: np.array([T.read_summary(runs[(n, s)])["val_loss"] for s in seeds(P)]) for n in A}
+        t = verdicts.seed_test(loss[A[0]] - loss[A[1]], sign=-1, margin=verdicts.LOSS_MARGIN)
+        ci = "" if t["lo"] is None else f" [{t['lo']:+.3f}, {t['hi']:+.3f}]"
+        lines.append(f"validation loss, {P.train_embedding} minus {P.train_contrast_embedding} embedding: "
+                     f"{t['estimate']:+.3f} nats{ci} across seeds, per seed "
+                     + ", ".join(f"{x:+.3f}" for x in t["per_seed"]))
     for emb, per in numbers.items():
         h1 = [v["input"][1] for v in per.values()]
         uni = float(np.mean([v["unigram_input"] for v in per.values()]))
@@ -818,7 +846,7 @@ def c1_lines(summary: Sequence, numbers: Mapping[str, Any], P) -> list[str]:
     return lines
 
 
-def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P):
+def regimes_panel(lenses: Mapping[tuple[str, int], Any], unigrams: Mapping[tuple[str, int], dict], P):
     """Each baseline seed's top-1 rate of the input and the next token per residual state (logit lens),
     with the unigram decoder's rates (dotted), one panel per arm (embedding recipe): where do the
     regimes change, and does the embedding recipe decide it?"""
@@ -828,9 +856,7 @@ def regimes_panel(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str
     for ax, (name, emb) in zip(axes[0], A.items()):
         numbers[emb] = {}
         for j, s in enumerate(seeds(P)):
-            res = lenses[(name, s)]
-            _, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
-            u = lens.unigram_baseline(res, lens.corpus_token_counts(tok, info, LENS_CORPUS, LENS_SPLIT))
+            res, u = lenses[(name, s)], unigrams[(name, s)]
             numbers[emb][str(s)] = {}
             for which, ls in (("input", "-"), ("next", "--")):
                 est = as_numpy(res.per_seq[f"top1_{which}"]).mean(0)
@@ -898,6 +924,18 @@ def persistence_table(lenses: Mapping[tuple[str, int], Any], P) -> pd.DataFrame:
         row.update({"loss change": lt["estimate"], "loss CI": f"[{lt['lo']:.3f}, {lt['hi']:.3f}]"})
         rows.append(row)
     return pd.DataFrame(rows).set_index("variant").round(4)
+
+
+def persistence_lines(table: pd.DataFrame) -> list[str]:
+    """:func:`persistence_table` as printed sentences: each variant's rank change and loss change."""
+    lines = []
+    for name, r in table.iterrows():
+        rank = (f"input rank over {r['states']} {r['rank change']:+.3f} {r['rank CI']} (per seed {r['rank per seed']})"
+                if r["states"] != "none" else "no state between the edit and the output")
+        lines.append(f"{name}: {rank}; loss {r['loss change']:+.4f} nats {r['loss CI']}")
+    for line in lines:
+        print(line)
+    return lines
 
 
 def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
