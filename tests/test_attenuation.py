@@ -329,8 +329,10 @@ def test_gate_glue_on_fixed_gates(tiny, sweeps, P):
                                          "seconds": 1.0}
     astats = A.alpha_stats(models, fits, P2)
     rows = A.concentration_rows(models, fits, astats, P2)
-    assert rows[0].verdict == verdicts.REPRODUCED  # 0.2 at the last block, 0.01 elsewhere
-    assert rows[1].verdict == verdicts.INCONCLUSIVE  # the token 'fit' hit its cap
+    assert [r.claim_id for r in rows[:2]] == ["C3.concentrates", "C3.concentrates.material"]
+    assert rows[0].verdict == rows[1].verdict == verdicts.REPRODUCED  # 0.2 at the last block, 0.01 elsewhere
+    assert rows[2].verdict == verdicts.INCONCLUSIVE  # the token 'fit' hit its cap
+    assert "step cap" in rows[2].details["why"]
     fig, numbers = A.alpha_panel(astats, P2)
     band = np.asarray(numbers["tiny-llama/token/seed0"]["attenuation_q90_q10"])
     assert np.all((band > 0) & (band < 1))

@@ -186,10 +186,10 @@ def test_best_cut_compare_and_c3_rows(grid_runs):
     table = study.compare_table(finals, P, cut)
     assert table.loc["baseline", "vs baseline"] == 0 and {"learned", "learned-token"} <= set(table.index)
     rows = study.c3_rows(finals, P)
-    assert [r.claim_id for r in rows] == ["C3-training.concentrates", "C3-training.beats-baseline",
-                                          "C3-training.beats-best-cut"] * 2
+    assert [r.claim_id for r in rows] == ["C3-training.concentrates", "C3-training.concentrates.material",
+                                          "C3-training.beats-baseline", "C3-training.beats-best-cut"] * 2
     # seeds are the unit; the gates are compared with every candidate, no selection step
-    assert rows[1].n == 2 and set(rows[2].details["candidates"]) == set(study.cut_candidates(P))
+    assert rows[2].n == 2 and set(rows[3].details["candidates"]) == set(study.cut_candidates(P))
     fig, _ = study.compare_panel(table, P)
     plt.close(fig)
     alphas = study.alpha_table(finals, P)

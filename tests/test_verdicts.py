@@ -146,29 +146,32 @@ def test_the_rules_pieces():
 # --------------------------------------------------------------------------------------------
 
 
-def _c1(h1, mid, late, *, n=40, L=12, noise=0.01, seed=0):
-    """Per-window top-1 rates: excess over the unigram decoder at h_1, in the middle, at h_(L-1..L)."""
+def _c1(h1, mid, late, *, n=40, L=12, noise=0.01, seed=0, extent=2):
+    """Per-window top-1 rates: excess over the unigram decoder at h_1..h_extent (input), in the middle,
+    and at h_(L-extent)..h_L (next)."""
     rng = np.random.default_rng(seed)
     uni_in, uni_next = rng.uniform(0.02, 0.08, n), rng.uniform(0.02, 0.08, n)
     ex_in, ex_next = np.zeros(L + 1), np.zeros(L + 1)
-    ex_in[0], ex_in[1] = 0.9, h1
-    ex_in[2:L - 1] = ex_next[2:L - 1] = mid
-    ex_next[L - 1:] = late
+    ex_in[0], ex_in[1:1 + extent] = 0.9, h1
+    ex_in[1 + extent:L - extent] = ex_next[1 + extent:L - extent] = mid
+    ex_next[L - extent:] = late
     ti = uni_in[:, None] + ex_in + rng.normal(0, noise, (n, L + 1))
     tn = uni_next[:, None] + ex_next + rng.normal(0, noise, (n, L + 1))
     return dict(top1_input=ti, top1_next=tn, unigram_input=uni_in, unigram_next=uni_next)
 
 
-def _c1_rows(h1, mid, late, **kw):
-    rows = V.c1_regimes(**_c1(h1, mid, late), model="m", decoder="logit lens", n_boot=400, **kw)
+def _c1_rows(h1, mid, late, *, extent=2, **kw):
+    rows = V.c1_regimes(**_c1(h1, mid, late, extent=extent), model="m", decoder="logit lens", n_boot=400, **kw)
     _check_rows(rows)
     return _by_id(rows)
 
 
 def test_c1_regimes_all_three_outcomes():
+    assert V.c1_min_extent(12) == 2 and V.c1_min_extent(30) == 3 and V.c1_min_extent(6) == 1
     ok = _c1_rows(0.5, 0.0, 0.3)
     assert [ok[k].verdict for k in ("C1.early", "C1.middle", "C1.late", "C1")] == [R, R, R, R]
-    assert ok["C1.middle"].details["longest_quiet_run"] == list(range(2, 11))
+    assert ok["C1.early"].details["extent"] == [1, 2] and ok["C1.late"].details["extent"] == [10, 11]
+    assert ok["C1.middle"].details["longest_quiet_run"] == list(range(3, 10))
     assert ok["C1.middle"].level == pytest.approx(1 - 0.05 / 9)
     # the next token does not beat a frequency guess before the output layer: not reproduced
     no_late = _c1_rows(0.5, 0.0, 0.0)
@@ -179,11 +182,35 @@ def test_c1_regimes_all_three_outcomes():
     # middle layers sit at the margin: neither quiet nor busy
     edge = _c1_rows(0.5, 0.02, 0.3)
     assert edge["C1.middle"].verdict == I and edge["C1"].verdict == I
+    assert edge["C1.middle"].details["why"] and edge["C1"].details["why"] == "inconclusive part(s): C1.middle"
     # the early regime alone, each outcome
     assert _c1_rows(0.0, 0.0, 0.3)["C1.early"].verdict == N
     assert _c1_rows(0.02, 0.0, 0.3)["C1.early"].verdict == I
     # h_0 is never used: a huge layer-0 input rate with nothing at h_1 is still 'not reproduced'
     assert _c1_rows(0.0, 0.0, 0.3)["C1"].verdict == N
+
+
+def test_c1_regimes_judge_the_extent_of_a_regime_not_one_layer():
+    # input decodable at h_1 only, nothing at h_2: one layer is not an early regime of 2 (L = 12)
+    short = _c1_rows(0.5, 0.0, 0.3, extent=1)
+    assert short["C1.early"].verdict == N and short["C1.early"].details["extent"] == [1]
+    assert short["C1.early"].details["layer"] == 2 and short["C1.late"].verdict == N
+    # ... and where h_2 sits at the margin, undecided, with the reason
+    edge = _c1_rows(0.5, 0.02, 0.3, extent=1)
+    assert edge["C1.early"].verdict == I and "h_2" in edge["C1.early"].details["why"]
+    # a longer regime than required is reproduced, and its whole extent is reported
+    long = _c1_rows(0.5, 0.0, 0.3, extent=4)
+    assert long["C1.early"].verdict == R and long["C1.early"].details["extent"] == [1, 2, 3, 4]
+
+
+def test_c1_regimes_skip_layers_whose_decoder_did_not_converge():
+    rows = _c1_rows(0.5, 0.0, 0.3, unconverged=[2])
+    assert rows["C1.early"].verdict == I and "did not converge at h_2" in rows["C1.early"].details["why"]
+    assert 2 not in rows["C1.middle"].details["quiet_layers"]
+    mid = _c1_rows(0.5, 0.3, 0.3, unconverged=[5])
+    assert mid["C1.middle"].verdict == I and "not converged" in mid["C1.middle"].details["why"]
+    with pytest.raises(ValueError, match="residual indices"):
+        _c1_rows(0.5, 0.0, 0.3, unconverged=[40])
 
 
 def test_c1_regimes_bad_input():
@@ -281,18 +308,41 @@ def test_c2_late_cut_holm_and_split():
 def test_c2_layer_sensitive_all_three_outcomes():
     rng = np.random.default_rng(0)
     alphas = [0.5, 1.0]
-    d = np.zeros((3, 2, 40))
-    d[:, 0] = np.array([0.1, 0.5, 2.0])[:, None] + rng.normal(0, 0.05, (3, 40))
-    row, = V.c2_layer_sensitive(d, [0, 1, 2], alphas, model="m", n_boot=300)
+    kw = dict(model="m", n_layers=6, n_perm=400)
+    d = np.zeros((6, 2, 40))
+    d[:, 0] = np.array([5.0, 3.0, 1.0, 0.1, 0.5, 2.0])[:, None] + rng.normal(0, 0.05, (6, 40))
+    row, = V.c2_layer_sensitive(d, range(6), alphas, **kw)
     _check_rows([row])
-    assert row.verdict == R and row.details["most_harmful_block"] == 2
-    d[:, 0] = 0.2 + rng.normal(0, 0.01, (3, 40))
-    assert V.c2_layer_sensitive(d, [0, 1, 2], alphas, model="m", n_boot=300)[0].verdict == N
-    d2 = np.zeros((2, 2, 40))
-    d2[:, 0] = np.array([0.2, 0.3])[:, None] + rng.normal(0, 0.15, (2, 40))
-    assert V.c2_layer_sensitive(d2, [0, 1], alphas, model="m", n_boot=300)[0].verdict == I
+    # only the late blocks (4 and 5 of 6) are compared: block 0's 5 nats do not enter
+    assert row.details["compared_blocks"] == [4, 5]
+    assert row.verdict == R and row.details["most_harmful_block"] == 5 and row.details["permutation_p"] < 0.01
+    d[:, 0] = 0.2 + rng.normal(0, 0.01, (6, 40))
+    assert V.c2_layer_sensitive(d, range(6), alphas, **kw)[0].verdict == N
+    # no effect at all: the spread is > 0 by chance, the permutation test does not reject
+    null = V.c2_layer_sensitive(d, range(6), alphas, **kw)[0]
+    assert null.details["permutation_p"] > 0.05 and null.details["spread"] > 0
+    d[4, 0] = 0.2 + rng.normal(0, 0.3, 40)
+    d[5, 0] = 0.25 + rng.normal(0, 0.3, 40)
+    row = V.c2_layer_sensitive(d, range(6), alphas, **kw)[0]
+    assert row.verdict == I and row.details["why"]
+    # significant but below the threshold: inconclusive, saying so
+    d[4, 0], d[5, 0] = 0.2 + rng.normal(0, 0.01, 40), 0.25 + rng.normal(0, 0.01, 40)
+    small = V.c2_layer_sensitive(d, range(6), alphas, threshold=0.1, **kw)[0]
+    assert small.verdict == N  # every pair within +-0.1
+    d[5, 0] = 0.29 + rng.normal(0, 0.05, 40)
+    mid = V.c2_layer_sensitive(d, range(6), alphas, threshold=0.1, **kw)[0]
+    assert mid.verdict == I and "below the 0.1 threshold" in mid.details["why"]
+    # a shallow model: its last two blocks
+    assert V.c2_layer_sensitive(d[:4], range(4), alphas, model="m", n_layers=4, n_perm=100)[0].details[
+        "compared_blocks"] == [2, 3]
     with pytest.raises(ValueError, match="not swept"):
-        V.c2_layer_sensitive(d, [0, 1, 2], alphas, model="m", probe_alpha=0.25)
+        V.c2_layer_sensitive(d, range(6), alphas, probe_alpha=0.25, **kw)
+
+
+def test_permutation_spread_is_calibrated_under_no_effect():
+    rng = np.random.default_rng(1)
+    ps = [V.permutation_spread(rng.normal(0, 1, (4, 30)), n_perm=200, seed=i)["p"] for i in range(60)]
+    assert 0.02 < np.mean(np.array(ps) <= 0.1) < 0.25  # about 10% of null draws below 0.1
 
 
 def test_alpha0_is_described_not_judged_and_best_fixed_cut():
@@ -363,20 +413,26 @@ def test_c3_beats_best_cut_lets_the_unmodified_model_win():
 
 def test_c3_concentration_all_three_outcomes():
     kw = dict(layers=[0, 1, 2], n_layers=3, model="m", variant="scalar")
-    row, = V.c3_concentration([[0.99, 0.98, 0.8], [0.99, 0.97, 0.85]], **kw)
-    _check_rows([row])
-    assert row.verdict == R and row.estimate == pytest.approx(0.175)
-    # alpha_last = 0.991: the final layer leads, but its attenuation is not material
-    assert V.c3_concentration([[0.9975, 0.9975, 0.991]], **kw)[0].verdict == N
+    rel, mat = V.c3_concentration([[0.99, 0.98, 0.8], [0.99, 0.97, 0.85]], **kw)
+    _check_rows([rel, mat])
+    assert rel.claim_id == "C3.concentrates" and mat.claim_id == "C3.concentrates.material"
+    assert rel.verdict == R and mat.verdict == R and mat.estimate == pytest.approx(0.175)
+    # alpha_last = 0.991: the final layer leads 3.6x (relative part holds) but 0.009 is not material
+    rel, mat = V.c3_concentration([[0.9975, 0.9975, 0.991]], **kw)
+    assert rel.verdict == R and mat.verdict == N
     assert V.c3_concentration([[0.5, 0.98, 0.9]], **kw)[0].verdict == N  # another layer leads
-    assert V.c3_concentration([[0.85, 0.99, 0.8]], **kw)[0].verdict == I  # leads, but < 2x
-    stuck = V.c3_concentration([[0.99, 0.98, 0.8]], converged=[False], steps=[15], **kw)[0]
-    assert stuck.verdict == I and stuck.details["per_seed"][0]["steps"] == 15
+    rel, mat = V.c3_concentration([[0.85, 0.99, 0.8]], **kw)  # leads, but < 2x
+    assert rel.verdict == I and "less than 2x" in rel.details["why"] and mat.verdict == R
+    stuck = V.c3_concentration([[0.99, 0.98, 0.8]], converged=[False], steps=[15], **kw)
+    assert [r.verdict for r in stuck] == [I, I] and stuck[0].details["per_seed"][0]["steps"] == 15
+    assert "step cap" in stuck[1].details["why"]
+    split = V.c3_concentration([[0.99, 0.98, 0.8], [0.5, 0.98, 0.9]], **kw)[0]
+    assert split.verdict == I and "seeds disagree" in split.details["why"]
     assert V.c3_concentration([[0.7]], layers=[2], n_layers=3, model="m", variant="s")[0].verdict == R
     with pytest.raises(ValueError, match="final block"):
         V.c3_concentration([[0.5, 0.9]], layers=[0, 1], n_layers=3, model="m", variant="s")
-    row = V.c3_concentration([[0.99, 0.98, 0.8]], setting="training", **kw)[0]
-    assert row.claim_id == "C3-training.concentrates"
+    rows = V.c3_concentration([[0.99, 0.98, 0.8]], setting="training", **kw)
+    assert [r.claim_id for r in rows] == ["C3-training.concentrates", "C3-training.concentrates.material"]
 
 
 def test_c3_concentration_says_when_the_gates_did_not_move():
@@ -490,3 +546,52 @@ def test_rules_reject_nan():
     gated[0, 3] = math.nan
     with pytest.raises(ValueError, match="NaN"):
         V.c3_beats_baseline(gated, base, model="m", variant="s")
+
+
+def test_an_improvement_must_clear_the_margin_to_be_reproduced():
+    # significant but tiny (the 0.0004 log10-rank change of an earlier run): not reproduced, not "reproduced"
+    assert V.improvement_outcome(0.0001, 0.0007, sign=1, margin=0.05, estimate=0.0004) == (N, "")
+    v, why = V.improvement_outcome(0.01, 0.09, sign=1, margin=0.05, estimate=0.04)
+    assert v == I and why.startswith("significant but not material")
+    assert V.improvement_outcome(0.06, 0.09, sign=1, margin=0.05, estimate=0.075) == (R, "")
+    v, why = V.improvement_outcome(-0.02, 0.09, sign=1, margin=0.05)
+    assert v == I and "straddles" in why
+    assert V.improvement_outcome(None, None, sign=1)[0] == I
+
+
+def test_c1_depth_primary_metric_post_hoc_label_and_preprocessing():
+    x = _emerging(0.65)
+    rows = V.c1_depth({"top1": x, "prob": _emerging(0.65)}, model="m", decoder="d", n_boot=300)
+    assert [r.claim_id for r in rows] == ["C1.depth", "C1.depth.sensitivity"]
+    assert rows[0].details["post_hoc"] and "POST HOC" in rows[0].rule and V.DEPTH_PRIMARY == "top1"
+    # the same depth under another preprocessing: stays reproduced
+    same = V.c1_depth({"top1": x}, model="m", decoder="d", n_boot=300,
+                      preprocessing={"raw": {"top1": x[:20] + 0.001}})[0]
+    assert same.verdict == R and abs(same.details["preprocessing"]["raw"]["shift"]) < 0.05
+    # a preprocessing change that moves the depth by more than its interval: inconclusive, saying so
+    moved = V.c1_depth({"top1": x}, model="m", decoder="d", n_boot=300,
+                       preprocessing={"raw": {"top1": x[:20] - _emerging(0.65, noise=0)[:20] + _emerging(0.75, noise=0)[:20]}})[0]
+    assert moved.verdict == I and "preprocessing moves it" in moved.details["why"]
+    with pytest.raises(ValueError, match="first k windows"):
+        V.c1_depth({"top1": x}, model="m", decoder="d", preprocessing={"raw": {"top1": _emerging(0.65, L=10)}})
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_pretrained_rules_reach_every_outcome_at_each_profiles_sizes(profile):
+    """At each profile's windows, with per-window noise of the size the real runs show (window-mean
+    top-1 rates ~0.01, loss changes ~0.02 nats), each outcome of C1.early and C2.layer-sensitive can happen."""
+    from residshift.core import profiles
+    P = profiles.resolve(profile)
+    n_lens, n_sweep = P.lens_windows, P.sweep_windows
+    early = {V.c1_regimes(**_c1(h1, 0.0, 0.3, n=n_lens, noise=0.01, extent=2), model="m", decoder="d",
+                          n_boot=200)[0].verdict for h1 in (0.5, 0.0, 0.02)}
+    assert early == {R, N, I}, (profile, early)
+    outcomes = set()
+    # two compared blocks (the fewest any model has; a permutation test over 2 blocks and n windows
+    # cannot give p below 2 / 2^n: the smoke profile sweeps 6 windows so that 'reproduced' can happen)
+    for means, sd in (([0.0, 0.4], 0.02), ([0.01, 0.0], 0.002), ([0.0, 0.095], 0.03)):
+        rng = np.random.default_rng(1)
+        d = np.zeros((2, 2, n_sweep))
+        d[:, 0] = np.array(means)[:, None] + rng.normal(0, sd, (2, n_sweep))
+        outcomes.add(V.c2_layer_sensitive(d, [2, 3], [0.5, 1.0], model="m", n_layers=4)[0].verdict)
+    assert outcomes == {R, N, I}, (profile, outcomes)

@@ -75,12 +75,16 @@ CLAIMS: dict[str, str] = {
     "C1.late": "late layers decode to the next token",
     "C1.depth": "the next token emerges around 0.65 of the depth (Gemma-2-2B: ~layer 17 of 26; a "
                 "reference, the depth varies by model)",
+    "C1.depth.sensitivity": "as C1.depth, read with a secondary metric (a sensitivity check, not the "
+                            "declared reading)",
     "C2.late-cut": "attenuating the skip path of one late block lowers the loss (frozen model)",
     "C2.layer-sensitive": "the effect of attenuation is very sensitive to the chosen layer (frozen model)",
     "C3.beats-baseline": "learned gates lower the loss of the unmodified model",
     "C3.beats-best-cut": "learned gates beat the best fixed single-block cut (the unmodified model "
                          "among the candidates)",
-    "C3.concentrates": "the learned attenuation concentrates on the final layer",
+    "C3.concentrates": "the learned attenuation concentrates on the final layer (relative: the final "
+                       "block leads every other by a stated factor)",
+    "C3.concentrates.material": "the learned attenuation of the final layer is material (a stated minimum)",
     "C3.misalignment": "the gates reduce the misalignment: the input token is less decodable after "
                        "the edited block (log-probability)",
     "C3.misalignment.rank": "the gates reduce the misalignment: the input token ranks lower after "
@@ -94,7 +98,10 @@ CLAIMS: dict[str, str] = {
     "C3-training.beats-baseline": "gates trained with the model lower the validation loss of the baseline",
     "C3-training.beats-best-cut": "gates trained with the model beat the best fixed single-block cut "
                                   "(the baseline among the candidates; every trained cut is compared)",
-    "C3-training.concentrates": "gates trained with the model concentrate their attenuation on the final layer",
+    "C3-training.concentrates": "gates trained with the model concentrate their attenuation on the final "
+                                "layer (relative: the final block leads every other by a stated factor)",
+    "C3-training.concentrates.material": "the attenuation that gates trained with the model put on the final "
+                                         "layer is material (a stated minimum)",
     "C3-training.misalignment": "gates trained with the model reduce the misalignment: the input token "
                                 "ranks lower between the edit and the output (log10 rank)",
     "C3-training.emergence-shift": "with gates trained with the model, the next token emerges earlier",
@@ -122,6 +129,7 @@ POWER = 0.8  # power at which minimum detectable effects (MDE) are stated
 LATE_FRACTION = 2 / 3  # block l (0-based) of an L-block model is "late" when l >= LATE_FRACTION * L
 C1_MARGIN = 0.02  # C1: excess top-1 rate over the unigram decoder that counts as material
 C1_MIN_RUN = 2  # C1.middle: consecutive quiet layers that make a middle regime
+C1_EXTENT_FRACTION = 0.1  # C1.early / C1.late: a regime must span ceil(0.1 L) layers (at least 1)
 DEPTH_BAND = (0.5, 0.8)  # C1.depth: the band around the paper's ~0.65 (Gemma-2-2B, layer 17 of 26)
 DEPTH_START, DEPTH_FRAC = 1, 0.5  # C1.depth: emergence = half-way from h_1 to h_L
 LOSS_MARGIN = 0.005  # nats: the smallest loss change that counts as material
@@ -303,21 +311,44 @@ def threshold_verdict(lo: float | None, hi: float | None, threshold: float) -> s
     return INCONCLUSIVE
 
 
-def improvement_verdict(lo: float | None, hi: float | None, *, sign: int, margin: float = 0.0) -> str:
+def improvement_verdict(lo: float | None, hi: float | None, *, sign: int, margin: float = 0.0,
+                        estimate: float | None = None) -> str:
     """The improvement rule: the claim says the quantity is > 0 (``sign=+1``) or < 0 (``sign=-1``).
 
-    Reproduced if the CI excludes 0 on the claimed side; not reproduced if it excludes every effect
-    of at least ``margin`` on the claimed side; inconclusive otherwise.
+    Reproduced if the CI excludes 0 on the claimed side AND the ``estimate`` is material (at least
+    ``margin`` on that side; without an estimate, the CI's midpoint); not reproduced if the CI
+    excludes every effect of at least ``margin`` on the claimed side; inconclusive otherwise
+    (:func:`improvement_why` says why).
     """
+    return improvement_outcome(lo, hi, sign=sign, margin=margin, estimate=estimate)[0]
+
+
+def improvement_outcome(lo: float | None, hi: float | None, *, sign: int, margin: float = 0.0,
+                        estimate: float | None = None) -> tuple[str, str]:
+    """:func:`improvement_verdict` with its reason: ``(verdict, why)``, ``why`` empty unless inconclusive."""
     if sign not in (1, -1):
         raise ValueError(f"sign must be +1 or -1, got {sign}")
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
-        return INCONCLUSIVE
-    if sign > 0:
-        return REPRODUCED if lo > 0 else (NOT_REPRODUCED if hi < margin else INCONCLUSIVE)
-    return REPRODUCED if hi < 0 else (NOT_REPRODUCED if lo > -margin else INCONCLUSIVE)
+        return INCONCLUSIVE, "no interval (too few units or an undefined statistic)"
+    e = (lo + hi) / 2 if estimate is None or math.isnan(estimate) else estimate
+    elo, ehi, ee = min(sign * lo, sign * hi), max(sign * lo, sign * hi), sign * e  # on the claimed side
+    if elo > 0 and ee >= margin:
+        return REPRODUCED, ""
+    if ehi < margin:
+        return NOT_REPRODUCED, ""
+    if elo > 0:
+        return INCONCLUSIVE, (f"significant but not material: the interval excludes 0, the estimate "
+                              f"{abs(e):.3g} is below the {margin:g} margin")
+    return INCONCLUSIVE, f"the interval straddles the margin ({margin:g}) on the claimed side"
+
+
+def threshold_why(lo: float | None, hi: float | None, threshold: float, what: str = "threshold") -> str:
+    """Why :func:`threshold_verdict` / :func:`band_verdict` came out inconclusive."""
+    if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
+        return "no interval (too few units or an undefined statistic)"
+    return f"the interval [{lo:.3g}, {hi:.3g}] straddles the {what} ({threshold:g})"
 
 
 def band_verdict(lo: float | None, hi: float | None, band: tuple[float, float]) -> str:
@@ -369,11 +400,17 @@ def _seed_flags(values, n_seeds: int, name: str, default):
 
 def _row(claim_id: str, *, model: str, variant: str | None, verdict: str, statistic: str,
          estimate, lo, hi, level, n, rule: str, per_seed=None, details=None, source: str = "",
-         claim: str | None = None) -> VerdictRow:
+         claim: str | None = None, why: str | None = None) -> VerdictRow:
+    """Build a row; an inconclusive one must say why (``why=`` or ``details["why"]``), others carry none."""
+    details = dict(details or {})
+    if why is not None:
+        details["why"] = why if verdict == INCONCLUSIVE else ""
+    if verdict == INCONCLUSIVE and not details.get("why"):
+        raise VerdictError(f"{claim_id}: an inconclusive row must say why (details['why']); this is a bug in the rule")
     return VerdictRow(model=model, variant=variant, claim_id=claim_id,
                       claim=claim or CLAIMS[claim_id], verdict=verdict,
                       statistic=statistic, estimate=estimate, ci=(lo, hi), level=level, n=n, rule=rule,
-                      per_seed=per_seed, details=details or {}, source=source)
+                      per_seed=per_seed, details=details, source=source)
 
 
 def _setting_prefix(claim: str, setting: str) -> str:
@@ -390,49 +427,86 @@ def _setting_prefix(claim: str, setting: str) -> str:
 
 C1_EARLY_RULE = (
     "C1.early. Judged on h_1..h_L only (h_0 is the token's own embedding: input alignment there is "
-    "true by construction). Per window, d_in(l) = top-1 rate of the input token under the decoder at "
-    "h_l minus the unigram decoder's top-1 rate for the input token (it always predicts the "
-    "reference corpus's most frequent token) on the same positions. Statistic: mean over windows "
-    "of d_in(1) at h_1, two-sided {level} percentile bootstrap CI over windows. Threshold rule with "
-    "margin {margin} (absolute top-1 rate): reproduced if the CI lies above the margin (the input "
-    "token decodes materially better than a frequency guess), not reproduced if it lies below, "
-    "inconclusive if it contains the margin.")
+    "true by construction), and on the regime's extent, not one layer. Per window, d_in(l) = top-1 "
+    "rate of the input token under the decoder at h_l minus the unigram decoder's top-1 rate for "
+    "the input token (it always predicts the reference corpus's most frequent token) on the same "
+    "positions, with a two-sided {level} percentile bootstrap CI over windows per layer. The early "
+    "regime's extent: the run of consecutive layers h_1, h_2, ... whose CI lies above the margin "
+    "{margin} (absolute top-1 rate). Required extent k = max(1, ceil({extent_fraction} L)) layers (a "
+    "tenth of the depth: 'early layers', not the first state after the embedding). Reproduced if "
+    "the run covers h_1..h_k (an intersection of k tests: no correction needed); not reproduced if "
+    "the first layer of h_1..h_k outside the run has its CI below the margin (the regime provably "
+    "ends too early); inconclusive if that CI contains the margin, or the decoder did not converge "
+    "at that layer. Statistic shown: d_in at the deciding layer (h_k when reproduced, else the "
+    "first layer outside the run).")
 C1_MIDDLE_RULE = (
-    "C1.middle. Candidate layers h_2..h_(L-2), the m layers strictly between the early and late test "
-    "layers. Per window, d_in(l) and d_next(l) = the decoder's top-1 rate for the input / next "
-    "token at h_l minus the unigram decoder's, bootstrapped over windows with shared draws. A layer "
-    "is quiet when the upper bounds of BOTH d_in(l) and d_next(l), from two-sided normal intervals "
-    "with the bootstrap standard error at level 1 - (1 - {level})/m (Bonferroni over the m "
-    "candidates; percentile intervals are unstable that far in the tails), lie below the margin "
-    "{margin} (upper bound below the margin, not merely a CI that overlaps 0); busy when the lower bound (level "
-    "{level}) of either lies above the margin. Reproduced if at least {min_run} consecutive "
-    "candidate layers are quiet; not reproduced if every candidate layer is busy; inconclusive "
-    "otherwise. Statistic shown: the larger of the two excesses at the quietest layer, with its "
-    "Bonferroni interval.")
+    "C1.middle. Candidate layers h_2..h_(L-2), the m layers strictly between the first early and "
+    "the last late test layers. Per window, d_in(l) and d_next(l) = the decoder's top-1 rate for "
+    "the input / next token at h_l minus the unigram decoder's, bootstrapped over windows with "
+    "shared draws. A layer is quiet when the upper bounds of BOTH d_in(l) and d_next(l), from "
+    "two-sided normal intervals with the bootstrap standard error at level 1 - (1 - {level})/m "
+    "(Bonferroni over the m candidates; percentile intervals are unstable that far in the tails), "
+    "lie below the margin {margin} (upper bound below the margin, not merely a CI that overlaps 0); "
+    "busy when the lower bound (level {level}) of either lies above the margin. A layer where the "
+    "decoder did not converge is neither. Reproduced if at least {min_run} consecutive candidate "
+    "layers are quiet; not reproduced if every candidate layer is busy; inconclusive otherwise. "
+    "Statistic shown: the larger of the two excesses at the quietest layer, with its Bonferroni "
+    "interval.")
 C1_LATE_RULE = (
-    "C1.late. At h_(L-1), the last state before the model's output (at h_L the next-token top-1 "
-    "is the model's own accuracy, above a frequency guess for any trained model). Statistic: mean "
-    "over windows of d_next(L-1) = top-1 rate of the next token minus the unigram decoder's, "
-    "two-sided {level} percentile bootstrap CI over windows. Threshold rule with margin {margin}: "
-    "reproduced if the CI lies above the margin, not reproduced if below, inconclusive otherwise.")
+    "C1.late. The late regime's extent: the run of consecutive layers h_(L-1), h_(L-2), ... (down "
+    "from the last state before the output; at h_L the next-token top-1 is the model's own "
+    "accuracy, above a frequency guess for any trained model) whose two-sided {level} percentile "
+    "bootstrap CI of d_next(l) = next-token top-1 rate minus the unigram decoder's lies above the "
+    "margin {margin}. Required extent k = max(1, ceil({extent_fraction} L)). Reproduced if the run "
+    "covers h_(L-k)..h_(L-1); not reproduced if the first layer of those outside the run has its CI "
+    "below the margin; inconclusive if it contains the margin, or the decoder did not converge there.")
 C1_RULE = (
-    "C1. Reproduced if C1.early, C1.middle and C1.late are all reproduced (their test layers put "
-    "the regimes in order: input at h_1, a quiet run inside h_2..h_(L-2), next at h_(L-1)); an "
-    "intersection of three claims, so no correction is needed for 'reproduced'. Not reproduced if "
-    "any of the three is not reproduced; inconclusive otherwise. The emergence depth is judged "
-    "separately (C1.depth), on independent bootstrap draws.")
+    "C1. Reproduced if C1.early, C1.middle and C1.late are all reproduced (the regimes are then in "
+    "order: an early run from h_1, a quiet run inside h_2..h_(L-2) after it, a late run up to "
+    "h_(L-1)); an intersection of three claims, so no correction is needed for 'reproduced'. Not "
+    "reproduced if any of the three is not reproduced; inconclusive otherwise. The emergence depth "
+    "is judged separately (C1.depth), on independent bootstrap draws.")
+
+
+def c1_min_extent(n_layers: int, fraction: float = None) -> int:
+    """The extent C1.early and C1.late require: ``max(1, ceil(C1_EXTENT_FRACTION * n_layers))`` layers."""
+    f = C1_EXTENT_FRACTION if fraction is None else fraction
+    return max(1, math.ceil(f * n_layers - 1e-9))
+
+
+def _extent(lo: np.ndarray, hi: np.ndarray, order: list[int], k: int, margin: float,
+            unconverged: set[int]) -> tuple[str, str, list[int], int]:
+    """Walk ``order`` (layers from the regime's end inwards) while the CI lies above ``margin``.
+    Returns (verdict, why, the run, the deciding layer)."""
+    run = []
+    for l in order:
+        if l in unconverged or not lo[l] > margin:
+            break
+        run.append(l)
+    if len(run) >= k:
+        return REPRODUCED, "", run, order[k - 1]
+    f = order[len(run)]
+    if f in unconverged:
+        return INCONCLUSIVE, f"the decoder did not converge at h_{f} (a layer the required run needs)", run, f
+    if hi[f] < margin:
+        return NOT_REPRODUCED, "", run, f
+    return INCONCLUSIVE, (f"the run stops at h_{f}, whose interval [{lo[f]:.3g}, {hi[f]:.3g}] contains the "
+                          f"margin {margin:g} ({len(run)} of the {k} required layers decided)"), run, f
 
 
 @_rule(C1_EARLY_RULE, C1_MIDDLE_RULE, C1_LATE_RULE, C1_RULE)
 def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str, decoder: str,
-               margin: float = C1_MARGIN, min_run: int = C1_MIN_RUN, n_boot: int = 1000, seed: int = 0,
-               level: float = LEVEL, source: str = "") -> list[VerdictRow]:
+               margin: float = C1_MARGIN, min_run: int = C1_MIN_RUN,
+               extent_fraction: float = C1_EXTENT_FRACTION, unconverged: Sequence[int] = (),
+               n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """Claim C1's three regimes for one model and decoder (logit lens, tuned lens, ...).
 
     ``top1_input``, ``top1_next``: ``[n_windows, L+1]`` per-window top-1 rates at ``h_0..h_L``
     (``LensResult.per_seq["top1_input"]`` etc.); ``unigram_input``, ``unigram_next``: ``[n_windows]``
     per-window top-1 rates of the unigram decoder on the same positions
     (``residshift.measure.lens.unigram_baseline(result, counts)["top1_input"]`` etc.).
+    ``unconverged``: residual indices l whose decoder did not converge (a tuned-lens translator still
+    improving at its step cap): no test reads them, and a regime that needs one is inconclusive.
     Returns rows ``C1.early``, ``C1.middle``, ``C1.late`` and ``C1``.
     """
     ti, tn = _arr(top1_input, "top1_input", 2), _arr(top1_next, "top1_next", 2)
@@ -445,6 +519,12 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     if len(cand) < min_run:
         raise ValueError(f"{L} layers leave {len(cand)} middle candidates (h_2..h_(L-2)) for a run of "
                          f"{min_run}: use min_run <= {max(1, len(cand))} or a deeper model")
+    skip = {int(l) for l in unconverged}
+    if any(not 0 <= l <= L for l in skip):
+        raise ValueError(f"unconverged layers must be residual indices within 0..{L}, got {sorted(skip)}")
+    k = c1_min_extent(L, extent_fraction)
+    if k > L - 1:
+        raise ValueError(f"an extent of {k} layers does not fit in h_1..h_{L - 1}: lower extent_fraction")
     d_in, d_next = ti - ui[:, None], tn - un[:, None]
     idx = stats.bootstrap_indices(n, n_boot, seed)
     b_in, b_next = d_in[idx].mean(axis=1), d_next[idx].mean(axis=1)  # [n_boot, L+1]
@@ -456,38 +536,47 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     blo_in, bhi_in = m_in - z_b * b_in.std(axis=0, ddof=1), m_in + z_b * b_in.std(axis=0, ddof=1)
     blo_nx, bhi_nx = m_next - z_b * b_next.std(axis=0, ddof=1), m_next + z_b * b_next.std(axis=0, ddof=1)
     who = dict(model=model, variant=decoder, source=source)
-    p = dict(level=level, margin=margin, min_run=min_run)
+    p = dict(level=level, margin=margin, min_run=min_run, extent_fraction=extent_fraction)
+    common = {"required_extent": k, "unconverged": sorted(skip), "margin": margin}
 
-    early = threshold_verdict(lo_in[1], hi_in[1], margin)
-    r_early = _row("C1.early", **who, verdict=early, statistic="input top-1 minus unigram top-1 at h_1",
-                   estimate=m_in[1], lo=lo_in[1], hi=hi_in[1], level=level, n=n,
+    early, why_e, run_e, f_e = _extent(lo_in, hi_in, list(range(1, L)), k, margin, skip)
+    r_early = _row("C1.early", **who, verdict=early, why=why_e,
+                   statistic=f"input top-1 minus unigram top-1 at h_{f_e} (early run h_1..: {len(run_e)} layers)",
+                   estimate=m_in[f_e], lo=lo_in[f_e], hi=hi_in[f_e], level=level, n=n,
                    rule=C1_EARLY_RULE.format(**p),
-                   details={"layer": 1, "top1_input": float(ti[:, 1].mean()),
-                            "unigram_input": float(ui.mean()), "margin": margin})
-    late_l = L - 1
-    late = threshold_verdict(lo_nx[late_l], hi_nx[late_l], margin)
-    r_late = _row("C1.late", **who, verdict=late, statistic=f"next top-1 minus unigram top-1 at h_{late_l}",
-                  estimate=m_next[late_l], lo=lo_nx[late_l], hi=hi_nx[late_l], level=level, n=n,
+                   details={"layer": f_e, "extent": run_e, **common, "top1_input": float(ti[:, 1].mean()),
+                            "unigram_input": float(ui.mean()), "excess_lo": lo_in.tolist(),
+                            "excess_hi": hi_in.tolist()})
+    late, why_l, run_l, f_l = _extent(lo_nx, hi_nx, list(range(L - 1, 0, -1)), k, margin, skip)
+    r_late = _row("C1.late", **who, verdict=late, why=why_l,
+                  statistic=f"next top-1 minus unigram top-1 at h_{f_l} (late run ..h_{L - 1}: {len(run_l)} layers)",
+                  estimate=m_next[f_l], lo=lo_nx[f_l], hi=hi_nx[f_l], level=level, n=n,
                   rule=C1_LATE_RULE.format(**p),
-                  details={"layer": late_l, "top1_next": float(tn[:, late_l].mean()),
-                           "unigram_next": float(un.mean()), "margin": margin})
+                  details={"layer": f_l, "extent": sorted(run_l), **common,
+                           "top1_next": float(tn[:, L - 1].mean()), "unigram_next": float(un.mean()),
+                           "excess_lo": lo_nx.tolist(), "excess_hi": hi_nx.tolist()})
 
-    quiet = [l for l in cand if bhi_in[l] < margin and bhi_nx[l] < margin]
-    busy = [l for l in cand if lo_in[l] > margin or lo_nx[l] > margin]
+    quiet = [l for l in cand if l not in skip and bhi_in[l] < margin and bhi_nx[l] < margin]
+    busy = [l for l in cand if l not in skip and (lo_in[l] > margin or lo_nx[l] > margin)]
     longest, run = [], []
     for l in cand:  # the longest run of consecutive quiet layers
         run = run + [l] if l in quiet else []
         longest = run if len(run) > len(longest) else longest
+    why_m = ""
     if len(longest) >= min_run:
         middle = REPRODUCED
     elif len(busy) == len(cand):
         middle = NOT_REPRODUCED
     else:
         middle = INCONCLUSIVE
+        open_ = [l for l in cand if l not in quiet and l not in busy and l not in skip]
+        why_m = (f"no run of {min_run} quiet layers (longest {len(longest)}), and not every candidate is busy: "
+                 + (f"{len(open_)} undecided (e.g. h_{open_[0]})" if open_ else "")
+                 + (("; " if open_ else "") + f"{len([l for l in cand if l in skip])} not converged" if skip & set(cand) else ""))
     worst_hi = {l: max(bhi_in[l], bhi_nx[l]) for l in cand}
     lq = min(cand, key=lambda l: worst_hi[l])
     use_in = bhi_in[lq] >= bhi_nx[lq]
-    r_mid = _row("C1.middle", **who, verdict=middle,
+    r_mid = _row("C1.middle", **who, verdict=middle, why=why_m,
                  statistic=f"larger excess top-1 over unigram (input or next) at the quietest middle "
                            f"layer h_{lq} ({'input' if use_in else 'next'})",
                  estimate=(m_in if use_in else m_next)[lq],
@@ -495,6 +584,7 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
                  level=level_b, n=n, rule=C1_MIDDLE_RULE.format(**p),
                  details={"candidates": cand, "quiet_layers": quiet, "busy_layers": busy,
                           "longest_quiet_run": longest, "bonferroni_level": level_b, "margin": margin,
+                          "unconverged": sorted(skip),
                           "excess_input": m_in.tolist(), "excess_next": m_next.tolist(),
                           "upper_input_bonferroni": bhi_in.tolist(), "upper_next_bonferroni": bhi_nx.tolist()})
     parts = {"early": early, "middle": middle, "late": late}
@@ -504,7 +594,9 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
         overall = NOT_REPRODUCED
     else:
         overall = INCONCLUSIVE
-    r_all = _row("C1", **who, verdict=overall, statistic="three regimes in order (early, middle, late)",
+    why_all = "" if overall != INCONCLUSIVE else "inconclusive part(s): " + ", ".join(
+        f"C1.{k_}" for k_, v in parts.items() if v == INCONCLUSIVE)
+    r_all = _row("C1", **who, verdict=overall, why=why_all, statistic="three regimes in order (early, middle, late)",
                  estimate=None, lo=None, hi=None, level=None, n=n, rule=C1_RULE.format(**p),
                  details={**parts, "n_layers": L})
     return [r_early, r_mid, r_late, r_all]
@@ -538,29 +630,41 @@ def c1_power(top1_input, top1_next, unigram_input, unigram_next, *, alpha: float
 # Metrics whose half-way depth means something, with their orientation (+1: larger = more aligned).
 DEPTH_METRICS: dict[str, int] = {"top1": 1, "prob": 1, "logrank": -1}
 
+DEPTH_PRIMARY = "top1"  # C1.depth's declared metric; the others are sensitivity rows (C1.depth.sensitivity)
+
 C1_DEPTH_RULE = (
-    "C1.depth. Per metric ({metrics}; the metrics whose half-way depth means something), the "
-    "next-token emergence: the first (interpolated) layer where the mean next-token curve has "
-    "covered {frac} of its way from h_{start} to h_L, as relative depth l/L, with a two-sided {level} "
-    "percentile bootstrap CI over windows (draws independent of C1's). Compared with the band "
-    "[{band_lo}, {band_hi}] around the paper's Gemma-2-2B reference (~layer 17 of 26 = 0.65; "
-    "'around' and 'varies by model': +-0.15, about +-4 of 26 layers). Reproduced if the CI lies "
-    "inside the band; not reproduced if it lies entirely outside; inconclusive if it straddles an "
-    "edge, or if the curve does not rise towards the next token (or is flat in more than "
-    "{tail} of the resamples). One row per metric; no correction across metrics (three readings "
-    "of one depth, not three claims).")
+    "C1.depth. POST HOC: this rule was written after the first numbers were seen, so its verdicts "
+    "are exploratory; declared for every later run: the primary metric is {primary} (top-1 rate of "
+    "the next token) and the others ({metrics}) are sensitivity rows (C1.depth.sensitivity). Per "
+    "metric, the next-token emergence: the first (interpolated) layer where the mean next-token "
+    "curve has covered {frac} of its way from h_{start} to h_L, as relative depth l/L, with a "
+    "two-sided {level} percentile bootstrap CI over windows (draws independent of C1's). Compared "
+    "with the band [{band_lo}, {band_hi}] around the paper's Gemma-2-2B reference (~layer 17 of 26 = "
+    "0.65; 'around' and 'varies by model': +-0.15, about +-4 of 26 layers). Reproduced if the CI "
+    "lies inside the band; not reproduced if it lies entirely outside; inconclusive if it straddles "
+    "an edge, if the curve does not rise towards the next token (or is flat in more than {tail} of "
+    "the resamples), or if a defensible preprocessing change (raw instead of detokenized text, "
+    "measured on the first windows of the same draw) moves the depth by more than the half-width "
+    "of its interval: a depth the study cannot pin down more finely than that choice. No "
+    "correction across metrics (readings of one depth, not separate claims).")
 
 
 @_rule(C1_DEPTH_RULE.replace("{metrics}", "top1, prob, logrank").replace("{band_lo}", str(DEPTH_BAND[0]))
-       .replace("{band_hi}", str(DEPTH_BAND[1])).replace("{tail}", "(1 - level)/2"))
+       .replace("{band_hi}", str(DEPTH_BAND[1])).replace("{tail}", "(1 - level)/2")
+       .replace("{primary}", DEPTH_PRIMARY))
 def c1_depth(next_curves: Mapping[str, Any], *, model: str, decoder: str,
              band: tuple[float, float] = DEPTH_BAND, start: int = DEPTH_START, frac: float = DEPTH_FRAC,
+             preprocessing: Mapping[str, Mapping[str, Any]] | None = None, primary: str = DEPTH_PRIMARY,
              n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
     """The next-token emergence depth vs the paper's reference band, one row per metric.
 
     ``next_curves``: metric -> ``[n_windows, L+1]`` per-window next-token curves
     (``LensResult.per_seq["top1_next"]`` etc.), metrics among :data:`DEPTH_METRICS`. The bootstrap
-    uses ``seed + 1`` so its draws differ from :func:`c1_regimes`' with the same seed.
+    uses ``seed + 1`` so its draws differ from :func:`c1_regimes`' with the same seed. The
+    ``primary`` metric's row is ``C1.depth``; the others are ``C1.depth.sensitivity``.
+    ``preprocessing``: setting name (e.g. ``"raw WikiText"``) -> metric -> ``[k, L+1]`` curves of the
+    FIRST k windows of ``next_curves`` under that setting; a depth that moves by more than its
+    interval's half-width under any setting is inconclusive.
     """
     lo_b, hi_b = band
     if not 0 <= lo_b < hi_b <= 1:
@@ -569,6 +673,8 @@ def c1_depth(next_curves: Mapping[str, Any], *, model: str, decoder: str,
     if bad or not next_curves:
         raise ValueError(f"metrics {bad or '(none)'} have no meaningful half-way depth; use some of "
                          f"{list(DEPTH_METRICS)}")
+    if primary not in DEPTH_METRICS:
+        raise ValueError(f"primary must be one of {list(DEPTH_METRICS)}, got {primary!r}")
     rows = []
     for metric, curves in next_curves.items():
         x = _arr(curves, f"{metric} next-token curves", 2)
@@ -578,18 +684,46 @@ def c1_depth(next_curves: Mapping[str, Any], *, model: str, decoder: str,
         mean = x.mean(0)
         rises = DEPTH_METRICS[metric] * (mean[-1] - mean[start]) > 0
         rel, (rlo, rhi) = est.relative, est.relative_ci
-        if not rises or est.frac_never > (1 - level) / 2 or rlo is None:
-            v = INCONCLUSIVE
+        moves = {}
+        for setting, alt in (preprocessing or {}).items():
+            if metric not in alt:
+                continue
+            y = _arr(alt[metric], f"{setting} {metric} curves", 2)
+            if y.shape[1] != L + 1 or y.shape[0] > x.shape[0]:
+                raise ValueError(f"{setting}: expected [k <= {x.shape[0]}, {L + 1}] curves of the first k windows, "
+                                 f"got {y.shape}")
+            sh = stats.paired_halfway_shift(x[:y.shape[0]], y, n_layers=L, start=start, n_boot=n_boot,
+                                            seed=seed + 2, level=level)
+            moves[setting] = {"shift": sh["relative"], "lo": sh["relative_lo"], "hi": sh["relative_hi"],
+                              "windows": int(y.shape[0])}
+        half = None if rlo is None or rhi is None else (rhi - rlo) / 2
+        moved = {k: v for k, v in moves.items() if v["shift"] is not None and half is not None
+                 and abs(v["shift"]) > half}
+        why = ""
+        if not rises:
+            v, why = INCONCLUSIVE, "the curve does not rise towards the next token"
+        elif est.frac_never > (1 - level) / 2 or rlo is None:
+            v, why = INCONCLUSIVE, f"the curve is flat in {est.frac_never:.0%} of the resamples"
         else:
             v = band_verdict(rlo, rhi, band)
+            if v == INCONCLUSIVE:
+                edge = lo_b if rlo < lo_b <= rhi else hi_b
+                why = threshold_why(rlo, rhi, edge, "band edge")
+            if moved:
+                k_, m_ = next(iter(moved.items()))
+                v, why = INCONCLUSIVE, (f"preprocessing moves it: {k_} shifts the depth by {m_['shift']:+.3g}, more "
+                                        f"than the interval's half-width {half:.3g}")
         rule = C1_DEPTH_RULE.format(metrics=", ".join(DEPTH_METRICS), frac=frac, start=start, level=level,
-                                    band_lo=lo_b, band_hi=hi_b, tail=f"{(1 - level) / 2:g}")
-        rows.append(_row("C1.depth", model=model, variant=decoder, verdict=v,
+                                    band_lo=lo_b, band_hi=hi_b, tail=f"{(1 - level) / 2:g}", primary=primary)
+        cid = "C1.depth" if metric == primary else "C1.depth.sensitivity"
+        rows.append(_row(cid, model=model, variant=decoder, verdict=v, why=why,
                          statistic=f"next-token emergence depth l/L ({metric})", estimate=rel, lo=rlo,
                          hi=rhi, level=level, n=x.shape[0], rule=rule, source=source,
-                         details={"metric": metric, "layer": est.crossing, "layer_lo": est.lo,
+                         details={"metric": metric, "primary": metric == primary, "post_hoc": True,
+                                  "layer": est.crossing, "layer_lo": est.lo,
                                   "layer_hi": est.hi, "n_layers": L, "band": list(band),
                                   "frac_flat": est.frac_never, "curve_rises": bool(rises),
+                                  "preprocessing": moves or None,
                                   "reference": "Gemma-2-2B, ~layer 17 of 26 (paper, project page)"}))
     return rows
 
@@ -608,12 +742,12 @@ def _sweep_arrays(dloss, layers, alphas) -> tuple[np.ndarray, list[int], list[fl
 
 
 def _holm_family(diffs: Sequence[np.ndarray], *, alpha: float, margin: float, power: float,
-                 n_boot: int, seed: int, level: float) -> tuple[str, list[dict[str, Any]], int]:
+                 n_boot: int, seed: int, level: float) -> tuple[str, list[dict[str, Any]], int, str]:
     """One-sided paired t-tests (H1: mean < 0) of each candidate, Holm across them.
 
-    Returns (verdict, per-candidate numbers, index of the headline candidate). Reproduced if Holm
-    rejects at least one; not reproduced if none is rejected and every candidate's CI lower bound
-    is above -margin; inconclusive otherwise.
+    Returns (verdict, per-candidate numbers, index of the headline candidate, why). Reproduced if
+    Holm rejects at least one candidate whose mean improvement is material (at least ``margin``);
+    not reproduced if every candidate's CI lower bound is above -margin; inconclusive otherwise.
     """
     k = len(diffs)
     out = []
@@ -627,13 +761,24 @@ def _holm_family(diffs: Sequence[np.ndarray], *, alpha: float, margin: float, po
         c["p_holm"] = float(a)
         c["rejected"] = bool(a <= alpha)
     rejected = [i for i, c in enumerate(out) if c["rejected"]]
-    if rejected:
+    material = [i for i in rejected if out[i]["mean"] <= -margin]
+    why = ""
+    if material:
         verdict = REPRODUCED
-        head = min(rejected, key=lambda i: out[i]["mean"])
-    else:
-        verdict = NOT_REPRODUCED if all(c["lo"] > -margin for c in out) else INCONCLUSIVE
+        head = min(material, key=lambda i: out[i]["mean"])
+    elif all(c["lo"] > -margin for c in out):
+        verdict = NOT_REPRODUCED
         head = min(range(k), key=lambda i: out[i]["mean"])
-    return verdict, out, head
+    else:
+        verdict = INCONCLUSIVE
+        head = min(rejected or range(k), key=lambda i: out[i]["mean"])
+        h = out[head]
+        why = (f"significant but not material: Holm rejects, the improvement {-h['mean']:.3g} is below the "
+               f"{margin:g} margin" if rejected else
+               f"no candidate is significant after Holm, and an improvement of {margin:g} is not ruled out")
+        if h["mde"] > margin:
+            why += f"; underpowered: MDE {h['mde']:.3g} > margin {margin:g}"
+    return verdict, out, head, why
 
 
 C2_LATE_CUT_RULE = (
@@ -642,8 +787,8 @@ C2_LATE_CUT_RULE = (
     "the lowest mean dloss among those below 0 (if none is below 0, the single lowest). "
     "Confirmation on a disjoint set of windows: per candidate a one-sided paired t-test of dloss "
     "(H1: mean < 0), Holm correction across the candidates at family level {alpha}. Reproduced if "
-    "Holm rejects for at least one candidate; not reproduced if none is rejected and every "
-    "candidate's two-sided {level} bootstrap CI on the confirmation windows lies above -{margin} "
+    "Holm rejects for at least one candidate whose mean improvement is material (at least {margin} "
+    "nats); not reproduced if every candidate's two-sided {level} bootstrap CI on the confirmation windows lies above -{margin} "
     "nats (an improvement of {margin} nats or more is ruled out; the paper's only published "
     "difference, WikiText perplexity 28.46 vs 28.62, is 0.0056 nats); inconclusive otherwise. "
     "Reported: the minimum detectable effect in nats at the confirmation set's n, "
@@ -727,15 +872,15 @@ def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_laye
         if len({len(x) for x in diffs}) != 1 or len(diffs[0]) < 2:
             raise ValueError("every candidate needs the same >= 2 confirmation windows")
     n_confirm = len(diffs[0])
-    verdict, numbers, head = _holm_family(diffs, alpha=alpha, margin=margin, power=power, n_boot=n_boot,
-                                          seed=seed, level=level)
+    verdict, numbers, head, why = _holm_family(diffs, alpha=alpha, margin=margin, power=power, n_boot=n_boot,
+                                               seed=seed, level=level)
     for c, num in zip(picked, numbers):
         num.update(layer=c["layer"], alpha=c["alpha"], selection_mean=c["selection_mean"])
     h = numbers[head]
     rule = C2_LATE_CUT_RULE.format(late_fraction=late_fraction, max_candidates=max_candidates, alpha=alpha,
                                    level=level, margin=margin, power=power)
     return [_row("C2.late-cut", model=model, variant=f"block {h['layer']}, alpha={h['alpha']:g}",
-                 verdict=verdict, statistic="mean dloss on the confirmation windows (nats)",
+                 verdict=verdict, why=why, statistic="mean dloss on the confirmation windows (nats)",
                  estimate=h["mean"], lo=h["lo"], hi=h["hi"], level=level, n=n_confirm, rule=rule,
                  source=source,
                  details={"candidates": numbers, "k": len(picked), "n_selection": len(select),
@@ -743,46 +888,102 @@ def c2_late_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_laye
                           "margin": margin, "late_cells": picked[0]["late_cells"]})]
 
 
+N_PERMUTATIONS = 2000  # C2.layer-sensitive: random within-window permutations of the block labels
+
 C2_LAYER_RULE = (
-    "{claim_id}. At alpha = {probe_alpha}, per block the mean over {units} of the loss change; "
-    "statistic: the spread max - min of those means across the {k} blocks, with a two-sided {level} "
-    "percentile bootstrap CI (each resample redraws the {units} for every block and recomputes "
-    "both extremes). Threshold rule against a materiality threshold of {threshold} nats (a 10% "
-    "perplexity difference between choices of block, about 17x the paper's published 0.0056-nat "
-    "difference): reproduced if the CI lies above it, not reproduced if below, inconclusive otherwise.")
+    "C2.layer-sensitive (frozen model). Compared blocks: the late blocks l >= {late_fraction:.3g} L "
+    "only (the last two swept blocks where fewer are late), fixed in advance (cutting an early block of a trained model mostly breaks it, which says "
+    "nothing about where attenuation should go). At alpha = {probe_alpha}, per window the loss change "
+    "of each compared block. Test of 'the block does not matter': a permutation test (within each "
+    "window the blocks' values are exchangeable under that hypothesis) of the spread max - min of the "
+    "block means, {n_perm} random within-window permutations, p = (1 + #permuted spreads >= observed) "
+    "/ (1 + {n_perm}); the spread itself is biased upward with no effect, so it is only the test "
+    "statistic. Effect: the contrast between the most and the least harmful block, with a two-sided "
+    "t-interval over windows at the Bonferroni level 1 - (1 - {level})/P for the P pairs of blocks. "
+    "Reproduced if the permutation test rejects at {alpha} AND that contrast's interval excludes 0 "
+    "with an estimate of at least {threshold} nats (material: a 10% perplexity difference between "
+    "choices of block, about 17x the paper's published 0.0056-nat difference); not reproduced if every "
+    "pair's Bonferroni interval lies within +-{threshold} nats; inconclusive otherwise, with the reason.")
 
 
-def _layer_spread_row(x: np.ndarray, layers: list[int], *, claim_id: str, probe_alpha: float, units: str,
-                      threshold: float, model: str, variant: str | None, n_boot: int, seed: int,
-                      level: float, source: str, per_seed=None) -> VerdictRow:
-    s = stats.spread_of_means(x, n_boot=n_boot, seed=seed, level=level)
-    rule = C2_LAYER_RULE.format(claim_id=claim_id, probe_alpha=probe_alpha, units=units, k=len(layers),
-                                level=level, threshold=threshold)
-    return _row(claim_id, model=model, variant=variant, verdict=threshold_verdict(s["lo"], s["hi"], threshold),
-                statistic=f"max - min over blocks of mean loss change at alpha={probe_alpha:g} (nats)",
-                estimate=s["estimate"], lo=s["lo"], hi=s["hi"], level=level, n=s["n"], rule=rule,
-                source=source, per_seed=per_seed,
-                details={"most_harmful_block": layers[s["argmax"]], "least_harmful_block": layers[s["argmin"]],
-                         "block_means": dict(zip(map(str, layers), s["means"])), "threshold": threshold})
+def permutation_spread(x, *, n_perm: int = N_PERMUTATIONS, seed: int = 0) -> dict[str, Any]:
+    """Permutation test of 'no difference between the rows of ``x [k, n]``' (k conditions measured on
+    the same n units): within each unit the k values are permuted at random; statistic: the spread
+    max - min of the k means. Returns ``spread``, ``p`` (with the +1 correction) and ``n_perm``."""
+    x = _arr(x, "x", 2)
+    k, n = x.shape
+    if k < 2 or n < 1:
+        raise ValueError(f"a permutation test of the spread needs >= 2 conditions and >= 1 unit, got {x.shape}")
+    obs = float(np.ptp(x.mean(axis=1)))
+    rng = np.random.default_rng(seed)
+    xt = x.T  # [n, k]
+    count, done = 0, 0
+    while done < n_perm:  # in chunks: memory stays flat in n_perm
+        b = min(500, n_perm - done)
+        perm = rng.random((b, n, k)).argsort(axis=2)
+        means = np.take_along_axis(np.broadcast_to(xt, (b, n, k)), perm, axis=2).mean(axis=1)  # [b, k]
+        count += int((np.ptp(means, axis=1) >= obs - 1e-12).sum())
+        done += b
+    return {"spread": obs, "p": (1 + count) / (1 + n_perm), "n_perm": n_perm}
 
 
-@_rule(C2_LAYER_RULE.replace("{claim_id}", "C2.layer-sensitive").replace("{units}", "windows")
-       .replace("{k}", "swept"))
-def c2_layer_sensitive(dloss, layers: Sequence[int], alphas: Sequence[float], *, model: str,
-                       probe_alpha: float = PROBE_ALPHA, threshold: float = SPREAD_THRESHOLD, n_boot: int = 1000, seed: int = 0,
-                       level: float = LEVEL, source: str = "") -> list[VerdictRow]:
+@_rule(C2_LAYER_RULE.replace("{n_perm}", str(N_PERMUTATIONS)))
+def c2_layer_sensitive(dloss, layers: Sequence[int], alphas: Sequence[float], *, model: str, n_layers: int,
+                       probe_alpha: float = PROBE_ALPHA, threshold: float = SPREAD_THRESHOLD,
+                       late_fraction: float = LATE_FRACTION, alpha: float = TEST_ALPHA,
+                       n_perm: int = N_PERMUTATIONS, seed: int = 0, level: float = LEVEL,
+                       source: str = "") -> list[VerdictRow]:
     """Is the effect of a single-block cut very sensitive to the block (frozen model)?
 
-    ``dloss [n_layers_swept, n_alphas, n_windows]`` with its ``layers`` and ``alphas`` axes.
+    ``dloss [n_layers_swept, n_alphas, n_windows]`` with its ``layers`` and ``alphas`` axes;
+    ``n_layers`` the model's depth L (which blocks are late).
     """
     d, layers, alphas = _sweep_arrays(dloss, layers, alphas)
     if probe_alpha not in alphas:
         raise ValueError(f"alpha {probe_alpha} was not swept (swept: {alphas}): pick one of them")
     if len(layers) < 2:
         raise ValueError("layer sensitivity needs at least 2 swept blocks")
-    return [_layer_spread_row(d[:, alphas.index(probe_alpha)], layers, claim_id="C2.layer-sensitive",
-                              probe_alpha=probe_alpha, units="windows", threshold=threshold, model=model,
-                              variant=None, n_boot=n_boot, seed=seed, level=level, source=source)]
+    late = [i for i, l in enumerate(layers) if is_late(l, n_layers, late_fraction)]
+    if len(late) < 2:  # a shallow model: its last two swept blocks
+        late = sorted(range(len(layers)), key=lambda i: layers[i])[-2:]
+    x = d[late, alphas.index(probe_alpha)]  # [k, n]
+    blocks = [layers[i] for i in late]
+    k, n = x.shape
+    if n < 2:
+        raise ValueError(f"layer sensitivity needs >= 2 windows, got {n}")
+    perm = permutation_spread(x, n_perm=n_perm, seed=seed)
+    means = x.mean(axis=1)
+    hi_i, lo_i = int(means.argmax()), int(means.argmin())
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    level_b = bonferroni_level(level, len(pairs))
+    q = float(_sp_t.ppf((1 + level_b) / 2, n - 1))
+
+    def interval(i, j):
+        t = stats.paired_ttest(x[i] - x[j])
+        return t["mean"], t["mean"] - q * t["se"], t["mean"] + q * t["se"]
+
+    est, lo, hi = interval(hi_i, lo_i)
+    within = all(-threshold < a and b < threshold for _, a, b in (interval(i, j) for i, j in pairs))
+    if perm["p"] <= alpha and lo > 0 and est >= threshold:
+        verdict, why = REPRODUCED, ""
+    elif within:
+        verdict, why = NOT_REPRODUCED, ""
+    else:
+        verdict = INCONCLUSIVE
+        why = (f"the blocks differ (permutation p = {perm['p']:.3g}) but the largest contrast {est:.3g} is below "
+               f"the {threshold:g} threshold" if perm["p"] <= alpha and lo > 0 else
+               f"some pair's interval reaches past +-{threshold:g} but the difference is not established "
+               f"(permutation p = {perm['p']:.3g})")
+    rule = C2_LAYER_RULE.format(late_fraction=late_fraction, probe_alpha=probe_alpha, n_perm=n_perm, level=level,
+                                alpha=alpha, threshold=threshold)
+    return [_row("C2.layer-sensitive", model=model, variant=f"late blocks, alpha={probe_alpha:g}", verdict=verdict,
+                 why=why, statistic=f"largest late-block contrast of the loss change at alpha={probe_alpha:g} "
+                                    f"(block {blocks[hi_i]} - block {blocks[lo_i]}, nats)",
+                 estimate=est, lo=lo, hi=hi, level=level_b, n=n, rule=rule, source=source,
+                 details={"compared_blocks": blocks, "permutation_p": perm["p"], "spread": perm["spread"],
+                          "n_perm": n_perm, "most_harmful_block": blocks[hi_i], "least_harmful_block": blocks[lo_i],
+                          "block_means": dict(zip(map(str, blocks), means.tolist())),
+                          "bonferroni_level": level_b, "threshold": threshold})]
 
 
 def alpha0_summary(dloss, layers: Sequence[int], alphas: Sequence[float], *, n_boot: int = 1000,
@@ -838,8 +1039,9 @@ def best_fixed_cut(dloss, layers: Sequence[int], alphas: Sequence[float], *,
 VS_RULE = (
     "{claim_id}. Per seed, the paired difference {what} per {units}; statistic: its mean with a "
     "two-sided {level} percentile bootstrap CI over {units}. Per-seed verdict by the improvement "
-    "rule: reproduced if the CI lies below 0; not reproduced if it lies above -{margin} nats (an "
-    "improvement of {margin} nats or more is ruled out); inconclusive otherwise, and inconclusive "
+    "rule: reproduced if the CI lies below 0 and the mean is an improvement of at least {margin} "
+    "nats (material); not reproduced if the CI lies above -{margin} nats (an improvement of "
+    "{margin} nats or more is ruled out); inconclusive otherwise, and inconclusive "
     "('did not converge') for a fit that stopped at its step cap rather than by held-out early "
     "stopping. Seeds combined by {how} (unanimous: reproduced / not reproduced only if every seed "
     "says so). The row's estimate and CI are those of the seed-averaged difference.")
@@ -855,12 +1057,23 @@ def _paired_by_seed(x: np.ndarray, ref: np.ndarray, *, sign: int, margin: float,
     verdicts, numbers = [], []
     for s in range(x.shape[0]):
         m, lo, hi = stats.bootstrap_mean(x[s] - ref[s], n_boot=n_boot, seed=seed, level=level)
-        v = improvement_verdict(lo, hi, sign=sign, margin=margin)
+        v, why = improvement_outcome(lo, hi, sign=sign, margin=margin, estimate=m)
         if _stopped_at_cap(converged[s]):
-            v = INCONCLUSIVE
+            v, why = INCONCLUSIVE, "did not converge: the fit stopped at its step cap"
         verdicts.append(v)
-        numbers.append({"mean": m, "lo": lo, "hi": hi, "converged": converged[s]})
+        numbers.append({"mean": m, "lo": lo, "hi": hi, "converged": converged[s], "why": why})
     return verdicts, numbers
+
+
+def _seeds_why(verdict: str, per_seed: Sequence[str], numbers: Sequence[Mapping[str, Any]]) -> str:
+    """Why a row combined from per-seed verdicts is inconclusive: the seeds disagree, or each seed's reason."""
+    if verdict != INCONCLUSIVE:
+        return ""
+    if len(set(per_seed)) > 1:
+        counts = ", ".join(f"{per_seed.count(v)} {v}" for v in OUTCOMES if v in per_seed)
+        return f"seeds disagree ({counts})"
+    reasons = sorted({c.get("why") or "" for c in numbers} - {""})
+    return "; ".join(reasons) if reasons else "every seed is inconclusive"
 
 
 def _gates_vs(gated, reference, *, claim_id: str, what: str, model: str, variant: str | None, converged,
@@ -876,7 +1089,8 @@ def _gates_vs(gated, reference, *, claim_id: str, what: str, model: str, variant
         c["steps"] = s
     m, lo, hi = stats.bootstrap_mean((g - ref).mean(axis=0), n_boot=n_boot, seed=seed, level=level)
     rule = VS_RULE.format(claim_id=claim_id, what=what, units="window", level=level, margin=margin, how=how)
-    return _row(claim_id, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
+    verdict = stats.combine_verdicts(per_seed, how=how)
+    return _row(claim_id, model=model, variant=variant, verdict=verdict, why=_seeds_why(verdict, per_seed, numbers),
                 statistic=f"mean loss change, {what} (nats, seed-averaged)", estimate=m, lo=lo, hi=hi,
                 level=level, n=g.shape[1], rule=rule, per_seed=per_seed, source=source,
                 details={"per_seed": numbers, "margin": margin, "combine": how,
@@ -923,13 +1137,16 @@ def c3_beats_best_cut(gated, best_cut, *, cut: Mapping[str, Any], model: str, va
 
 
 C3_CONCENTRATION_RULE = (
-    "{claim_id}. Attenuation of block l is 1 - alpha_l (token gates: the mean alpha over tokens). "
-    "Per seed: reproduced if the final block's attenuation is material (>= {min_attenuation}) AND "
-    "at least {ratio} times every other block's; not reproduced if it is below {min_attenuation} or "
-    "some other block is attenuated at least as much; inconclusive otherwise (the final block leads "
-    "by less than {ratio}x), and inconclusive ('did not converge') for a fit that stopped at its step "
-    "cap. Seeds combined by {how}. No interval: one fitted value per seed; the row's estimate is the "
-    "final block's attenuation averaged over seeds.")
+    "{claim_id}. Two rows, one per part of the claim. Attenuation of block l is 1 - alpha_l (token "
+    "gates: the mean alpha over tokens). Relative part ({claim_id}): per seed, reproduced if the "
+    "final block's attenuation is at least {ratio} times every other block's (and above 0); not "
+    "reproduced if some other block is attenuated at least as much; inconclusive otherwise (the final "
+    "block leads by less than {ratio}x). Material part ({claim_id}.material): per seed, reproduced "
+    "if the final block's attenuation is at least {min_attenuation} (it removes a material share of "
+    "the skip path), not reproduced if below. Either part is inconclusive ('did not converge') for a "
+    "fit that stopped at its step cap. Seeds combined by {how}. No interval: one fitted value per "
+    "seed; each row's estimate is averaged over seeds (the final block's attenuation, or its ratio to "
+    "the largest other block's).")
 C3_MOVEMENT_CLAUSE = (
     " A seed whose gates all ended within {min_movement} of their starting alpha is inconclusive "
     "('did not move'): where they ended says where they started, not what training asked for.")
@@ -941,7 +1158,9 @@ def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, mo
                      ratio: float = CONCENTRATION_RATIO, how: str = "unanimous", setting: str = "frozen",
                      start_alphas=None, min_movement: float = MIN_GATE_MOVEMENT,
                      source: str = "") -> list[VerdictRow]:
-    """Does the learned attenuation concentrate on the final block? (replaces ``gates.concentration``)
+    """Does the learned attenuation concentrate on the final block? Two rows: the relative claim
+    (``C3.concentrates``: final >= ``ratio`` x every other) and the material one
+    (``C3.concentrates.material``: final >= ``min_attenuation``).
 
     ``alphas_by_seed [n_seeds, n_gated]``: each seed's fitted alpha per gated block (``layers``);
     ``converged``/``steps`` as in :func:`c3_beats_baseline`. ``start_alphas`` (``[n_gated]`` or
@@ -960,39 +1179,55 @@ def c3_concentration(alphas_by_seed, layers: Sequence[int], n_layers: int, *, mo
     last = layers.index(n_layers - 1)
     start = None if start_alphas is None else _broadcast_seeds(_per_seed(start_alphas, "start_alphas", len(layers)),
                                                                 a.shape[0], "start_alphas")
-    per_seed, numbers = [], []
+    rel_seed, mat_seed, numbers = [], [], []
     for s in range(a.shape[0]):
         att = 1 - a[s]
         final = float(att[last])
         others = [(float(att[i]), layers[i]) for i in range(len(layers)) if i != last]
         top_other, runner = max(others) if others else (None, None)
-        if final < min_attenuation or (top_other is not None and top_other >= final):
-            v = NOT_REPRODUCED
-        elif top_other is None or final >= ratio * top_other:
-            v = REPRODUCED
+        why = ""
+        if top_other is not None and top_other >= final:
+            rel = NOT_REPRODUCED
+        elif final > 0 and (top_other is None or final >= ratio * max(top_other, 0.0)):
+            rel = REPRODUCED
+        elif final <= 0:
+            rel = NOT_REPRODUCED
         else:
-            v = INCONCLUSIVE
-        if _stopped_at_cap(conv[s]):
-            v = INCONCLUSIVE
+            rel, why = INCONCLUSIVE, f"the final block leads by less than {ratio:g}x"
+        mat = REPRODUCED if final >= min_attenuation else NOT_REPRODUCED
         moved = None if start is None else float(np.abs(a[s] - start[s]).max())
-        if moved is not None and moved < min_movement:
-            v = INCONCLUSIVE
-        per_seed.append(v)
+        if _stopped_at_cap(conv[s]):
+            why = "did not converge: the fit stopped at its step cap"
+        elif moved is not None and moved < min_movement:
+            why = f"did not move: every gate ended within {min_movement:g} of its start"
+        if why and not why.startswith("the final"):
+            rel, mat = INCONCLUSIVE, INCONCLUSIVE
+        rel_seed.append(rel)
+        mat_seed.append(mat)
         numbers.append({"final_attenuation": final, "final_alpha": float(a[s, last]),
                         "runner_up_block": runner, "runner_up_attenuation": top_other,
+                        "ratio": (final / top_other) if top_other and top_other > 0 else None,
                         "most_attenuated_block": layers[int(att.argmax())], "converged": conv[s],
-                        "steps": st[s]})
+                        "steps": st[s], "why": why})
         if moved is not None:
             numbers[-1].update(largest_movement=moved, did_not_move=moved < min_movement)
     rule = C3_CONCENTRATION_RULE.format(claim_id=cid, min_attenuation=min_attenuation, ratio=ratio, how=how)
     if start is not None:
         rule += C3_MOVEMENT_CLAUSE.format(min_movement=min_movement)
-    return [_row(cid, model=model, variant=variant, verdict=stats.combine_verdicts(per_seed, how=how),
+    details = {"per_seed": numbers, "min_attenuation": min_attenuation, "ratio": ratio, "combine": how}
+    ratios = [c["ratio"] for c in numbers if c["ratio"] is not None]
+    v_rel, v_mat = stats.combine_verdicts(rel_seed, how=how), stats.combine_verdicts(mat_seed, how=how)
+    mat_numbers = [{**c, "why": c["why"] if c["why"] and not c["why"].startswith("the final") else ""}
+                   for c in numbers]
+    return [_row(cid, model=model, variant=variant, verdict=v_rel, why=_seeds_why(v_rel, rel_seed, numbers),
+                 statistic="final-block attenuation / largest other block's (mean over seeds)",
+                 estimate=float(np.mean(ratios)) if ratios else None, lo=None, hi=None,
+                 level=None, n=a.shape[0], rule=rule, per_seed=rel_seed, source=source, details=details),
+            _row(cid + ".material", model=model, variant=variant, verdict=v_mat,
+                 why=_seeds_why(v_mat, mat_seed, mat_numbers),
                  statistic="final-block attenuation 1 - alpha_L (mean over seeds)",
                  estimate=float(np.mean([c["final_attenuation"] for c in numbers])), lo=None, hi=None,
-                 level=None, n=a.shape[0], rule=rule, per_seed=per_seed, source=source,
-                 details={"per_seed": numbers, "min_attenuation": min_attenuation, "ratio": ratio,
-                          "combine": how})]
+                 level=None, n=a.shape[0], rule=rule, per_seed=mat_seed, source=source, details=details)]
 
 
 C3_MISALIGNMENT_RULE = (
@@ -1000,18 +1235,21 @@ C3_MISALIGNMENT_RULE = (
     "over the states after the edited block ({after}) of the lens log-probability of the input "
     "token x_t, with the gates minus without (same windows). Statistic: its mean, two-sided {level} "
     "percentile bootstrap CI over windows. Improvement rule (claimed sign: negative, the input token "
-    "is less decodable): reproduced if the CI lies below 0; not reproduced if it lies above "
+    "is less decodable): reproduced if the CI lies below 0 and the mean is at least "
+    "{margin_logprob} nats below 0 (material); not reproduced if it lies above "
     "-{margin_logprob} nats; inconclusive otherwise. The loss change is reported beside it "
     "(details), not inside it.")
 C3_MISALIGNMENT_RANK_RULE = (
     "C3.misalignment.rank (secondary). As C3.misalignment with the input token's log10 rank "
-    "(claimed sign: positive, it ranks lower): reproduced if the CI lies above 0; not reproduced if "
+    "(claimed sign: positive, it ranks lower): reproduced if the CI lies above 0 and the mean is at "
+    "least {margin_logrank} (material); not reproduced if "
     "it lies below {margin_logrank}; inconclusive otherwise.")
 C3_EMERGENCE_RULE = (
     "C3.emergence-shift (secondary). The next-token emergence depth ({metric}: where the mean "
     "next-token curve has covered half its way from h_{start} to h_L), with the gates minus without, "
     "as relative depth, bootstrapped over the same windows for both (two-sided {level} percentile "
-    "CI). Claimed sign negative (earlier): reproduced if the CI lies below 0; not reproduced if it "
+    "CI). Claimed sign negative (earlier): reproduced if the CI lies below 0 and the mean is at least "
+    "{margin_depth} earlier (material); not reproduced if it "
     "lies above -{margin_depth}; inconclusive otherwise, or when either curve is flat in more than "
     "(1 - {level})/2 of the resamples. Three separate claim ids, no correction across them: the "
     "primary one carries 'the gates reduce the misalignment'.")
@@ -1066,7 +1304,8 @@ def c3_misalignment(before: Mapping[str, Any], after: Mapping[str, Any], *, afte
              "input-token log10 rank after the edited block, with - without", C3_MISALIGNMENT_RANK_RULE)):
         d = a[key][:, idx].mean(1) - b[key][:, idx].mean(1)
         m, lo, hi = stats.bootstrap_mean(d, n_boot=n_boot, seed=seed, level=level)
-        rows.append(_row(cid, **who, verdict=improvement_verdict(lo, hi, sign=sign, margin=margin),
+        v, why = improvement_outcome(lo, hi, sign=sign, margin=margin, estimate=m)
+        rows.append(_row(cid, **who, verdict=v, why=why,
                          statistic=stat_name, estimate=m, lo=lo, hi=hi, level=level, n=n,
                          rule=template.format(**p),
                          details={**details, "before": float(b[key][:, idx].mean()),
@@ -1075,10 +1314,11 @@ def c3_misalignment(before: Mapping[str, Any], after: Mapping[str, Any], *, afte
     sh = stats.paired_halfway_shift(b[key], a[key], n_layers=L, start=start, n_boot=n_boot, seed=seed,
                                     level=level)
     if sh["relative"] is None or sh["frac_undefined"] > (1 - level) / 2:
-        v = INCONCLUSIVE
+        v, why = INCONCLUSIVE, f"a curve is flat in {sh['frac_undefined']:.0%} of the resamples (no half-way depth)"
     else:
-        v = improvement_verdict(sh["relative_lo"], sh["relative_hi"], sign=-1, margin=margin_depth)
-    rows.append(_row("C3.emergence-shift", **who, verdict=v,
+        v, why = improvement_outcome(sh["relative_lo"], sh["relative_hi"], sign=-1, margin=margin_depth,
+                                     estimate=sh["relative"])
+    rows.append(_row("C3.emergence-shift", **who, verdict=v, why=why,
                      statistic=f"next-token emergence depth l/L ({emergence_metric}), with - without",
                      estimate=sh["relative"], lo=sh["relative_lo"], hi=sh["relative_hi"], level=level, n=n,
                      rule=C3_EMERGENCE_RULE.format(**p),

@@ -81,7 +81,7 @@ def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = Non
             "verdicts": [r.as_dict() for r in rows], "wall_seconds": time.perf_counter() - t0,
         }
         if verbose:
-            v = {r.claim_id: r.verdict for r in rows if r.claim_id != "C1.depth"}
+            v = {r.claim_id: r.verdict for r in rows if not r.claim_id.startswith("C1.depth")}
             print(f"{recipe}: validation loss {sm['val_loss']:.3f} ({sm['below_unigram']:.2f} nats below unigram), "
                   f"input top-1 at h_1 {top_in[1]:.3f} (unigram {out['recipes'][recipe]['unigram_top1_input']:.3f}); "
                   f"{v}")
