@@ -18,7 +18,7 @@ VALIDATE_ARGS ?= --limit arc-easy=250 --limit arc-challenge=250
 RESIDSHIFT_DATA ?= $(shell [ -d ../shared/data ] && cd ../shared/data && pwd)
 export RESIDSHIFT_DATA
 
-.PHONY: setup models study test smoke clean-results validate-harness browser book lab
+.PHONY: setup models study test smoke clean-results validate-harness browser book lab exercises
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ study: models
 
 smoke: setup
 	$(PY) -m residshift run --profile smoke
+
+# Every exercise's solution on the real models at $(PROFILE), timed (benchmarks/exercise_costs.py):
+# after `make study` it reuses the results cache; writes benchmarks/exercises-default.json.
+exercises: models
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/exercise_costs.py --profile $(PROFILE)
 
 test: setup
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)

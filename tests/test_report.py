@@ -87,3 +87,22 @@ def test_rules_list_each_claim_id_once():
     text = report._rules([row])
     assert "- **C2.layer-sensitive**: At alpha = 0.5, the spread" in text
     assert text.count("C2.layer-sensitive") == 1
+
+
+def test_before_after_pairs_rows_across_a_rule_change():
+    from residshift.analysis import verdicts as V
+    from residshift.study import report as R
+
+    def row(cid, verdict, variant="logit lens", metric=None):
+        return V.VerdictRow(model="m", variant=variant, claim_id=cid, claim="c", verdict=verdict,
+                            statistic="s", estimate=0.1, ci=(0.0, 0.2), level=0.95, n=3, rule="r",
+                            details={"metric": metric, "why": "x" if verdict == V.INCONCLUSIVE else ""})
+    old = [row("C1.depth", V.REPRODUCED, metric="prob"), row("C2.layer-sensitive", V.REPRODUCED, variant=None),
+           row("C3.concentrates", V.NOT_REPRODUCED, variant="scalar")]
+    new = [row("C1.depth.sensitivity", V.REPRODUCED, metric="prob"),
+           row("C2.layer-sensitive", V.INCONCLUSIVE, variant="late blocks, alpha=0.5"),
+           row("C3.concentrates.material", V.NOT_REPRODUCED, variant="scalar"),
+           row("C1.middle", V.REPRODUCED)]
+    lines = R.before_after(old, new)
+    assert [l[3] for l in lines] == [V.REPRODUCED, V.REPRODUCED, V.NOT_REPRODUCED, "–"]
+    assert lines[1][-1].endswith("(changed)") and lines[3][-1].endswith("(new row)") and "(" not in lines[0][-1]

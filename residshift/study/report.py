@@ -233,6 +233,62 @@ def section_verdicts(fig: Path, bench: Path) -> str:
             + "\n\n".join(parts))
 
 
+BEFORE_19 = "verdicts-before-issue-19"  # benchmarks/<this>/: the verdict files as the rules before issue 19 left them
+
+
+def _match_key(row) -> tuple:
+    """What pairs a row under the old rules with one under the new: model, claim (a sensitivity or
+    material row pairs with the claim it was split from), the depth metric, and the variant where it
+    names a decoder, a cut or a gate (C2.layer-sensitive's variant changed with its rule)."""
+    cid = row.claim_id.replace(".sensitivity", "").replace(".material", "")
+    variant = None if cid == "C2.layer-sensitive" else row.variant
+    return (row.model, cid, variant, row.details.get("metric"))
+
+
+def before_after(old_rows, new_rows) -> list[list[str]]:
+    """One line per new row: its verdict under the new rules beside the paired old row's ('–' when the
+    claim is new), marking changes."""
+    old = {}
+    for r in old_rows:
+        old.setdefault(_match_key(r), r)
+    out = []
+    for r in new_rows:
+        o = old.get(_match_key(r))
+        before = "–" if o is None else o.verdict
+        mark = "" if o is not None and o.verdict == r.verdict else " (changed)" if o is not None else " (new row)"
+        out.append([r.model, r.variant or "–", r.claim_id, before, f"**{r.verdict}**{mark}"])
+    return out
+
+
+def section_rules_change(fig: Path, bench: Path) -> str:
+    """Issue 19 changed the rules of the pretrained half (and made every inconclusive row say why):
+    each verdict before and after, from the saved files of the last run under the old rules."""
+    old_dir = bench / BEFORE_19
+    if not old_dir.is_dir():
+        return _missing("Verdicts before and after the rules of issue 19", f"benchmarks/{BEFORE_19}/")
+    lines, changed, total = [], 0, 0
+    for path in sorted(fig.glob("*verdicts.json")):
+        old_path = old_dir / path.name
+        new_data, old_data = _load(path), _load(old_path)
+        if not (is_verdict_layout(new_data) and is_verdict_layout(old_data)):
+            continue
+        rows = before_after(rows_from_json(old_data, str(old_path)), rows_from_json(new_data, f"figures/{path.name}"))
+        changed += sum("(changed)" in r[-1] for r in rows)
+        total += len(rows)
+        lines.append(f"`{path.name}`:\n\n" + _table(["model", "variant", "claim", "before", "after"], rows))
+    if not lines:
+        return _missing("Verdicts before and after the rules of issue 19", "figures/*verdicts.json")
+    return ("<details><summary><b>Verdicts before → after the rules of issue 19</b> "
+            f"({changed} of {total} rows changed verdict; before = the files in `benchmarks/{BEFORE_19}/`, "
+            "made by the previous rules at commit 6d12dd2)</summary>\n\n"
+            "What changed: C1.early / C1.late judge a regime's extent (a run of at least a tenth of the layers), "
+            "not one layer; C1.depth is labelled post hoc, reads one primary metric (the others are sensitivity "
+            "rows) and turns inconclusive when raw text moves it by more than its interval; "
+            "C2.layer-sensitive compares late blocks only, with a permutation test; an improvement must be "
+            "material to be reproduced; concentration is two rows (relative, material); every inconclusive row "
+            "says why.\n\n" + "\n\n".join(lines) + "\n\n</details>")
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
@@ -540,7 +596,8 @@ def section_grid(fig: Path, bench: Path) -> str:
             f"{m['threads']} threads, native bf16: {', '.join(m['native_bf16']) or 'none'}.")
 
 
-SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_pilot,
+SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_rules_change,
+                                               section_pilot,
                                                section_grid,
                                                section_harness, section_benchmarks, section_lm_eval,
                                                section_provenance]
