@@ -91,3 +91,38 @@ def test_committed_figures_come_from_committed_code():
     assert entries, "figures/MANIFEST.json is missing or empty"
     problems = plotting.manifest_problems(entries)
     assert not problems, f"{len(problems)} manifest entries:\n" + "\n".join(problems[:10])
+
+
+def _ticks(ax, which):
+    ax.figure.canvas.draw()
+    lo, hi = ax.get_xlim() if which == "x" else ax.get_ylim()
+    return [t for t in (ax.get_xticks() if which == "x" else ax.get_yticks()) if lo <= t <= hi]
+
+
+@pytest.mark.parametrize("n_layers", [3, 7, 17, 30])
+def test_integer_axis_never_ticks_half_a_block(n_layers):
+    fig, ax = plt.subplots()
+    try:
+        ax.plot(range(n_layers + 1), range(n_layers + 1))
+        if n_layers == 3:  # matplotlib's own choice: 0, 0.5, ..., 3
+            assert not all(float(t).is_integer() for t in _ticks(ax, "x"))
+        plotting.integer_axis(ax, "both")
+        for which in ("x", "y"):
+            ticks = _ticks(ax, which)
+            assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks)
+        plotting.integer_axis(ax, "x", max_ticks=4)
+        assert len(_ticks(ax, "x")) <= 5
+    finally:
+        plt.close(fig)
+
+
+def test_integer_axis_refuses_a_log_axis_and_a_bad_name():
+    fig, ax = plt.subplots()
+    try:
+        ax.set_yscale("log")
+        with pytest.raises(ValueError, match="log scale"):
+            plotting.integer_axis(ax, "y")
+        with pytest.raises(ValueError, match="'x', 'y' or 'both'"):
+            plotting.integer_axis(ax, "z")
+    finally:
+        plt.close(fig)

@@ -37,16 +37,79 @@ def test_json_ready_replaces_non_finite_and_plain_types():
 
 
 def test_token_text_makes_every_token_visible(monkeypatch):
-    tok = _Tok({0: "\n", 1: "   ", 2: "", 3: "\x06a", 4: "abcdefghij", 5: "é", 6: "\u200d"})
+    tok = _Tok({0: "\n", 1: "   ", 2: "", 3: "\x06a", 4: "abcdefghij", 5: "é", 6: "\u200d", 7: " door"})
     assert tour.token_text(tok, 0) == "\u21b5"
     assert tour.token_text(tok, 1) == "\u2423" * 3
     assert tour.token_text(tok, 2) == "\u2205"
-    assert tour.token_text(tok, 3) == "\\x06a"          # control characters are escaped
-    assert tour.token_text(tok, 6) == "\\u200d"         # so are format characters
+    assert tour.token_text(tok, 3) == "⟨06⟩a"           # control characters as their byte
+    assert tour.token_text(tok, 6) == "⟨U+200D⟩"       # format characters as their code point
+    assert tour.token_text(tok, 7) == "␣door"          # a leading space is visible
     assert tour.token_text(tok, 4, width=5) == "abcd\u2026"
     monkeypatch.setattr(tour, "_drawable_codepoints", lambda: frozenset(range(128)))
     assert tour.token_text(tok, 5) == "é"
-    assert tour.token_text(tok, 5, drawable=True) == "\\xe9"  # no font can draw it: escaped
+    assert tour.token_text(tok, 5, drawable=True) == "⟨U+00E9⟩"  # no font can draw it
+
+
+@pytest.mark.parametrize("content, shown", [
+    (" door", "␣door"), ("door", "door"), ("door ", "door␣"), ("  ", "␣␣"), (" " * 6, "␣×6"),
+    ("New York", "New York"),                          # inner spaces stay spaces
+    ("\n\n", "↵↵"), ("\t", "⇥"), ("\r\n", "⟨0D⟩↵"), ("\x7f", "⟨7F⟩"), ("\x85", "⟨U+0085⟩"),
+    ("\u00a0", "⟨U+00A0⟩"), ("\u2028", "⟨U+2028⟩"), ("\ue000", "⟨U+E000⟩"),
+    ("\ufffd", "⟨U+FFFD⟩"), ("\ufffd" * 8, "⟨U+FFFD⟩×8"),   # a literal replacement character
+    ("\u3011", "\u3011"), ("\u0652", "◌\u0652"),          # printable; a bare combining mark on ◌
+    (b"\xe3", "⟨E3⟩"), (b"\xe3\x80", "⟨E3 80⟩"),           # bytes that are not UTF-8, one run
+    (b" \xe3\x80", "␣⟨E3 80⟩"), (b"\xe3\x80\x91", "\u3011"),  # ...and bytes that are
+    (b"a\xffb\xfe", "a⟨FF⟩b⟨FE⟩"), ("", "∅"), (b"", "∅"),
+])
+def test_display_token_shows_every_character_as_a_printable_glyph(content, shown):
+    text = tour.display_token(content)
+    assert text == shown
+    assert "\ufffd" not in text and "\\" not in text and all(c.isprintable() for c in text)
+
+
+def test_display_token_cuts_to_width_without_splitting_a_notation():
+    assert tour.display_token("abcdefghij", 7) == "abcdef…"
+    assert tour.display_token("abc", 3) == "abc"
+    assert tour.display_token("\u3011", 1) == "\u3011"
+    assert tour.display_token(b"ab\xe3\x80cd", 6) == "ab…"   # ⟨E3 80⟩ does not fit: not cut in half
+    assert tour.display_token(b" \xe0\xa8", 7) == "␣⟨E0 A8⟩"  # one unit after the spaces, whatever its size
+    assert tour.display_token("\ufffd" * 8, 7) == "⟨U+FFFD⟩×8"
+
+
+def test_undrawable_characters_follow_the_font_list(monkeypatch):
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "font.family", ["DejaVu Sans"])
+    assert 0x41 in tour._drawable_codepoints() and 0x3011 not in tour._drawable_codepoints()
+    assert tour.display_token("A\u3011", drawable=True) == "A⟨U+3011⟩"
+    assert tour.display_token("A\u3011") == "A\u3011"
+    monkeypatch.setitem(matplotlib.rcParams, "font.family", ["sans-serif"])  # a generic name resolves
+    assert tour.display_token("door", drawable=True) == "door"
+
+
+def test_token_content_recovers_bytes_a_decode_would_replace():
+    class Pieces(_Tok):
+        def __init__(self, table, pieces):
+            super().__init__(table)
+            self.pieces = pieces
+
+        def convert_ids_to_tokens(self, i):
+            return self.pieces[i]
+
+    tok = Pieces({0: "\ufffd", 1: "\ufffd", 2: " door", 3: "\ufffd"},
+                 {0: "<0xE3>", 1: "ãĢ", 2: "▁door", 3: "\ufffd"})  # sentencepiece, byte-level, text
+    assert tour.token_content(tok, 0) == b"\xe3" and tour.token_text(tok, 0) == "⟨E3⟩"
+    assert tour.token_content(tok, 1) == b"\xe3\x80" and tour.token_text(tok, 1) == "⟨E3 80⟩"
+    assert tour.token_content(tok, 2) == " door" and tour.token_text(tok, 2) == "␣door"
+    assert tour.token_content(tok, 3) == "\ufffd"                # the vocabulary's own U+FFFD
+    assert tour.token_content(_Tok({0: "x"}), 0) == "x"            # no pieces: the decoded text
+
+
+def test_token_text_on_a_real_byte_level_tokenizer(tiny_llama):
+    tok = tiny_llama.tokenizer                         # byte-level BPE over single bytes
+    ids = tok("】 a", add_special_tokens=False)["input_ids"]
+    assert [tok.decode([i]) for i in ids][:3] == ["\ufffd"] * 3   # what a plain decode shows
+    assert [tour.token_text(tok, i) for i in ids] == ["⟨E3⟩", "⟨80⟩", "⟨91⟩", "␣", "a"]
 
 
 def test_slug():
@@ -180,6 +243,47 @@ def test_trajectory_map_is_readable_and_its_numbers_are_the_labels(tiny_llama):
     for s, got in zip(entry["sentences"], numbers["sentences"]):
         assert got["labels"] == lens.classify_decoded(s["top1"], s["ids"]).tolist()
         assert got["top1"][0] == [tok.decode([int(i)]) for i in s["top1"][0]]
+        assert got["top1_shown"][0] == [tour.token_text(tok, i, 7, drawable=True) for i in s["top1"][0]]
+
+
+def test_trajectory_map_draws_the_shown_tokens_in_cells_and_axis_alike(tiny_llama):
+    """Cells and axis labels come from token_text: a leading space is ␣ in both, no cell holds
+    U+FFFD or a Python escape, and the block axis has integer ticks."""
+    import matplotlib.pyplot as plt
+
+    entry = tour.decode_sentences(tiny_llama, ["Tower and the door \u3011 here"])
+    fig, numbers = tour.trajectory_map("tiny-llama", entry)
+    try:
+        ax = fig.axes[0]
+        cells = [t.get_text() for t in ax.texts]
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        yticks = ax.get_yticks()
+    finally:
+        plt.close(fig)
+    got = numbers["sentences"][0]
+    assert cells == [c for row in got["top1_shown"] for c in row]
+    assert [t.split("\n")[0] for t in ticks] == got["tokens_shown"]
+    assert "␣" in got["tokens_shown"] and "⟨E3⟩" in got["tokens_shown"]   # ' ' and the bytes of 】
+    assert not [t for t in cells + ticks if "\ufffd" in t or "\\x" in t or "\\u" in t]
+    assert all(float(y).is_integer() for y in yticks)
+
+
+def test_tug_of_war_counts_layers_in_whole_numbers():
+    import matplotlib.pyplot as plt
+
+    L = 3  # matplotlib's own ticks would be 0, 0.5, ..., 3
+    numbers = {"n_layers": L, "model": "m", "positions": 3}
+    for metric in ("rank", "logprob"):
+        for which in lens.WHICH:
+            for stat in ("median", "q1", "q3"):
+                numbers[f"{metric}_{which}_{stat}"] = list(np.linspace(1, 10, L + 1))
+    fig, _ = tour.tug_of_war(numbers)
+    try:
+        fig.canvas.draw()
+        for ax in fig.axes:
+            assert all(float(x).is_integer() for x in ax.get_xticks())
+    finally:
+        plt.close(fig)
 
 
 def test_shares_panel_and_regime_table_on_known_labels():

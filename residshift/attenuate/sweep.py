@@ -29,7 +29,6 @@ from typing import Any, Sequence
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ..analysis import stats
 from ..core import cache
@@ -38,6 +37,7 @@ from ..core.forward import window_losses
 from ..core.interventions import _alpha_ok, attenuate
 from ..core.replay import capture, replay
 from ..core.models import ModelInfo
+from ..core.progress import progress as progress_bar
 from ..core.unembed import next_token_losses
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -115,7 +115,7 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
     layers = list(cfg.layers)
     it = layers
     if progress:
-        it = tqdm(layers, desc=f"{info.name} sweep", unit="layer")
+        it = progress_bar(layers, desc=f"{info.name} sweep", unit="layer")
     for layer in it:
         path = None if partial_dir is None else partial_dir / f"layer-{layer:03d}.pt"
         if path is not None and path.is_file():

@@ -14,12 +14,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from . import cache
 from .data import token_windows
 from .interventions import attenuate_block, attenuation_plan
 from .models import ModelInfo
+from .progress import progress as progress_bar
 from .unembed import next_token_losses
 
 Intervene = Callable[[Any, ModelInfo], None]
@@ -110,7 +110,7 @@ def window_losses(model, info: ModelInfo, windows: torch.Tensor, *, batch_size: 
     out = []
     starts = range(0, len(windows), batch_size)
     if progress:
-        starts = tqdm(starts, desc=f"{info.name} loss", unit="batch")
+        starts = progress_bar(starts, desc=f"{info.name} loss", unit="batch")
     for start in starts:
         ids = windows[start : start + batch_size]
         with torch.no_grad():

@@ -24,8 +24,10 @@ import importlib
 import inspect
 import json
 import os
+import tempfile
 import platform
 import re
+import shutil
 import sys
 import textwrap
 import threading
@@ -471,8 +473,15 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     out_dir = Path(output_dir) if output_dir else build_dir() / profile
     out_dir.mkdir(parents=True, exist_ok=True)
     env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES", "OMP_WAIT_POLICY",
-                                                 "PYTHONPATH")}
+                                                 "PYTHONPATH", "RESIDSHIFT_HEADLESS", "IPYTHONDIR")}
     os.environ["RESIDSHIFT_PROFILE"] = profile
+    # no one watches these kernels: text progress bars, not widgets frozen at 0% (core.progress); the
+    # startup file switches tqdm.auto too, for the modules that import it directly
+    os.environ["RESIDSHIFT_HEADLESS"] = "1"
+    ipython_dir = tempfile.mkdtemp(prefix="residshift-ipython-")
+    from .progress import write_startup
+    write_startup(ipython_dir)
+    os.environ["IPYTHONDIR"] = ipython_dir
     # Kernels start with OpenMP threads that sleep at barriers instead of spinning (unless the user
     # chose otherwise): on a CPU shared with other work, spinning threads steal the cores the other
     # threads need (notebook 06's cold smoke run took 205 s spinning, 22 s passive, on this 2-core
@@ -516,6 +525,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        shutil.rmtree(ipython_dir, ignore_errors=True)
     return done
 
 

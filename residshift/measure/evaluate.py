@@ -57,13 +57,13 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from ..analysis.stats import binomial_se, mean_se, ratio_se
 from ..core import cache as _cache
 from ..core.models import ModelInfo
 from ..core.data import corpus_text, load_corpus, tokenize_text, tokenizer_fingerprint
 from ..core.forward import Intervene
+from ..core.progress import progress as progress_bar
 
 
 def perplexity(losses: torch.Tensor) -> dict[str, float]:
@@ -298,7 +298,7 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
                             max_scored=max_scored)
     it: Iterable = [("plain", b) for b in plain_batches(plain)] + [("shared", b) for b in shared]
     if progress:
-        it = tqdm(it, desc=f"{info.name} {desc}", unit="batch")
+        it = progress_bar(it, desc=f"{info.name} {desc}", unit="batch")
     out = (logprob, count, greedy)
     for kind, batch in it:
         if kind == "plain":

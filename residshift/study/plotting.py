@@ -14,6 +14,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import seaborn as sns
 from matplotlib import font_manager as fm
+from matplotlib.ticker import MaxNLocator
 
 from ..core.cache import atomic_path
 from ..core.outputs import (  # noqa: F401 (re-exported)
@@ -62,6 +63,21 @@ def _installed_fonts(families) -> list[str]:
                     continue
         have = {f.name for f in fm.fontManager.ttflist}
     return [name for name in families if name in have]
+
+
+def integer_axis(ax, which: str = "x", *, max_ticks: int | None = None) -> None:
+    """Integer ticks on an axis that counts blocks or layers (``0..L``): never ``2.5``.
+
+    ``which``: ``"x"``, ``"y"`` or ``"both"``; ``max_ticks`` caps how many (matplotlib's choice
+    otherwise). Not for relative depth ``l / L``, which is a fraction."""
+    if which not in ("x", "y", "both"):
+        raise ValueError(f"which must be 'x', 'y' or 'both', got {which!r}")
+    for name in ("x", "y") if which == "both" else (which,):
+        axis = ax.xaxis if name == "x" else ax.yaxis
+        if axis.get_scale() != "linear":
+            raise ValueError(f"the {name} axis is on a {axis.get_scale()} scale: integer ticks are for a "
+                             f"linear block/layer axis (call integer_axis on the axis that counts blocks)")
+        axis.set_major_locator(MaxNLocator(integer=True, nbins=max_ticks or "auto"))
 
 
 def set_theme() -> None:

@@ -8,6 +8,7 @@ interval whose level is not 95% says its level.
 """
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,10 +61,91 @@ def verdict_record(row: VerdictRow) -> dict[str, str]:
             "per seed": per_seed_text(row)}
 
 
-def verdict_table(rows: Sequence[VerdictRow]) -> pd.DataFrame:
-    """Verdict rows as a table indexed by (model, variant, claim), whole cells shown."""
-    frame = pd.DataFrame([verdict_record(r) for r in rows], columns=list(COLUMNS))
-    return frame.set_index(["model", "variant", "claim"])
+KEY = ("model", "variant", "claim")  # the index of a verdict table
+
+
+class VerdictTable(pd.DataFrame):
+    """A verdict table: a DataFrame (index, filter and compare it as one) that displays whole cells
+    whatever the pandas display options, with each row's rule one click away.
+
+    - In a notebook (``_repr_html_``): every cell whole (``display.max_colwidth`` does not apply), and
+      a last column whose ``rule`` button unfolds the row's rule text (``<details>``).
+    - As text (``repr``, ``print``): every cell whole; the rules are not repeated there.
+
+    ``rules`` maps a row's ``(model, variant, claim, statistic)`` to its rule text; it survives
+    selections (``.loc``, ``.head``, ``.reset_index()``); :meth:`row_rules` reads it row by row.
+    """
+
+    _metadata = ["rules"]
+
+    @property
+    def _constructor(self):
+        return VerdictTable
+
+    def _row_keys(self) -> list[tuple | None]:
+        """Each row's (model, variant, claim, statistic), read from the index levels or columns that
+        hold them (``statistic`` None where the table no longer has it)."""
+        def values(key):
+            if key in self.index.names:
+                return list(self.index.get_level_values(key))
+            return list(self[key]) if key in self.columns else None
+        cols = [values(k) for k in KEY + ("statistic",)]
+        if any(c is None for c in cols[:3]):
+            return [None] * len(self)
+        stat = cols[3] if cols[3] is not None else [None] * len(self)
+        return list(zip(*cols[:3], stat))
+
+    def row_rules(self) -> list[str | None]:
+        """The rule text of each row, in order (None where unknown)."""
+        rules = getattr(self, "rules", None) or {}
+        out = []
+        for key in self._row_keys():
+            if key is None:
+                out.append(None)
+            elif key[3] is not None:
+                out.append(rules.get(key))
+            else:  # the statistic column was dropped: every rule of the (model, variant, claim)
+                found = list(dict.fromkeys(r for k, r in rules.items() if k[:3] == key[:3]))
+                out.append("\n\n".join(found) if found else None)
+        return out
+
+    def _whole(self):
+        return pd.option_context("display.max_colwidth", None, "display.max_columns", None,
+                                 "display.max_rows", None, "display.width", 10_000)
+
+    def __repr__(self) -> str:
+        with self._whole():
+            return pd.DataFrame(self).to_string()
+
+    __str__ = __repr__
+
+    def _repr_html_(self) -> str:
+        esc = lambda x: html.escape(str(x))  # noqa: E731
+        frame = pd.DataFrame(self).map(esc)
+        frame.columns = [esc(c) for c in frame.columns]
+        if isinstance(frame.index, pd.MultiIndex):
+            frame.index = pd.MultiIndex.from_tuples([tuple(esc(v) for v in t) for t in frame.index],
+                                                    names=frame.index.names)
+        else:
+            frame.index = pd.Index([esc(v) for v in frame.index], name=frame.index.name)
+        rules = self.row_rules()
+        if any(r is not None for r in rules):
+            frame["rule"] = ["–" if r is None else
+                             '<details><summary>rule</summary><div style="white-space: normal; '
+                             f'min-width: 28em; max-width: 48em; text-align: left">{esc(r)}</div></details>'
+                             for r in rules]
+        with self._whole():
+            return frame.to_html(escape=False, na_rep="–")
+
+
+def verdict_table(rows: Sequence[VerdictRow]) -> VerdictTable:
+    """Verdict rows as a table indexed by (model, variant, claim), one column per :data:`COLUMNS`
+    entry: a :class:`VerdictTable`, which shows whole cells whatever the pandas display options and,
+    in a notebook, each row's rule behind a ``rule`` button."""
+    records = [verdict_record(r) for r in rows]
+    frame = VerdictTable(pd.DataFrame(records, columns=list(COLUMNS)).set_index(list(KEY)))
+    frame.rules = {tuple(rec[k] for k in KEY) + (rec["statistic"],): r.rule for rec, r in zip(records, rows)}
+    return frame
 
 
 def verdict_lines(rows: Sequence[VerdictRow]) -> list[str]:

@@ -13,12 +13,13 @@
 
 Every figure function returns ``(fig, numbers)``: the notebook publishes both under one name
 (:func:`residshift.study.plotting.publish`). Numbers are JSON-ready (``core.outputs.json_ready``): no NaN,
-missing is ``None``. Decoded tokens are shown by :func:`token_text`, which escapes what a font
-cannot draw.
+missing is ``None``. Decoded tokens are shown by :func:`token_text` / :func:`display_token`: every
+character a printable glyph (leading spaces as ``␣``, bytes that are not UTF-8 as ``⟨E3⟩``).
 """
 from __future__ import annotations
 
 import functools
+import re
 import time
 import unicodedata
 from typing import Any, Iterable, Mapping, Sequence
@@ -31,7 +32,6 @@ import seaborn as sns
 import torch
 from matplotlib import font_manager
 from matplotlib.colors import ListedColormap
-from matplotlib.ft2font import FT2Font
 
 from ..analysis.stats import crossing_point
 from ..core import cache, data
@@ -40,47 +40,173 @@ from ..core.models import EMBEDDED, LoadedModel, load_model, same_storage, tie_w
 from ..measure import lens
 from ..core.forward import window_losses
 from ..measure.evaluate import perplexity
-from .plotting import PALETTE
+from .plotting import PALETTE, integer_axis
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers
 # --------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
-def _drawable_codepoints() -> frozenset[int]:
-    """Code points that some font of the current matplotlib font list can draw."""
+def _font_families() -> tuple[str, ...]:
     families = matplotlib.rcParams["font.family"]
-    families = [families] if isinstance(families, str) else list(families)
+    return (families,) if isinstance(families, str) else tuple(families)
+
+
+@functools.lru_cache(maxsize=8)
+def _codepoints_of(families: tuple[str, ...]) -> frozenset[int]:
+    """Code points of the fonts matplotlib draws text with for ``families`` (generic names such as
+    ``sans-serif`` resolved as the renderer resolves them; fonts not installed are skipped)."""
+    prop = font_manager.FontProperties(family=list(families))
+    try:
+        paths = font_manager.fontManager._find_fonts_by_props(prop)  # the renderer's fallback list
+    except AttributeError:  # an older matplotlib: the first font only
+        paths = [font_manager.findfont(prop)]
     covered: set[int] = set()
-    for family in families:
+    for path in paths:
         try:
-            path = font_manager.findfont(font_manager.FontProperties(family=family), fallback_to_default=False)
-            covered.update(FT2Font(path).get_charmap())
-        except (ValueError, RuntimeError, OSError):  # not installed: skip
+            covered.update(font_manager.get_font([path]).get_charmap())
+        except (ValueError, RuntimeError, OSError):  # unreadable: skip
             continue
     return frozenset(covered)
 
 
-def _escape(ch: str) -> str:
-    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}" if ord(ch) < 0x10000 else f"\\U{ord(ch):08x}"
+def _drawable_codepoints() -> frozenset[int]:
+    """Code points that some font of the current matplotlib font list can draw (read again whenever
+    the list changes: ``plotting.set_theme`` adds the Noto fonts after the first figure may have
+    been drawn)."""
+    return _codepoints_of(_font_families())
+
+
+# How display_token shows what a font cannot show, or shows as nothing.
+NEWLINE, TAB, SPACE, EMPTY, MORE = "\u21b5", "\u21e5", "\u2423", "\u2205", "\u2026"  # ↵ ⇥ ␣ ∅ …
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # SentencePiece byte fallback (Gemma, Llama)
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, character -> byte (how SmolLM2's pieces spell raw bytes)."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def token_content(tokenizer, token_id: int) -> str | bytes:
+    """What one token stands for: its decoded text, or its raw bytes where the text alone is not
+    valid UTF-8 (a byte-fallback piece such as ``<0xE3>``, or a byte-level piece holding part of a
+    character), which ``decode`` would turn into ``\\ufffd``."""
+    text = tokenizer.decode([int(token_id)])
+    convert = getattr(tokenizer, "convert_ids_to_tokens", None)
+    if convert is None:
+        return text
+    piece = convert(int(token_id))
+    if not isinstance(piece, str):
+        return text
+    match = _BYTE_PIECE.fullmatch(piece)
+    if match:
+        return bytes([int(match.group(1), 16)])
+    if "\ufffd" in text and "\ufffd" not in piece:
+        alphabet = _byte_level_alphabet()
+        if piece and all(c in alphabet for c in piece):
+            raw = bytes(alphabet[c] for c in piece)
+            if raw.decode("utf-8", errors="replace") == text:  # it is a byte-level piece
+                return raw
+    return text
+
+
+def _units(content: str | bytes, fonts: frozenset[int] | None) -> list[str]:
+    """``content`` as display units, each one glyph or one readable notation (never split)."""
+    text = content.decode("utf-8", errors="surrogateescape") if isinstance(content, bytes) else content
+    units: list[str] = []
+    pending: list[int] = []  # undecodable bytes, shown together as one ⟨E3 80⟩
+
+    def flush():
+        if pending:
+            units.append("\u27e8" + " ".join(f"{b:02X}" for b in pending) + "\u27e9")
+            pending.clear()
+
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8 (surrogateescape)
+            pending.append(code - 0xDC00)
+            continue
+        flush()
+        cat = unicodedata.category(ch)
+        if ch == "\n":
+            units.append(NEWLINE)
+        elif ch == "\t":
+            units.append(TAB)
+        elif code < 0x20 or code == 0x7F:  # ASCII control characters: their byte
+            units.append(f"\u27e8{code:02X}\u27e9")
+        elif (cat[0] == "C" or cat in ("Zl", "Zp") or (cat == "Zs" and ch != " ") or ch == "\ufffd"
+              or (fonts is not None and ch != " " and code not in fonts)):
+            units.append(f"\u27e8U+{code:04X}\u27e9")  # invisible, undrawable or a replacement char
+        elif cat[0] == "M" and not units:
+            units.append("\u25cc" + ch)  # a leading combining mark sits on a dotted circle
+        else:
+            units.append(ch)
+    flush()
+    # spaces that would be invisible: leading and trailing ones (and runs of them) as ␣
+    lead = next((i for i, u in enumerate(units) if u != " "), len(units))
+    trail = 0 if lead == len(units) else next(i for i, u in enumerate(reversed(units)) if u != " ")
+    return _runs([SPACE] * lead + units[lead: len(units) - trail] + [SPACE] * trail)
+
+
+def _runs(units: list[str]) -> list[str]:
+    """Four or more equal ``␣`` or notation units in a row as one, counted: ``␣×4``, ``⟨U+FFFD⟩×8``."""
+    out: list[str] = []
+    i = 0
+    while i < len(units):
+        j = i
+        while j < len(units) and units[j] == units[i]:
+            j += 1
+        n = j - i
+        shown = units[i] == SPACE or units[i].startswith("\u27e8")
+        out.extend([f"{units[i]}\u00d7{n}"] if shown and n >= 4 else units[i:j])
+        i = j
+    return out
+
+
+def display_token(content: str | bytes, width: int | None = None, *, drawable: bool = False) -> str:
+    """A token as a reader should see it in a table or a figure: every character a printable glyph.
+
+    - leading and trailing spaces as ``␣`` (``" door"`` -> ``␣door``); four or more equal ``␣`` or
+      notations in a row counted (``␣×4``);
+    - line breaks as ``↵``, tabs as ``⇥``, the empty string as ``∅``;
+    - control characters as their byte (``\\x06`` -> ``⟨06⟩``); bytes that are not UTF-8 (``bytes``
+      input, e.g. from :func:`token_content`) likewise, a run of them together (``⟨E3 80⟩``);
+    - format, private-use, unassigned and non-ASCII space characters and ``\\ufffd`` as their code
+      point (``⟨U+200D⟩``); with ``drawable``, so are characters that no font of the current
+      matplotlib theme can draw (a figure never shows an empty box);
+    - a leading combining mark on a dotted circle (``◌``).
+
+    ``width`` cuts the text to about that many characters with ``…`` (a notation is never split, and
+    the first glyph or notation after any leading ``␣`` is always kept whole).
+    """
+    units = _units(content, _drawable_codepoints() if drawable else None)
+    if not units:
+        return EMPTY
+    if width is not None and sum(map(len, units)) > width:
+        kept, used = [], 0
+        for u in units:
+            visible = any(k != SPACE for k in kept)  # keep one unit besides leading spaces, whatever its size
+            if visible and used + len(u) > width - 1:
+                break
+            kept.append(u)
+            used += len(u)
+        units = kept + ([MORE] if len(kept) < len(units) else [])
+    return "".join(units)
 
 
 def token_text(tokenizer, token_id: int, width: int | None = None, *, drawable: bool = False) -> str:
-    """A decoded token as a reader should see it in a table or a map cell: line breaks and tabs
-    as arrows, a whitespace-only token as ``␣``, an empty decode as ``∅``, control and format
-    characters escaped (``\\x06``); cut to ``width``. With ``drawable``, characters that no font
-    of the current matplotlib theme can draw are escaped too (a figure never shows empty boxes)."""
-    s = tokenizer.decode([int(token_id)])
-    s = s.replace("\n", "\u21b5").replace("\t", "\u21e5").replace("\r", "")
-    if s and not s.strip():
-        s = "\u2423" * min(len(s), 3)
-    fonts = _drawable_codepoints() if drawable else None
-    s = "".join(_escape(c) if unicodedata.category(c)[0] == "C" or (fonts is not None and ord(c) not in fonts)
-                else c for c in s) or "\u2205"
-    if width is not None and len(s) > width:
-        s = s[: width - 1] + "\u2026"
-    return s
+    """One token id as :func:`display_token` shows it (:func:`token_content`: raw bytes where the
+    decoded text would hold ``\\ufffd``)."""
+    return display_token(token_content(tokenizer, token_id), width, drawable=drawable)
 
 
 def slug(name: str) -> str:
@@ -332,6 +458,7 @@ def tug_of_war(numbers: Mapping[str, Any]):
             label = "input token $x_t$" if which == "input" else "next token $x_{t+1}$"
             ax.plot(layers[first:], med[first:], color=PALETTE[which], label=label, marker="o", ms=3)
             ax.fill_between(layers[first:], q1[first:], q3[first:], color=PALETTE[which], alpha=0.2)
+        integer_axis(ax, "x")
         ax.set_xlabel("layer $l$ (0 = the embedding, input of block 0)")
         ax.set_ylabel(ylabel)
     axes[0].set_yscale("log")
@@ -418,8 +545,10 @@ def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
     regime (input = ``x_t``, next = ``x_{t+1}``, other). Layer 0 at the bottom.
 
     Text is at least :data:`MAP_FONT` points at the figure's own size (cells grow with the
-    sentence, they do not shrink the text). Returns ``(fig, numbers)``, numbers holding every
-    decoded token and label.
+    sentence, they do not shrink the text). Tokens are drawn by :func:`token_text` (``" door"`` as
+    ``␣door`` in the cells and the axis alike, raw bytes as ``⟨E3⟩``). Returns ``(fig, numbers)``,
+    numbers holding every decoded token (``tokens``, ``top1``: the decoded text), what the figure
+    shows for it (``tokens_shown``, ``top1_shown``) and every label.
     """
     tok, info, sents = entry["tok"], entry["info"], entry["sentences"]
     L = info.n_layers
@@ -434,21 +563,24 @@ def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
         T = lab.shape[1]
         ax.imshow(lab, cmap=cmap, vmin=0, vmax=len(lens.REGIMES) - 1, origin="lower", aspect="auto",
                   interpolation="nearest")
+        shown = [[token_text(tok, top1[l, t], width, drawable=True) for t in range(T)] for l in range(L + 1)]
+        inputs = [token_text(tok, ids[t], width, drawable=True) for t in range(T)]
         for l in range(L + 1):
             for t in range(T):
-                ax.text(t, l, token_text(tok, top1[l, t], width, drawable=True), ha="center", va="center", fontsize=MAP_FONT)
-        ticks = [token_text(tok, ids[t], width, drawable=True) + "\n→ "
-                 + (token_text(tok, ids[t + 1], width, drawable=True) if t + 1 < T else "") for t in range(T)]
+                ax.text(t, l, shown[l][t], ha="center", va="center", fontsize=MAP_FONT)
+        ticks = [inputs[t] + "\n→ " + (inputs[t + 1] if t + 1 < T else "") for t in range(T)]
         ax.set_xticks(range(T), ticks, fontsize=MAP_FONT)
         ax.set_yticks(range(0, L + 1, 2 if L > 20 else 1))
         ax.tick_params(axis="y", labelsize=MAP_FONT + 1)
         ax.set_ylabel("layer $l$")
         ax.grid(False)
-        ax.set_title(repr(s["sentence"]), fontsize=10)
+        fonts = _drawable_codepoints()
+        ax.set_title("".join(c if c.isspace() or ord(c) in fonts else f"\u27e8U+{ord(c):04X}\u27e9"
+                             for c in repr(s["sentence"])), fontsize=10)
         numbers["sentences"].append({
             "sentence": s["sentence"], "tokens": [tok.decode([int(i)]) for i in ids],
             "top1": [[tok.decode([int(i)]) for i in row] for row in top1],
-            "labels": lab.tolist()})
+            "tokens_shown": inputs, "top1_shown": shown, "labels": lab.tolist()})
     handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[k]) for k in ("input", "next", "other")]
     fig.legend(handles, ["decodes the input token $x_t$", "decodes the next token $x_{t+1}$", "other"],
                loc="lower center", ncol=3, fontsize=10, frameon=False, bbox_to_anchor=(0.5, 0.0))

@@ -872,7 +872,7 @@ def regimes_panel(lenses: Mapping[tuple[str, int], Any], unigrams: Mapping[tuple
         ax.set_xlabel(r"residual state $h_l$ ($h_0$: the embedding)")
         ax.set_title(f"{emb} embedding ({len(seeds(P))} seeds)")
     axes[0][0].set_ylabel("top-1 rate (logit lens)")
-    axes[0][-1].legend(fontsize=8, loc="upper right")
+    axes[0][-1].legend(fontsize=8, loc="best")
     fig.suptitle(f"{model_name(P)} baselines: input early, next late?")
     fig.tight_layout()
     return fig, numbers
