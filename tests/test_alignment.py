@@ -374,3 +374,19 @@ def test_residuals_are_the_same_when_the_trace_stops_after_the_last_block(tiny):
         with torch.no_grad():
             ref = lm._module(ids, output_hidden_states=True).hidden_states
         torch.testing.assert_close(stopped[0], ref[0].float(), msg=name)  # h_0: the block-0 input
+
+
+def test_causal_evidence_counts_layers_whose_interval_clears_zero():
+    import torch
+    n, L = 12, 5
+    rng = np.random.default_rng(0)
+    delta = torch.zeros(3, n, L + 1)
+    delta[0, :, 1:3] = 0.5 + torch.as_tensor(rng.normal(0, 0.01, (n, 2)), dtype=torch.float32)  # input, h_1..h_2
+    delta[1, :, 4] = 0.3  # next at h_4 only
+    prof = {"m": {"direction": {"delta": delta, "directions": ["input", "next", "random"],
+                                "residuals": list(range(L + 1)), "clean": torch.zeros(n)}}}
+    ev = A.causal_evidence(prof, _P())
+    assert ev["m"] == {"profiled": [1, 2, 3, 4], "input": [1, 2], "next": [4]}
+    lines = A.causal_evidence_lines(ev)
+    assert "at 2 (h_1 .. h_2) of the 4" in lines[0] and "at 1 (h_4)" in lines[1]
+    assert "at none" in A.causal_evidence_lines({"m": {"profiled": [1], "input": [], "next": []}})[0]

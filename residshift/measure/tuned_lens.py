@@ -19,6 +19,14 @@ Definitions (ours, following the tuned-lens paper):
   262k-token vocabulary affordable on a CPU. The *reported* KL is always over the full vocabulary,
   and the report states how much final-distribution mass lay outside the training set.
 
+Convergence, per layer (``rel_tol``, ``patience``, ``eval_every``): an early-stopping evaluation
+*improves* layer ``l`` only when its KL beats the layer's best so far by more than ``rel_tol`` times
+that best (the fitting loop then keeps that translator); layer ``l`` has *converged* when no
+evaluation improved it in the last ``patience * eval_every`` steps of the fit. The fit stops early
+once every layer has converged (:func:`layer_convergence`); a layer still improving when the step
+cap ends the fit is *unconverged* (:func:`unconverged_layers`): its translator is a lower bound on
+what an affine read recovers there, so results that read it are marked and kept out of verdicts.
+
 Fitting is resumable (translators, optimizer, step, best states and history are checkpointed
 atomically under ``results/tuned-lens-ckpt``) and cached (:func:`fit_cached`). Batches are drawn from
 a generator seeded by ``(seed, step)``, so an interrupted fit resumed from its checkpoint ends in
@@ -74,6 +82,7 @@ class TunedLensConfig:
     weight_decay: float = 0.0
     eval_every: int = 20  # early-stopping evaluation period (steps); 0 = never, keep the last state
     patience: int | None = None  # stop after this many evaluations in which no layer improved
+    rel_tol: float = 0.01  # an evaluation improves a layer only when it beats the layer's best by > rel_tol x best
     checkpoint_every: int = 10
     train_vocab: int | None = None  # K most frequent training tokens for the objective; None = all
     skip_first: int = 1  # positions excluded from fitting and report (attention sink / BOS)
@@ -90,6 +99,9 @@ class TunedLensConfig:
             raise ValueError(f"lr must be positive, got {self.lr}")
         if self.train_vocab is not None and self.train_vocab < 2:
             raise ValueError("train_vocab must be None (full vocabulary) or at least 2")
+        if not 0 <= self.rel_tol < 1:
+            raise ValueError(f"rel_tol must lie in [0, 1), got {self.rel_tol}: it is the relative drop "
+                             f"in a layer's early-stopping KL that counts as an improvement")
 
     @classmethod
     def from_profile(cls, P: Any) -> "TunedLensConfig":
@@ -314,11 +326,13 @@ def _layer_losses(info: ModelInfo, lens: TunedLens, hs: list[torch.Tensor], back
 # Residuals collected once
 # --------------------------------------------------------------------------------------------
 
-RESIDUAL_CACHE_BYTES = 1 << 30
-"""At most this many bytes of residuals (``h_0..h_L`` of the windows of a block of steps, fp32)
-are held by :class:`ResidualStore` at a time (plus one step's batch and one collecting forward);
-a fit whose windows need more collects them block by block. At the default profile a SmolLM2
-window is 9.1 MB (31 x 128 x 576 floats) and its fit draws about 140 distinct windows: two blocks."""
+RESIDUAL_CACHE_BYTES = 5 << 28
+"""At most this many bytes (1.25 GiB) of residuals (``h_0..h_L`` of the windows of a block of steps,
+fp32) are held by :class:`ResidualStore` at a time (plus one step's batch and one collecting
+forward); a fit whose windows need more collects them block by block. At the default profile a
+SmolLM2 window is 4.6 MB (31 x 64 x 576 floats) and a Gemma-3-270M one 3.1 MB (19 x 64 x 640), so
+the whole pool of 256 training windows (1.17 GB, 0.80 GB) fits and a fit of any length runs the
+model over each window once (at 1 GiB, SmolLM2 re-collected about 234 windows every ~160 steps)."""
 COLLECT_BATCH = 16  # windows per forward when collecting
 
 
@@ -415,6 +429,95 @@ def collect_stack(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tensor]:
     return [h.detach().float() for h in saved]
 
 
+# --------------------------------------------------------------------------------------------
+# Convergence (per layer)
+# --------------------------------------------------------------------------------------------
+
+
+class CountedKL:
+    """The early-stopping evaluation as the fitting loop counts it, with a relative tolerance.
+
+    :func:`residshift.core.fitting.fit` counts a part as improved when its value is below its best
+    (``min_delta`` is absolute, and a layer's KL spans 0.01 to 100 nats across depth). Called with
+    one evaluation's per-layer KL, this returns the KL where it beats the layer's counted best by
+    more than ``rel_tol`` times that best (an improvement: the loop keeps that translator and resets
+    patience) and the counted best itself otherwise (no improvement). So each layer keeps a
+    translator within ``rel_tol`` of its lowest early-stopping KL, and the loop's patience counts
+    evaluations in which no layer improved by more than ``rel_tol``. ``raw``: the last KL as measured.
+    ``best``: the counted bests to start from (those of the checkpoint a fit resumes from).
+    """
+
+    def __init__(self, rel_tol: float, best: list[float] | None = None):
+        if not 0 <= rel_tol < 1:
+            raise ValueError(f"rel_tol must lie in [0, 1), got {rel_tol}")
+        self.rel_tol = rel_tol
+        self.best = None if best is None else [float(b) for b in best]
+        self.raw: list[float] = []
+
+    def __call__(self, values: list[float]) -> list[float]:
+        values = [float(v) for v in values]
+        if self.best is None:
+            self.best = [float("inf")] * len(values)
+        if len(values) != len(self.best):
+            raise TunedLensError(f"the evaluation returned {len(values)} layers, earlier {len(self.best)}")
+        self.raw = values
+        counted = []
+        for i, (v, b) in enumerate(zip(values, self.best)):
+            if v < b * (1 - self.rel_tol):  # KL >= 0; the first evaluation beats inf
+                self.best[i] = v
+            counted.append(self.best[i])
+        return counted
+
+
+def _checkpoint_best(checkpoint: Path | None) -> list[float] | None:
+    """The per-layer counted bests saved in a fitting checkpoint (None: no checkpoint or no evaluation yet)."""
+    if checkpoint is None or not Path(checkpoint).is_file():
+        return None
+    saved = torch.load(checkpoint, weights_only=False)
+    state = saved.get("state") if isinstance(saved, dict) else None
+    return None if not isinstance(state, dict) else state.get("best")
+
+
+def layer_convergence(history: list[dict], steps: int, *, eval_every: int, patience: int | None) -> dict[str, Any]:
+    """Per-layer convergence of a finished fit from its evaluation records (``history``).
+
+    ``last_improved[l]``: the step of the last evaluation that improved layer ``l`` (its counted
+    best, the record's ``best``, changed; 0 = only the logit lens at step 0). Layer ``l`` has
+    converged when ``steps - last_improved[l] >= patience * eval_every`` (no improvement over the
+    last ``patience`` evaluation periods; an early stop implies it for every layer). Returns
+    ``{"window": patience * eval_every, "last_improved", "converged": [bool], "unconverged": [l]}``;
+    all three lists are None when the fit had no early-stopping evaluations or no ``patience``
+    (convergence is then not judged).
+    """
+    evals = [h for h in history if isinstance(h, dict) and "eval" in h and "best" in h]
+    if not evals or not patience or not eval_every:
+        return {"window": None, "last_improved": None, "converged": None, "unconverged": None}
+    window = patience * eval_every
+    bests = [h["best"] if isinstance(h["best"], (list, tuple)) else [h["best"]] for h in evals]  # 1 layer: a number
+    last = [int(evals[0]["step"])] * len(bests[0])
+    for h, prev, cur in zip(evals[1:], bests, bests[1:]):
+        for l, (a, b) in enumerate(zip(prev, cur)):
+            if a != b:
+                last[l] = int(h["step"])
+    converged = [steps - s >= window for s in last]
+    return {"window": window, "last_improved": last, "converged": converged,
+            "unconverged": [l for l, ok in enumerate(converged) if not ok]}
+
+
+def unconverged_layers(report: dict) -> list[int]:
+    """Residual indices ``l`` (of ``h_l``) whose translator was still improving when the step cap
+    ended the fit (:func:`layer_convergence`); ``[]`` when every layer converged."""
+    if not isinstance(report, dict) or "unconverged" not in report:
+        raise TunedLensError("this tuned-lens report predates per-layer convergence (or is an interrupted "
+                             "fit's): refit it with fit_cached(lm, info, config, refresh=True)")
+    if report["unconverged"] is None:
+        raise TunedLensError("this tuned lens was fitted without early-stopping evaluations or without "
+                             "patience, so convergence was not judged: fit it with eval_every > 0, "
+                             "es_windows > 0 and patience set (profile keys tuned_eval_every, "
+                             "tuned_es_windows, tuned_patience)")
+    return [int(l) for l in report["unconverged"]]
+
+
 def checkpoint_path(info: ModelInfo, cfg: TunedLensConfig) -> Path:
     return results_dir() / "tuned-lens-ckpt" / f"{cache.config_key(cache_config(info, cfg), code=fit_cached)}.pt"
 
@@ -449,8 +552,11 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
     it runs in, so both give the same lens (tested).
 
     Returns the lens and a report: ``history`` (the fitting loop's records: ``parts`` = per-layer
-    training KL per step, ``eval`` = per-layer early-stopping KL), ``best_es_kl``, ``steps``,
-    ``stopped_early``, ``fit_seconds``, ``vocab_size``.
+    training KL per step; per evaluation ``kl`` = per-layer early-stopping KL as measured, ``eval``
+    = as counted with ``cfg.rel_tol`` (:class:`CountedKL`), ``best`` = the counted bests),
+    ``best_es_kl``, ``steps``, ``stopped_early``, ``fit_seconds``, ``vocab_size`` and the per-layer
+    convergence of :func:`layer_convergence` (``last_improved``, ``converged``, ``unconverged``,
+    ``convergence_window``).
     """
     if collect not in ("once", "per_step"):
         raise ValueError(f"collect must be 'once' or 'per_step', got {collect!r}")
@@ -484,13 +590,20 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
         return [f"translators.{layer}.weight", f"translators.{layer}.bias"]
 
     use_es = es is not None and cfg.eval_every > 0
-    result = run_fit(lens, fit_config(cfg), step_fn=step_fn, eval_fn=eval_fn if use_es else None,
+    counted = CountedKL(cfg.rel_tol, best=_checkpoint_best(checkpoint))
+    result = run_fit(lens, fit_config(cfg), step_fn=step_fn,
+                     eval_fn=(lambda: counted(eval_fn())) if use_es else None,
+                     eval_extra=(lambda: {"kl": list(counted.raw)}) if use_es else None,
                      best_keys=best_keys, checkpoint=checkpoint, stop_after=stop_after, progress=progress)
     if not result.finished:
         return lens, {"interrupted_at": result.steps}
+    conv = layer_convergence(result.history, result.steps, eval_every=cfg.eval_every,
+                             patience=cfg.patience if use_es else None)
     return lens, {"history": result.history, "best_es_kl": result.best, "steps": result.steps,
                   "stopped_early": result.stopped_early, "fit_seconds": result.seconds,
-                  "vocab_size": None if vocab is None else len(vocab)}
+                  "vocab_size": None if vocab is None else len(vocab),
+                  "convergence_window": conv["window"], "last_improved": conv["last_improved"],
+                  "converged": conv["converged"], "unconverged": conv["unconverged"]}
 
 
 def windows_for(tokenizer, info: ModelInfo, cfg: TunedLensConfig) -> dict[str, torch.Tensor]:

@@ -22,19 +22,18 @@ Every function that takes ``P`` (the resolved profile) reads only keys the noteb
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
 from ..core import cache
 from ..measure import causal, lens, tuned_lens
-from .plotting import PALETTE
+from .plotting import PALETTE, integer_axis
 
 NAME = "03-alignment-curves"
 PAPER_REF = {"model": "Gemma-2-2B (paper)", "layer": 17, "n_layers": 26, "relative": 17 / 26}
@@ -153,16 +152,32 @@ def sensitivity_passes(models: Mapping[str, Any], P, results: Mapping[str, Any])
 
 
 def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> tuple[dict, dict]:
-    """Fit (or load) one tuned lens per model from the ``tuned_*`` keys: ``(lenses, reports)``."""
+    """Fit (or load) one tuned lens per model from the ``tuned_*`` keys: ``(lenses, reports)``.
+
+    Each report carries the layers still improving when the step cap ended the fit
+    (``tuned_lens.unconverged_layers(report)``: residual indices ``l`` of ``h_l``); results read
+    through those translators are marked in :func:`tuned_panel` and kept out of the verdicts."""
     cfg = tuned_lens.TunedLensConfig.from_profile(P)
     lenses, reports = {}, {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()
         lenses[name], reports[name] = tuned_lens.fit_cached(lm, info, cfg, tok)
         if verbose:
-            print(f"{name}: tuned lens ready ({reports[name].get('steps')} steps; this call "
+            print(f"{name}: tuned lens ready ({_convergence_note(reports[name])}; this call "
                   f"{time.perf_counter() - t0:.0f} s)")
     return lenses, reports
+
+
+def _convergence_note(rep: Mapping[str, Any]) -> str:
+    """How a fit ended, from its report: early stop, or the cap with the layers still improving."""
+    steps = rep.get("steps")
+    unconverged = tuned_lens.unconverged_layers(rep)
+    if rep.get("stopped_early"):
+        return f"{steps} steps: every layer converged, stopped early"
+    if not unconverged:
+        return f"{steps} steps, the cap: every layer converged"
+    return (f"{steps} steps, the cap: {len(unconverged)} of {len(rep['converged'])} layers still improving "
+            f"(h_l, l = {', '.join(map(str, unconverged))}), marked and kept out of verdicts")
 
 
 def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dict[str, Any]:
@@ -227,13 +242,22 @@ def depth_curves(result) -> dict[str, np.ndarray]:
     return out
 
 
-def c1_rows(result, baseline, P, *, model: str, decoder: str) -> list:
-    """C1.early / middle / late / C1 and one C1.depth row per depth metric, for one model and decoder."""
+PREPROCESSING = "raw WikiText"  # the text-preprocessing setting whose depth shift enters C1.depth
+
+
+def c1_rows(result, baseline, P, *, model: str, decoder: str, unconverged: Sequence[int] = (),
+            preprocessing: Mapping[str, Any] | None = None) -> list:
+    """C1.early / middle / late / C1 and the C1.depth rows (the primary metric's, then the sensitivity
+    metrics'), for one model and decoder. ``unconverged``: layers whose decoder did not converge (no
+    test reads them); ``preprocessing``: setting -> lens result on the first windows of the same draw
+    under another text preprocessing (``sensitivity_passes(...)[model]``, of which only
+    :data:`PREPROCESSING` is read): a depth it moves by more than its interval is inconclusive."""
     rows = verdicts.c1_regimes(**c1_arrays(result, baseline), model=model, decoder=decoder,
-                               min_run=verdicts.c1_min_run(result.n_layers), n_boot=P.n_boot, seed=P.seed,
-                               source=f"{NAME}-c1")
+                               min_run=verdicts.c1_min_run(result.n_layers), unconverged=unconverged,
+                               n_boot=P.n_boot, seed=P.seed, source=f"{NAME}-c1")
+    prep = {s: depth_curves(r) for s, r in (preprocessing or {}).items() if s == PREPROCESSING}
     rows += verdicts.c1_depth(depth_curves(result), model=model, decoder=decoder, n_boot=P.n_boot,
-                              seed=P.seed, source=f"{NAME}-shift-depth")
+                              seed=P.seed, preprocessing=prep or None, source=f"{NAME}-shift-depth")
     return rows
 
 
@@ -287,7 +311,7 @@ def power_table(results: Mapping[str, Any], baselines: Mapping[str, dict], rows,
         a = c1_arrays(res, baselines[name])
         n = a["top1_input"].shape[0]
         mde = verdicts.c1_power(**a)
-        depth = next((r for r in rows if r.model == name and r.variant == "logit lens" and r.claim_id == "C1.depth"
+        depth = next((r for r in rows if r.model == name and r.variant == "logit lens" and r.claim_id.startswith("C1.depth")
                       and r.details.get("metric") == "top1"), None)
         half = None if depth is None or depth.ci[0] is None else (depth.ci[1] - depth.ci[0]) / 2
         out.append({"model": name, "windows": n, "positions per window": res.tokens["cur"].numel() // n,
@@ -424,7 +448,7 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
         ax.text((L) / 2, 1.0, "middle candidates", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
                 ha="center")
         _symlog(ax, [numbers[name][d][w]["estimate"][1:] for d in results for w in lens.WHICH], 0.05)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        integer_axis(ax, "x")
         ax.set_xlabel(r"residual layer $l$ ($h_l$)")
         ax.set_ylabel("top-1 excess over unigram")
         v = {r.claim_id: r.verdict for r in rows if r.model == name and r.variant == "logit lens"}
@@ -447,7 +471,7 @@ def shift_depth_panel(transitions: Mapping[str, list], rows, P):
     fig, ax = plt.subplots(figsize=(8.5, 0.42 * n + 1.8))
     ax.axvspan(*verdicts.DEPTH_BAND, color=PALETTE["next"], alpha=0.08, lw=0)
     y, ticks, labels = 0.0, [], []
-    verdict = {(r.model, r.variant, r.details.get("metric")): r.verdict for r in rows if r.claim_id == "C1.depth"}
+    verdict = {(r.model, r.variant, r.details.get("metric")): r.verdict for r in rows if r.claim_id.startswith("C1.depth")}
     for label, trs in transitions.items():
         for row in trs:
             for kind, (color, marker, dy) in kinds.items():
@@ -613,7 +637,10 @@ def repeat_share(result, groups: Mapping[str, tuple[np.ndarray, list[str]]]) -> 
 
 
 def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int]) -> pd.DataFrame:
-    """How long each tuned lens trained and how much KL is left (held-out, nats; means over windows)."""
+    """How long each tuned lens trained, which layers converged and how much KL is left (held-out,
+    nats; means over windows). A layer is still improving at the cap when an evaluation in the last
+    ``patience x eval_every`` steps lowered its early-stopping KL by more than ``rel_tol``
+    (``tuned_lens.layer_convergence``); "all converged by step" is when the last layer to converge did."""
     rows = []
     for name, rep in reports.items():
         cfg = rep["config"]
@@ -621,10 +648,7 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
         kl_l, kl_t = as_numpy(rep["kl_logit"]).mean(0), as_numpy(rep["kl_tuned"]).mean(0)
         mid = L // 2
         evals = [h for h in rep.get("history", []) if isinstance(h, dict) and "eval" in h]
-        # a layer is still improving when its best early-stopping KL is its last evaluation's
-        last = np.asarray(evals[-1]["eval"], dtype=float) if evals else None
-        best = np.asarray(rep.get("best_es_kl") or [], dtype=float)
-        improving = int(np.sum(np.isclose(last, best))) if last is not None and best.shape == last.shape else None
+        unconverged = tuned_lens.unconverged_layers(rep)
         rows.append({"model": name, "steps": rep.get("steps"), "step cap": cfg["steps"],
                      "stopped early": rep.get("stopped_early"),
                      "windows seen": int(rep.get("steps") or 0) * cfg["batch"],
@@ -633,22 +657,41 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
                      f"KL logit lens h_0": kl_l[0], "KL tuned h_0": kl_t[0],
                      "KL logit lens mid": kl_l[mid], "KL tuned mid": kl_t[mid],
                      "KL logit lens h_(L-1)": kl_l[L - 1], "KL tuned h_(L-1)": kl_t[L - 1],
-                     "evaluations": len(evals), "layers still improving at the end": improving,
+                     "evaluations": len(evals),
+                     "convergence window (steps)": rep["convergence_window"],
+                     "layers still improving at the cap": len(unconverged),
+                     "still improving (h_l)": ", ".join(map(str, unconverged)) or "none",
+                     "all converged by step": (None if unconverged else
+                                               max(rep["last_improved"]) + rep["convergence_window"]),
                      "final mass outside train vocab": rep.get("outside_mass")})
     return pd.DataFrame(rows).set_index("model").round(3)
 
 
+UNCONVERGED_LABEL = "tuned lens still improving at the cap (kept out of verdicts)"
+
+
 def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: Mapping[str, dict], P):
     """Top-1 curves under the logit lens (solid) and the tuned lens (dashed) per model, and the held-out
-    KL to the final distribution per layer (log scale). Returns ``(fig, numbers)``."""
+    KL to the final distribution per layer (log scale). Layers whose translator was still improving
+    when the step cap ended its fit (``tuned_lens.unconverged_layers``) are hollow markers on the
+    tuned-lens curves; ``numbers[name]["still improving at the cap"]`` holds their ``layers`` (l of
+    ``h_l``) and ``depth`` (l / L). Returns ``(fig, numbers)``."""
     names = list(results)
     fig, axes = plt.subplots(1, len(names) + 1, figsize=(4.8 * (len(names) + 1), 3.7), squeeze=False)
     numbers: dict[str, Any] = {}
+    marker = dict(marker="o", ms=5, mfc="none", mew=1.2, ls="none")
+    unconverged = {name: tuned_lens.unconverged_layers(reports[name]) for name in names}
     for ax, name in zip(axes[0], names):
         L = results[name].n_layers
         depth = np.arange(L + 1) / L
         for decoder, res in (("logit lens", results[name]), ("tuned lens", tuned[name])):
             numbers.setdefault(name, {})[decoder] = _top1_bands(ax, res, depth, DECODER_STYLE[decoder], P, band=0.12)
+        bad = unconverged[name]
+        numbers[name]["still improving at the cap"] = {"layers": bad, "depth": [l / L for l in bad]}
+        for which in lens.WHICH:
+            if bad:
+                est = np.asarray(numbers[name]["tuned lens"][which]["estimate"], dtype=float)
+                ax.plot(depth[bad], est[bad], color=PALETTE[which], **marker)
         ax.set_title(f"{name}: top-1 match rate", fontsize=10)
         ax.set_xlabel("relative depth l / L")
     ax = axes[0, -1]
@@ -662,12 +705,18 @@ def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: M
             numbers.setdefault("kl", {})[f"{name}:{key}"] = c.as_dict()
             ax.plot(depth, c.estimate[:L], DECODER_STYLE[decoder], color=CATEGORY[k % len(CATEGORY)], lw=1.5)
             ax.fill_between(depth, c.lo[:L], c.hi[:L], color=CATEGORY[k % len(CATEGORY)], alpha=0.12, lw=0)
+            if key == "kl_tuned" and unconverged[name]:
+                bad = unconverged[name]
+                ax.plot(depth[bad], np.asarray(c.estimate, dtype=float)[bad], color=CATEGORY[k % len(CATEGORY)],
+                        **marker)
     ax.set_yscale("log")
     ax.set_title(r"held-out KL(final $\|$ lens), nats ($h_0..h_{L-1}$)", fontsize=10)
     ax.set_xlabel("relative depth l / L")
     ax.legend(handles=[Line2D([], [], color=CATEGORY[k % len(CATEGORY)], label=n) for k, n in enumerate(names)],
               fontsize=7)
     extra = [Line2D([], [], color="k", ls=DECODER_STYLE[d], label=d) for d in DECODER_STYLE]
+    if any(unconverged.values()):
+        extra.append(Line2D([], [], color="k", label=UNCONVERGED_LABEL, **marker))
     _model_legend(fig, [], extra=extra, loc="upper left", anchor=(1.0, 0.95))
     fig.tight_layout()
     return fig, numbers
@@ -804,7 +853,7 @@ def summary_lines(rows, transitions: Mapping[str, list], causal_rows: list | Non
         lines.append(f"{name}:")
         for decoder in dict.fromkeys(r.variant for r in rs):
             parts = {r.claim_id: r for r in rs if r.variant == decoder}
-            depth = [r for r in rs if r.variant == decoder and r.claim_id == "C1.depth"]
+            depth = [r for r in rs if r.variant == decoder and r.claim_id.startswith("C1.depth")]
             text = ", ".join(f"{k[3:] if k != 'C1' else 'overall'} {parts[k].verdict}"
                              for k in ("C1.early", "C1.middle", "C1.late", "C1") if k in parts)
             lines.append(f"  {decoder}: C1 {text}")
@@ -821,4 +870,37 @@ def summary_lines(rows, transitions: Mapping[str, list], causal_rows: list | Non
             if c["model"] == name:
                 lines.append(f"  causal: input effect stops at {c['causal input stops']}, next effect starts at "
                              f"{c['causal next starts']} (l/L)")
+    return lines
+
+
+def causal_evidence(profiles: Mapping[str, dict], P) -> dict[str, dict[str, list[int]]]:
+    """Per model and direction (input, next): the residual indices among h_1..h_(L-1) where the net
+    effect of removing that token's direction (``causal.direction_effects``, net of the control) has a
+    95% bootstrap CI over windows above 0 — where the causal profile is evidence of use at all.
+    ``{"model": {"input": [...], "next": [...], "profiled": [...]}}``."""
+    out = {}
+    for name, prof in profiles.items():
+        res = prof["direction"]
+        L = int(max(res["residuals"]))
+        eff = causal.direction_effects(res)
+        inner = [j for j, r in enumerate(res["residuals"]) if 1 <= r <= L - 1]
+        out[name] = {"profiled": [int(res["residuals"][j]) for j in inner]}
+        for what in ("input", "next"):
+            c = stats.curve_ci(eff[what], n_boot=P.n_boot, seed=P.seed)
+            out[name][what] = [int(res["residuals"][j]) for j in inner if c.lo[j] > 0]
+    return out
+
+
+def causal_evidence_lines(evidence: Mapping[str, Mapping[str, list[int]]]) -> list[str]:
+    """Sentences from :func:`causal_evidence`: at how many profiled layers each direction's removal costs
+    measurably more than removing a random token's direction."""
+    lines = []
+    for name, e in evidence.items():
+        m = len(e["profiled"])
+        for what in ("input", "next"):
+            hits = e[what]
+            where = ("at none" if not hits else
+                     f"at {len(hits)} (h_{hits[0]}" + (f" .. h_{hits[-1]}" if len(hits) > 1 else "") + ")")
+            lines.append(f"{name}: removing the {what} token's direction costs measurably more than a random "
+                         f"token's (95% CI above 0) {where} of the {m} profiled layers h_1..h_(L-1).")
     return lines
