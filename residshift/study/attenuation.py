@@ -15,6 +15,12 @@ The notebooks orchestrate; what they compute or draw is a call into this module:
   :func:`benchmark_power`; figures: :func:`fit_history_panel`, :func:`alpha_panel`,
   :func:`loss_panel`, :func:`alignment_panel`.
 - **both**: :func:`verdict_table`, :func:`power_lines`.
+- **where the best single cut sits** (04 and 05): :func:`depth_region` (early / middle / late),
+  :func:`best_cut_anywhere` (the best cell over every block and the best late cell, selected on the
+  grid and measured on the confirmation windows; pure parts :func:`best_cut_selection`,
+  :func:`best_cut_summary`; compute :func:`confirm_cells`), :func:`best_cut_panel`,
+  :func:`early_cut_lines`; for 05 :func:`gate_ranking` and :func:`gate_cut_lines` (the gates'
+  most attenuated blocks beside the best fixed cut).
 
 The verdict rules are :mod:`residshift.analysis.verdicts`'; statistics :mod:`residshift.analysis.stats`'.
 Results are cached by the modules that compute them (sweep, gates, lens, harness); the per-window
@@ -43,7 +49,7 @@ from ..core.data import token_windows
 from ..core.forward import corpus_window_losses
 from ..core.interventions import attenuate
 from ..measure import evaluate, lens
-from .plotting import PALETTE
+from .plotting import PALETTE, integer_axis
 
 NAME04 = "04-attenuation-sweep"
 NAME05 = "05-learned-gates"
@@ -123,6 +129,7 @@ def curves_panel(tables: Mapping[str, pd.DataFrame]):
             ax.fill_between(g.layer, g.lo, g.hi, alpha=0.2, color=line.get_color(), lw=0)
         ax.axhline(0, color="k", lw=0.8)
         ax.set_yscale("symlog", linthresh=0.01)
+        integer_axis(ax, "x")
         ax.set_xlabel("attenuated block $l$")
         ax.set_title(name)
         numbers[name] = t[t.alpha < 1].to_dict(orient="records")
@@ -187,14 +194,13 @@ def confirm_sweeps(models: Mapping[str, Any], sweeps: Mapping[str, dict], P,
 
 def c2_rows(models: Mapping[str, Any], sweeps: Mapping[str, dict],
             confirmations: Mapping[str, Mapping], P) -> list:
-    """C2.layer-sensitive (the grid, alpha = 0.5) and C2.late-cut (selected on the grid, confirmed on
+    """C2.layer-sensitive (the grid's late blocks, alpha = 0.5) and C2.late-cut (selected on the grid, confirmed on
     further windows) per model: ``verdicts.c2_layer_sensitive`` / ``c2_late_cut``."""
     rows = []
     for name, r in sweeps.items():
         info = models[name].info
-        rows += verdicts.c2_layer_sensitive(r["dloss"], r["layers"], r["alphas"], model=name,
-                                            probe_alpha=verdicts.PROBE_ALPHA, n_boot=P.atten_boot, seed=P.seed,
-                                            source=f"{NAME04}-heatmap")
+        rows += verdicts.c2_layer_sensitive(r["dloss"], r["layers"], r["alphas"], model=name, n_layers=info.n_layers,
+                                            probe_alpha=verdicts.PROBE_ALPHA, seed=P.seed, source=f"{NAME04}-heatmap")
         rows += verdicts.c2_late_cut(r["dloss"], r["layers"], r["alphas"], n_layers=info.n_layers, model=name,
                                      confirm_dloss=confirmations[name], n_boot=P.atten_boot, seed=P.seed,
                                      source=f"{NAME04}-late-cut")
@@ -339,6 +345,7 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
                 numbers[name][f"{label}/logprob_{which}"] = c.as_dict()
             ax.set_title(f"{name}: {'input token $x_t$' if which == 'input' else 'next token $x_{t+1}$'}",
                          fontsize=10)
+            integer_axis(ax, "x")
             ax.set_xlabel(r"residual state $h_l$")
         axes[i][0].set_ylabel("lens log-prob (nats)")
         _shared_range([(axes[i][j], [v["estimate"] for k, v in numbers[name].items() if k.endswith(f"_{w}")])
@@ -358,6 +365,7 @@ def alignment_panel(runs: Mapping[str, Mapping[str, Any]], P, *, markers: Mappin
                 numbers[name][f"{label}/change/{col}"] = d.as_dict()
         ax.axhline(0, color="k", lw=0.8)
         ax.set_title(f"{name}: change with the edit (paired per window)", fontsize=10)
+        integer_axis(ax, "x")
         ax.set_xlabel(r"residual state $h_l$")
         ax.set_ylabel(r"$\Delta$ lens log-prob (nats)")
         styles = [Line2D([], [], color=PALETTE["input"], label="input token"),
@@ -478,10 +486,11 @@ def alpha_panel(astats: Mapping[tuple, dict], P):
             ax.set_yscale("log")
             ax.set_ylim(top=1.0)
             ax.set_title(f"{name}: {kind} gates", fontsize=10)
+            integer_axis(ax, "x")
             ax.set_xlabel("gated block $l$")
             if j == 0:
                 ax.set_ylabel(r"attenuation $1-\alpha_l$ (log)")
-            ax.legend(fontsize=8, loc="upper left")
+            ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig, numbers
 
@@ -720,6 +729,484 @@ def benchmark_power(rows) -> list[str]:
         lines.append(f"{r.model} · {r.variant}: largest detectable drop {worst['mde']:.3f} accuracy at "
                      f"{worst['n']} items (changed-answer rate <= {worst['discordance_upper']:.3f}); "
                      f"a {r.details['margin']:g} drop needs about {need} items per task")
+    for line in lines:
+        print(line)
+    return lines
+
+
+# ============================================================================================
+# 04 and 05: where the best single cut sits (over ALL blocks, not only the late ones)
+# ============================================================================================
+
+
+EARLY_FRACTION = 1 / 3  # block l (0-based) of an L-block model is "early" when l < EARLY_FRACTION * L
+
+
+def depth_region(layer: int | None, n_layers: int) -> str:
+    """Where block ``layer`` (0-based) of an ``n_layers``-block model sits: ``"early"``, ``"middle"``
+    or ``"late"`` (``None``: ``"unmodified"``, no block is cut).
+
+    Early: the first third of the blocks, ``l < EARLY_FRACTION * L`` (our definition, the mirror of
+    the late region); late: ``verdicts.is_late`` (``l >= 2L/3``, the region where C2.late-cut reads
+    the paper's "late layer"); middle: everything between. Gemma-3-270M (18 blocks): early 0-5,
+    late 12-17; SmolLM2-135M (30 blocks): early 0-9, late 20-29.
+    """
+    if layer is None:
+        return "unmodified"
+    if n_layers < 1 or not 0 <= int(layer) < n_layers:
+        raise ValueError(f"block {layer} is not a block of a {n_layers}-block model (0..{n_layers - 1})")
+    if int(layer) < EARLY_FRACTION * n_layers:
+        return "early"
+    return "late" if verdicts.is_late(int(layer), n_layers) else "middle"
+
+
+def _a(region: str) -> str:
+    """``"an early"``, ``"a middle"``, ``"a late"``."""
+    return f"{'an' if region[0] in 'aeiou' else 'a'} {region}"
+
+
+def _region_blocks(region: str, n_layers: int) -> str:
+    """``"blocks 0-5"``: the blocks of a region, for sentences."""
+    ls = [l for l in range(n_layers) if depth_region(l, n_layers) == region]
+    if not ls:
+        return "no blocks"
+    return f"block {ls[0]}" if len(ls) == 1 else f"blocks {ls[0]}-{ls[-1]}"
+
+
+def best_cut_selection(dloss, layers, alphas, *, n_layers: int) -> dict[str, Any]:
+    """Which cells go on to the confirmation windows (pure: chosen on every window of ``dloss``).
+
+    ``overall``: ``verdicts.best_fixed_cut`` over every swept block (the unmodified model, alpha = 1
+    with dloss 0, competes; ``layer`` None when it wins); ``lowest``: the swept (block, alpha < 1)
+    with the lowest mean over all blocks, whether or not it beats the unmodified model; ``late``:
+    the lowest late cell (``verdicts.late_cut_candidates``' first candidate, so notebook 04's
+    confirmation already holds it). Each ``{"layer", "alpha", "selection_mean", "region"}``.
+    """
+    d = as_numpy(dloss)
+    layers, alphas = [int(l) for l in layers], [float(a) for a in alphas]
+    best = verdicts.best_fixed_cut(d, layers, alphas)
+    cells = [(li, ai) for li in range(len(layers)) for ai, a in enumerate(alphas) if a < 1]
+    if not cells:
+        raise ValueError(f"no swept alpha < 1 (swept: {alphas}): sweep some alpha < 1")
+    li, ai = min(cells, key=lambda c: float(d[c[0], c[1]].mean()))
+    late = verdicts.late_cut_candidates(d, layers, alphas, n_layers=n_layers)[0]
+
+    def cell(layer, alpha, mean):
+        return {"layer": None if layer is None else int(layer), "alpha": float(alpha),
+                "selection_mean": float(mean), "region": depth_region(layer, n_layers)}
+
+    return {"overall": cell(best["layer"], best["alpha"], best["dloss"]),
+            "lowest": cell(layers[li], alphas[ai], d[li, ai].mean()),
+            "late": cell(late["layer"], late["alpha"], late["selection_mean"])}
+
+
+def confirm_cells(models: Mapping[str, Any], sweeps: Mapping[str, dict], cells: Mapping[str, Any], P, *,
+                  known: Mapping[str, Mapping] | None = None) -> dict[str, dict[tuple[int, float], np.ndarray]]:
+    """dloss of given cells on the confirmation windows :func:`confirm_sweeps` uses (the NEXT
+    ``sweep_confirm_windows`` windows of the seed after the grid's): ``{model: {(block, alpha): [n]}}``.
+
+    ``cells``: ``{model: [(block, alpha), ...]}``. A cell in ``known`` (``confirm_sweeps``' result)
+    is reused; any other is swept there with ``sweep.run_sweep`` (cached per cell).
+    """
+    out = {}
+    for name, wanted in cells.items():
+        lm, tok, info = models[name]
+        base = sweep.SweepConfig.from_profile(P, name)
+        n_sel = base.n_windows
+        if sweeps[name]["dloss"].shape[-1] != n_sel:
+            raise ValueError(f"{name}: the sweep has {sweeps[name]['dloss'].shape[-1]} windows but the profile's "
+                             f"sweep_windows is {n_sel}: pass the sweeps run at this profile (run_sweeps)")
+        given = {(int(l), float(a)): as_numpy(v) for (l, a), v in ((known or {}).get(name) or {}).items()}
+        out[name] = {}
+        for layer, alpha in wanted:
+            key = (int(layer), float(alpha))
+            if key not in given:
+                cfg = dataclasses.replace(base, layers=(key[0],), alphas=(key[1],),
+                                          n_windows=n_sel + P.sweep_confirm_windows)
+                given[key] = as_numpy(sweep.run_sweep(lm, info, tok, cfg)["dloss"][0, 0, n_sel:])
+            if len(given[key]) != P.sweep_confirm_windows:
+                raise ValueError(f"{name}: cell {key} has {len(given[key])} confirmation windows, the profile "
+                                 f"{P.sweep_confirm_windows}: pass confirm_sweeps' result at this profile")
+            out[name][key] = given[key]
+    return out
+
+
+def _cell_numbers(sel: np.ndarray, conf: np.ndarray | None, cell: Mapping[str, Any], *, n_boot: int,
+                  seed: int, margin: float, test_alpha: float) -> dict[str, Any]:
+    m, lo, hi = stats.bootstrap_mean(sel, n_boot=n_boot, seed=seed)
+    out = {**cell, "selection_mean": m, "selection_lo": lo, "selection_hi": hi, "n_selection": int(sel.size)}
+    if conf is None:
+        return out
+    t = stats.paired_ttest(conf, alternative="less")
+    cm, clo, chi = stats.bootstrap_mean(conf, n_boot=n_boot, seed=seed)
+    out.update(mean=cm, lo=clo, hi=chi, p=t["p"], t=t["t"], sd=t["sd"], n=t["n"],
+               mde=stats.mde_paired_mean(t["sd"], t["n"], alpha=test_alpha, power=verdicts.POWER, sided="one"),
+               status=confirmation_status(t["p"], clo, margin=margin, test_alpha=test_alpha))
+    return out
+
+
+def confirmation_status(p: float, lo: float, *, margin: float = verdicts.LOSS_MARGIN,
+                        test_alpha: float = verdicts.TEST_ALPHA) -> str:
+    """One cell on the confirmation windows: ``"confirmed"`` if the one-sided paired t-test
+    (H1: dloss < 0) gives ``p <= test_alpha`` (one cell per question, so no correction);
+    ``"ruled out"`` if not and the CI's lower end lies above ``-margin`` (an improvement of
+    ``margin`` nats or more is excluded); ``"undecided"`` otherwise. The C2.late-cut reading, for
+    one cell."""
+    if p <= test_alpha:
+        return "confirmed"
+    return "ruled out" if lo > -margin else "undecided"
+
+
+def best_cut_summary(sweeps: Mapping[str, dict], confirm_dloss: Mapping[str, Mapping], n_layers: Mapping[str, int],
+                     *, n_boot: int = 1000, seed: int = 0, margin: float = verdicts.LOSS_MARGIN,
+                     test_alpha: float = verdicts.TEST_ALPHA) -> dict[str, dict]:
+    """Per model, the best single cut anywhere and the best late cell, selected on the grid's
+    windows and measured on the confirmation windows (pure: statistics of given arrays).
+
+    ``confirm_dloss``: ``{model: {(block, alpha): dloss per confirmation window}}`` holding at least
+    the ``overall`` (when a cut wins) and ``late`` cells of :func:`best_cut_selection`. Per cell:
+    the selection mean with its bootstrap CI; the confirmation mean, 95% bootstrap CI, one-sided
+    paired t-test p (H1: dloss < 0), the minimum detectable effect at ``test_alpha``/80% power and
+    :func:`confirmation_status`. ``overall_minus_late``: overall minus late cell, paired per
+    confirmation window (None when they are the same cell or the unmodified model won). JSON-ready.
+    """
+    out = {}
+    for name, r in sweeps.items():
+        L = int(n_layers[name])
+        d = as_numpy(r["dloss"])
+        layers, alphas = [int(l) for l in r["layers"]], [float(a) for a in r["alphas"]]
+        sel = best_cut_selection(d, layers, alphas, n_layers=L)
+        conf = {(int(l), float(a)): as_numpy(v) for (l, a), v in confirm_dloss.get(name, {}).items()}
+
+        def numbers(cell, confirm=True):
+            key = (cell["layer"], cell["alpha"])
+            if confirm and key not in conf:
+                raise ValueError(f"{name}: confirm_dloss lacks cell {key} (block, alpha): sweep it on the "
+                                 "confirmation windows (confirm_cells)")
+            x = d[layers.index(cell["layer"]), alphas.index(cell["alpha"])]
+            return _cell_numbers(x, conf[key] if confirm else None, cell, n_boot=n_boot, seed=seed, margin=margin,
+                                 test_alpha=test_alpha)
+
+        won = sel["overall"]["layer"] is not None
+        overall = numbers(sel["overall"]) if won else {**sel["overall"], "status": "unmodified"}
+        late = numbers(sel["late"])
+        same = won and (overall["layer"], overall["alpha"]) == (late["layer"], late["alpha"])
+        diff = None
+        if won and not same:
+            a, b = conf[(overall["layer"], overall["alpha"])], conf[(late["layer"], late["alpha"])]
+            if a.shape != b.shape:
+                raise ValueError(f"{name}: the two cells have {a.shape} and {b.shape} confirmation windows: "
+                                 "both must be the same windows")
+            diff = stats.paired_delta(a, b, n_boot=n_boot, seed=seed)
+            diff = {k: diff[k] for k in ("delta", "lo", "hi", "n")}
+        out[name] = {"n_layers": L, "first_late_block": verdicts.first_late_block(L),
+                     "early_blocks": _region_blocks("early", L), "late_blocks": _region_blocks("late", L),
+                     "n_selection": int(d.shape[-1]), "n_confirmation": None if not conf else
+                     int(len(next(iter(conf.values())))), "margin": margin, "test_alpha": test_alpha,
+                     "overall": overall, "lowest": numbers(sel["lowest"], confirm=False), "late": late,
+                     "same_cell": same, "overall_minus_late": diff}
+    return out
+
+
+def best_cut_anywhere(models: Mapping[str, Any], sweeps: Mapping[str, dict], confirmations: Mapping[str, Mapping],
+                      P, *, verbose: bool = True) -> dict[str, dict]:
+    """Per model, the best single cut over ALL blocks (the unmodified model competing, as in
+    ``verdicts.best_fixed_cut``) and the best late cell, chosen on the grid's windows and measured
+    on :func:`confirm_sweeps`' confirmation windows (``confirmations``, reused; a cell not among
+    them is swept there, cached). Returns :func:`best_cut_summary`'s numbers; ``verbose`` prints
+    which cells were swept."""
+    wanted = {}
+    for name, r in sweeps.items():
+        sel = best_cut_selection(r["dloss"], r["layers"], r["alphas"], n_layers=models[name].info.n_layers)
+        wanted[name] = [(c["layer"], c["alpha"]) for c in (sel["overall"], sel["late"]) if c["layer"] is not None]
+        wanted[name] = list(dict.fromkeys(wanted[name]))
+        if verbose:
+            have = set(confirmations.get(name, {}))
+            new = [c for c in wanted[name] if c not in have]
+            print(f"{name}: cells on the confirmation windows: "
+                  + ", ".join(f"block {l} alpha={a:g}" for l, a in wanted[name])
+                  + (f" ({', '.join(f'block {l} alpha={a:g}' for l, a in new)} swept here)" if new else ""))
+    conf = confirm_cells(models, sweeps, wanted, P, known=confirmations)
+    return best_cut_summary(sweeps, conf, {n: models[n].info.n_layers for n in sweeps}, n_boot=P.atten_boot,
+                            seed=P.seed)
+
+
+def _per_block_best(t: pd.DataFrame) -> pd.DataFrame:
+    """Per block, the alpha < 1 with the lowest mean dloss (its row of a ``sweep_tables`` table)."""
+    t = t[t.alpha < 1]
+    return t.loc[t.groupby("layer")["dloss"].idxmin()].sort_values("layer").reset_index(drop=True)
+
+
+CELL_STYLE = {"overall": ("#d55e00", "D", "best cut over all blocks"),
+              "late": ("#0173b2", "s", "best late cell")}
+
+
+def best_cut_panel(tables: Mapping[str, pd.DataFrame], summary: Mapping[str, dict]):
+    """Per model: for every block, the mean dloss on the selection windows of its best alpha < 1
+    (95% bootstrap CI band; marker shape = that alpha), the late region (``l >= 2L/3``) shaded and
+    the early region (first third) tinted; the best cell over all blocks and the best late cell
+    marked at their selection means (open) and at their confirmation means with 95% CIs (filled,
+    beside the block). y: symmetric log, linear within +-0.01 nats, shared by the panels; integer
+    block ticks; legend below the panels. ``tables``: :func:`sweep_tables`; ``summary``:
+    :func:`best_cut_anywhere`. Returns ``(fig, numbers)``."""
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
+
+    names = [n for n in tables if n in summary]
+    if not names:
+        raise ValueError("tables and summary share no model: pass sweep_tables(...) and best_cut_anywhere(...) "
+                         "of the same sweeps")
+    fig, axes = plt.subplots(1, len(names), figsize=(5.8 * len(names), 4.0), squeeze=False, sharey=True)
+    alphas = sorted({float(a) for n in names for a in _per_block_best(tables[n]).alpha})  # the ones drawn
+    shapes = dict(zip(alphas, "o^vP*Xhp<>"))
+    numbers: dict[str, Any] = {}
+    for ax, name in zip(axes[0], names):
+        s, best = summary[name], _per_block_best(tables[name])
+        L = s["n_layers"]
+        ax.axvspan(s["first_late_block"] - 0.5, L - 0.5, color="#bdbdbd", alpha=0.35, lw=0)
+        early_end = max([l for l in range(L) if depth_region(l, L) == "early"], default=-1)
+        ax.axvspan(-0.5, early_end + 0.5, color="#029e73", alpha=0.08, lw=0)
+        ax.plot(best.layer, best.dloss, color="k", lw=1.2)
+        ax.fill_between(best.layer, best.lo, best.hi, color="k", alpha=0.12, lw=0)
+        for a, g in best.groupby("alpha"):
+            ax.plot(g.layer, g.dloss, ls="none", marker=shapes[float(a)], color="k", ms=4)
+        for which, (color, marker, _) in CELL_STYLE.items():
+            c = s[which]
+            if c["layer"] is None or (which == "late" and s["same_cell"]):
+                continue
+            ax.plot([c["layer"]], [c["selection_mean"]], ls="none", marker=marker, ms=9, mfc="none", mec=color,
+                    mew=1.6)
+            x = c["layer"] + (0.3 if which == "overall" else -0.3)
+            ax.errorbar([x], [c["mean"]], yerr=[[c["mean"] - c["lo"]], [c["hi"] - c["mean"]]], fmt=marker,
+                        color=color, ms=6, capsize=3)
+        if s["overall"]["layer"] is None:
+            ax.annotate("no cut beats the unmodified model", xy=(0.03, 0.95), xycoords="axes fraction",
+                        fontsize=8, va="top")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_yscale("symlog", linthresh=0.01)
+        ax.set_xlim(-0.5, L - 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("attenuated block $l$")
+        ax.set_title(name, fontsize=10)
+        ax.grid(False, axis="x")
+        numbers[name] = {"per_block": best[["layer", "alpha", "dloss", "lo", "hi"]].to_dict(orient="records"),
+                         **{k: v for k, v in s.items()}}
+    axes[0][0].set_ylabel(r"$\Delta$loss (nats), symlog")
+    handles = [Patch(color="k", alpha=0.25, label=r"per block, its best $\alpha$ < 1: mean on the selection "
+                     "windows, 95% CI")]
+    handles += [Line2D([], [], color="k", marker=shapes[a], ls="none", ms=4, label=rf"$\alpha$ = {a:g}")
+                for a in alphas]
+    handles += [Patch(color="#029e73", alpha=0.2, label="early: first third of the blocks"),
+                Patch(color="#bdbdbd", alpha=0.6, label=r"late: $l \geq 2L/3$ (the paper's claim)")]
+    for color, marker, label in CELL_STYLE.values():
+        handles += [Line2D([], [], ls="none", marker=marker, mfc="none", mec=color, ms=8, label=f"{label}: selection"),
+                    Line2D([], [], ls="-", marker=marker, color=color, ms=6, label=f"{label}: confirmation, 95% CI")]
+    fig.tight_layout()
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8, frameon=False)
+    return fig, numbers
+
+
+def _ci(m: float, lo: float, hi: float) -> str:
+    """``"-0.0114 [-0.0197, -0.0031]"``: a signed loss change with its CI, 4 decimals."""
+    return f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def _cell_label(c: Mapping[str, Any]) -> str:
+    return f"block {c['layer']}, alpha={c['alpha']:g}"
+
+
+def _confirmation_sentence(c: Mapping[str, Any], n: int, margin: float) -> str:
+    head = (f"on the {n} confirmation windows it changes the loss by "
+            f"{_ci(c['mean'], c['lo'], c['hi'])} nats (one-sided paired t-test p = {c['p']:.3g})")
+    tail = {"confirmed": "confirmed: it lowers the loss on fresh windows",
+            "ruled out": f"not confirmed, and an improvement of {margin:g} nats or more is ruled out",
+            "undecided": f"not confirmed, though an improvement of {margin:g} nats is not ruled out either "
+                         f"(smallest detectable effect {c['mde']:.4f} nats)"}[c["status"]]
+    return f"{head}: {tail}"
+
+
+def early_cut_lines(summary: Mapping[str, dict]) -> list[str]:
+    """Per model, printed: where the best single cut over all blocks sits (selection windows), its
+    effect on the confirmation windows, the best late cell beside it, and whether the best cut lies
+    outside the paper's late region. ``summary``: :func:`best_cut_anywhere` (or the numbers of
+    :func:`best_cut_panel`)."""
+    lines = []
+    for name, s in summary.items():
+        L, n_sel, n_conf, margin = s["n_layers"], s["n_selection"], s["n_confirmation"], s["margin"]
+        o, late, low = s["overall"], s["late"], s["lowest"]
+        regions = f"early = {s['early_blocks']}, late = {s['late_blocks']}"
+        if o["layer"] is None:
+            lines.append(f"{name}: no single cut over the {L} blocks lowers the loss on the {n_sel} selection windows: "
+                         f"the best fixed cut is the unmodified model (the least harmful cut, {_cell_label(low)}, "
+                         f"{_a(low['region'])} block, costs {low['selection_mean']:+.4f} nats; {regions}).")
+        else:
+            lines.append(f"{name}: the best single cut over all {L} blocks on the {n_sel} selection windows is "
+                         f"{_cell_label(o)} ({_ci(o['selection_mean'], o['selection_lo'], o['selection_hi'])}"
+                         f" nats), {_a(o['region'])} block ({regions}); "
+                         + _confirmation_sentence(o, n_conf, margin) + ".")
+        late_sel = (f"{late['selection_mean']:+.4f} nats on the selection windows"
+                    + ("" if late["selection_mean"] < 0 else ", not better than the unmodified model there"))
+        if s["same_cell"]:
+            lines.append(f"{name}: the best cut is also the best late cell (C2.late-cut's first candidate): on "
+                         "the selection windows no early or middle block beats the late region.")
+        else:
+            d = s["overall_minus_late"]
+            comp = "" if d is None else (
+                f"; on the same windows the best cut's loss minus the late cell's is "
+                f"{_ci(d['delta'], d['lo'], d['hi'])} nats")
+            lines.append(f"{name}: the best late cell is {_cell_label(late)} ({late_sel}); "
+                         + _confirmation_sentence(late, n_conf, margin) + comp + ".")
+        if o["layer"] is None:
+            verdict = "no fixed cut helps on the selection windows, early or late"
+        elif o["region"] == "late":
+            verdict = ("the best single cut lies inside the paper's late region" + (
+                ", and it holds on the confirmation windows" if o["status"] == "confirmed" else
+                " on the selection windows, but it does not hold on the confirmation windows"))
+        elif o["status"] == "confirmed":
+            verdict = (f"the best single cut lies OUTSIDE the paper's late region ({_a(o['region'])} block), "
+                       "and it holds on the confirmation windows")
+        else:
+            verdict = (f"the best single cut on the selection windows lies outside the paper's late region "
+                       f"({_a(o['region'])} block), but it does not hold on the confirmation windows, so this "
+                       "profile does not place the best cut outside the late region")
+        lines.append(f"{name}: {verdict}.")
+    for line in lines:
+        print(line)
+    return lines
+
+
+def gate_attenuation(values: Mapping) -> dict[str, dict[str, dict[str, Any]]]:
+    """The learned attenuation ``1 - alpha_l`` per model, gate kind and seed:
+    ``{model: {kind: {"layers": [...], "seeds": [seed labels], "attenuation": [n_seeds, n_gated]}}}``.
+
+    ``values``: :func:`alpha_stats`' result (``{(model, kind, seed): {"layers", "mean"}}``, mean =
+    alpha; token gates: the mean over tokens) or :func:`alpha_panel`'s numbers, as saved in
+    ``figures/05-learned-gates-alpha.json`` (``{"model/kind/seedS": {"layers", "attenuation_mean"}}``).
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, v in values.items():
+        if isinstance(key, tuple):
+            name, kind, s = key
+            att = 1 - as_numpy(v["mean"]).astype(np.float64)
+        else:
+            parts = str(key).split("/")
+            if len(parts) != 3 or "attenuation_mean" not in v:
+                raise ValueError(f"{key!r}: expected alpha_stats' {{(model, kind, seed): ...}} or alpha_panel's "
+                                 "{'model/kind/seedS': {'layers', 'attenuation_mean'}}")
+            name, kind, s = parts
+            s = s[len("seed"):] if s.startswith("seed") else s
+            att = np.asarray(v["attenuation_mean"], dtype=np.float64)
+        layers = [int(l) for l in v["layers"]]
+        if len(layers) != len(att):
+            raise ValueError(f"{key!r}: {len(att)} attenuation values for {len(layers)} layers")
+        d = out.setdefault(name, {}).setdefault(kind, {"layers": layers, "seeds": [], "attenuation": []})
+        if d["layers"] != layers:
+            raise ValueError(f"{name} {kind}: the seeds gate different blocks ({d['layers']} vs {layers})")
+        d["seeds"].append(str(s))
+        d["attenuation"].append(att)
+    for kinds in out.values():
+        for d in kinds.values():
+            d["attenuation"] = np.stack(d["attenuation"])
+    return out
+
+
+def gate_ranking(values: Mapping, n_layers: Mapping[str, int]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Blocks ranked by seed-averaged learned attenuation ``1 - alpha_l`` (pure).
+
+    Per model and gate kind: ``order`` (gated blocks, most attenuated first), ``mean``/``min``/``max``
+    per block over seeds (same order as ``layers``), ``top_per_seed`` (each seed's most attenuated
+    block), ``moved`` (the largest distance of any seed's attenuation from its start
+    ``1 - sigmoid(THETA_INIT)``; below ``verdicts.MIN_GATE_MOVEMENT`` the gates "did not move") and
+    each block's :func:`depth_region`. ``values``: as :func:`gate_attenuation`.
+    """
+    init = 1 - float(torch.sigmoid(torch.tensor(gates.THETA_INIT)))
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, kinds in gate_attenuation(values).items():
+        if name not in n_layers:
+            raise ValueError(f"n_layers lacks model {name!r}: pass {{model: info.n_layers}} for every model")
+        L = int(n_layers[name])
+        out[name] = {}
+        for kind, d in kinds.items():
+            a, layers = d["attenuation"], d["layers"]
+            mean = a.mean(axis=0)
+            order = [layers[i] for i in np.argsort(-mean, kind="stable")]
+            out[name][kind] = {"layers": layers, "seeds": d["seeds"], "n_layers": L, "order": order,
+                               "mean": mean.tolist(), "min": a.min(axis=0).tolist(), "max": a.max(axis=0).tolist(),
+                               "top_per_seed": [layers[int(i)] for i in a.argmax(axis=1)],
+                               "moved": float(np.abs(a - init).max()),
+                               "region": {l: depth_region(l, L) for l in layers}}
+    return out
+
+
+def _loss_row(loss_table, model: str, variant: str) -> dict[str, Any]:
+    t = loss_table if isinstance(loss_table, pd.DataFrame) else pd.DataFrame(list(loss_table))
+    hit = t[(t.model == model) & (t.variant == variant)]
+    if hit.empty:
+        raise ValueError(f"the loss table has no row {variant!r} for {model}: pass loss_table(losses, P) and "
+                         "the cut_info of the same test_losses")
+    return hit.iloc[0].to_dict()
+
+
+def gate_cut_lines(values: Mapping, cuts: Mapping[str, Mapping], loss_table, *, n_layers: Mapping[str, int],
+                   top: int = 3) -> list[str]:
+    """Printed, per model: where the best fixed cut sits (``test_losses``' ``cut_info``, chosen on
+    notebook 04's validation grid) with its test-window loss change from ``loss_table``; then per
+    gate kind the ``top`` blocks with the largest seed-averaged attenuation ``1 - alpha_l`` (with
+    the range over seeds and the block's region), whether the seeds agree on the most attenuated
+    block, and where the cut's block ranks among the gates' blocks.
+
+    ``values``: :func:`alpha_stats`' result or ``figures/05-learned-gates-alpha.json``;
+    ``cuts``: ``{model: losses[model]["cut_info"]}``; ``loss_table``: :func:`loss_table` (or its
+    saved records); ``n_layers``: ``{model: info.n_layers}``.
+    """
+    if top < 1:
+        raise ValueError(f"top must be >= 1, got {top}")
+    ranking = gate_ranking(values, n_layers)
+    lines = []
+    for name, kinds in ranking.items():
+        if name not in cuts:
+            raise ValueError(f"cuts lacks model {name!r}: pass {{model: losses[model]['cut_info']}}")
+        cut, L = cuts[name], int(n_layers[name])
+        row = _loss_row(loss_table, name, f"best fixed cut ({cut['label']})")
+        if cut["layer"] is None:
+            lines.append(f"{name}: no single cut lowered the loss on notebook 04's validation grid, so the best "
+                         "fixed cut is the unmodified model: there is no cut block to set beside the gates.")
+        else:
+            region = depth_region(int(cut["layer"]), L)
+            lines.append(f"{name}: the best fixed cut, {_cell_label(cut)} (chosen on notebook 04's validation "
+                         f"grid), sits in {_a(region)} block (early = {_region_blocks('early', L)}, late = "
+                         f"{_region_blocks('late', L)} of {L}); on the {int(row['n'])} test windows it changes the "
+                         f"loss by {_ci(row['change'], row['lo'], row['hi'])} nats.")
+        for kind, g in kinds.items():
+            k = len(g["seeds"])
+            idx = {l: i for i, l in enumerate(g["layers"])}
+
+            def block(l):
+                i = idx[l]
+                spread = (f"seeds {g['min'][i]:.3g} to {g['max'][i]:.3g}" if k > 1 else "1 seed")
+                return f"block {l} ({g['mean'][i]:.3g}; {spread}; {g['region'][l]})"
+
+            seeds = "" if k == 1 else (
+                "; the seeds agree on the most attenuated block" if len(set(g["top_per_seed"])) == 1 else
+                "; the seeds disagree on the most attenuated block ("
+                + ", ".join(f"seed {s}: {b}" for s, b in zip(g["seeds"], g["top_per_seed"])) + ")")
+            text = (f"{name}, {kind} gates: the largest {'seed-averaged ' if k > 1 else ''}attenuation 1 - alpha is "
+                    f"at " + ", ".join(block(l) for l in g["order"][:top]) + seeds)
+            if cut["layer"] is not None:
+                l = int(cut["layer"])
+                if l not in idx:
+                    text += f"; the cut's block {l} was not gated"
+                else:
+                    r = g["order"].index(l) + 1
+                    text += (f"; the fixed cut's block {l} is the gates' most attenuated block" if r == 1 else
+                             f"; the fixed cut's block {l} ranks {r} of {len(g['order'])} "
+                             f"(1 - alpha = {g['mean'][idx[l]]:.3g})"
+                             + ("" if r <= top else ", outside the gates' top blocks"))
+            if g["moved"] < verdicts.MIN_GATE_MOVEMENT:
+                text += (f"; but no gate moved more than {verdicts.MIN_GATE_MOVEMENT:g} from its start "
+                         f"(largest {g['moved']:.4f}), so this ranking says where the gates started, not where "
+                         "the loss wants attenuation")
+            lines.append(text + ".")
     for line in lines:
         print(line)
     return lines
