@@ -570,9 +570,10 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     else:
         middle = INCONCLUSIVE
         open_ = [l for l in cand if l not in quiet and l not in busy and l not in skip]
-        why_m = (f"no run of {min_run} quiet layers (longest {len(longest)}), and not every candidate is busy: "
-                 + (f"{len(open_)} undecided (e.g. h_{open_[0]})" if open_ else "")
-                 + (("; " if open_ else "") + f"{len([l for l in cand if l in skip])} not converged" if skip & set(cand) else ""))
+        parts_m = ([f"{len(open_)} undecided (e.g. h_{open_[0]})"] if open_ else []) + (
+            [f"{len(skip & set(cand))} not converged"] if skip & set(cand) else [])
+        why_m = (f"no run of {min_run} quiet layer{'s' if min_run > 1 else ''} (longest {len(longest)}), and not "
+                 f"every candidate is busy: " + "; ".join(parts_m))
     worst_hi = {l: max(bhi_in[l], bhi_nx[l]) for l in cand}
     lq = min(cand, key=lambda l: worst_hi[l])
     use_in = bhi_in[lq] >= bhi_nx[lq]
