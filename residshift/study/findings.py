@@ -159,7 +159,7 @@ def _kind(text: str) -> str:
     prev = None
     while prev != text:
         prev, text = text, re.sub(r"\([^()]*\)", "", text)
-    clauses = [" ".join(c.split(":", 1)[0].split()).strip(" ,.") for c in text.split(";")]
+    clauses = [" ".join(c.split(":", 1)[0].split()).replace(" ,", ",").strip(" ,.") for c in text.split(";")]
     head = clauses[0] or "no reason recorded"
     return head + (", underpowered" if "underpowered" in clauses[1:] else "")
 
