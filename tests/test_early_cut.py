@@ -345,3 +345,9 @@ def test_gate_cut_lines_name_their_missing_inputs():
     partial = {"m/scalar/seed0": {"layers": [3, 4, 5], "attenuation_mean": [0.01, 0.02, 0.03]}}
     lines = A.gate_cut_lines(partial, CUT, pd.DataFrame(_loss_records()), n_layers={"m": 6})
     assert "the cut's block 1 was not gated" in lines[1]
+
+
+def test_a_significant_but_immaterial_improvement_is_not_confirmed():
+    assert A.confirmation_status(0.001, -0.004, margin=0.005, mean=-0.002) == "ruled out"
+    assert A.confirmation_status(0.001, -0.008, margin=0.005, mean=-0.004) == "undecided"
+    assert A.confirmation_status(0.001, -0.012, margin=0.005, mean=-0.008) == "confirmed"

@@ -841,18 +841,18 @@ def _cell_numbers(sel: np.ndarray, conf: np.ndarray | None, cell: Mapping[str, A
     cm, clo, chi = stats.bootstrap_mean(conf, n_boot=n_boot, seed=seed)
     out.update(mean=cm, lo=clo, hi=chi, p=t["p"], t=t["t"], sd=t["sd"], n=t["n"],
                mde=stats.mde_paired_mean(t["sd"], t["n"], alpha=test_alpha, power=verdicts.POWER, sided="one"),
-               status=confirmation_status(t["p"], clo, margin=margin, test_alpha=test_alpha))
+               status=confirmation_status(t["p"], clo, margin=margin, test_alpha=test_alpha, mean=cm))
     return out
 
 
 def confirmation_status(p: float, lo: float, *, margin: float = verdicts.LOSS_MARGIN,
-                        test_alpha: float = verdicts.TEST_ALPHA) -> str:
-    """One cell on the confirmation windows: ``"confirmed"`` if the one-sided paired t-test
-    (H1: dloss < 0) gives ``p <= test_alpha`` (one cell per question, so no correction);
-    ``"ruled out"`` if not and the CI's lower end lies above ``-margin`` (an improvement of
-    ``margin`` nats or more is excluded); ``"undecided"`` otherwise. The C2.late-cut reading, for
-    one cell."""
-    if p <= test_alpha:
+                        test_alpha: float = verdicts.TEST_ALPHA, mean: float | None = None) -> str:
+    """One cell on the confirmation windows, read as C2.late-cut reads a candidate: ``"confirmed"`` if
+    the one-sided paired t-test (H1: dloss < 0) gives ``p <= test_alpha`` (one cell per question, so no
+    correction) AND the ``mean`` improvement is material (at least ``margin`` nats); ``"ruled out"`` if
+    the CI's lower end lies above ``-margin`` (an improvement of ``margin`` nats or more is excluded);
+    ``"undecided"`` otherwise (including significant but smaller than the margin)."""
+    if p <= test_alpha and (mean is None or mean <= -margin):
         return "confirmed"
     return "ruled out" if lo > -margin else "undecided"
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from ..analysis import verdicts
 from ..analysis.verdicts import is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
 from ..core.outputs import load_manifest, manifest_problems
@@ -234,6 +235,7 @@ def section_verdicts(fig: Path, bench: Path) -> str:
 
 
 BEFORE_19 = "verdicts-before-issue-19"  # benchmarks/<this>/: the verdict files as the rules before issue 19 left them
+BEFORE_19_COMMIT = "6d12dd2"  # the commit whose rules made those files (where they were copied from)
 
 
 def _match_key(row) -> tuple:
@@ -280,8 +282,9 @@ def section_rules_change(fig: Path, bench: Path) -> str:
         return _missing("Verdicts before and after the rules of issue 19", "figures/*verdicts.json")
     return ("<details><summary><b>Verdicts before → after the rules of issue 19</b> "
             f"({changed} of {total} rows changed verdict; before = the files in `benchmarks/{BEFORE_19}/`, "
-            "made by the previous rules at commit 6d12dd2)</summary>\n\n"
-            "What changed: C1.early / C1.late judge a regime's extent (a run of at least a tenth of the layers), "
+            f"made by the previous rules at commit {BEFORE_19_COMMIT})</summary>\n\n"
+            "What changed: C1.early / C1.late judge a regime's extent (a run of at least "
+            f"ceil({verdicts.C1_EXTENT_FRACTION:g} L) layers), "
             "not one layer; C1.depth is labelled post hoc, reads one primary metric (the others are sensitivity "
             "rows) and turns inconclusive when raw text moves it by more than its interval; "
             "C2.layer-sensitive compares late blocks only, with a permutation test; an improvement must be "
