@@ -66,6 +66,37 @@ def test_untied_model_is_refused_with_the_reason(tmp_path):
         load_model(str(tmp_path))
 
 
+@pytest.mark.parametrize("decoder", ["output", "input"])
+def test_untied_model_loads_through_the_chosen_matrix(tmp_path, decoder):
+    model, tok = models.build_tiny("tiny-llama", tie_word_embeddings=False, seed=1)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    lm, tok2, info = load_model(str(tmp_path), decoder=decoder)
+    module = lm._module
+    head = module.get_output_embeddings() if decoder == "output" else module.get_input_embeddings()
+    assert info.embedding is head.weight and info.decoder == decoder and info.tied is False
+    assert info.describe()["decoder"] == decoder
+    models.check_interface((lm, tok2, info))  # the lens at h_L is the model's logits only via "output"
+    if decoder == "output":
+        ids = torch.arange(3, 11).unsqueeze(0)
+        with lm.trace(ids):
+            h = info.layer_envoys(lm)[-1].output.save()
+            logits = lm.output.logits.save()
+        lens = info.final_norm(h) @ info.embedding.T
+        assert torch.allclose(lens, logits, atol=1e-5)
+
+
+def test_decoder_choice_on_a_tied_model_is_the_one_matrix_and_bad_choices_are_refused():
+    model, tok = models.build_tiny("tiny-llama")
+    info = models.describe_model(model, tok, name="t", source="test", decoder="output")
+    assert info.decoder == "tied" and info.tied and info.embedding is model.get_input_embeddings().weight
+    with pytest.raises(models.ModelError, match="decoder must be one of"):
+        models.describe_model(model, tok, name="t", source="test", decoder="lm_head")
+    untied, tok = models.build_tiny("tiny-llama", tie_word_embeddings=False)
+    with pytest.raises(UntiedEmbeddingsError, match="decoder='output'"):
+        models.describe_model(untied, tok, name="u", source="test")
+
+
 def test_local_folder_round_trip(tmp_path):
     model, tok = models.build_tiny("tiny-gpt2", seed=3)
     model.eval()

@@ -22,7 +22,12 @@ Names it understands (``known_models()`` lists them):
   download through ``from_pretrained``; offline they load from the local Hugging Face cache.
 
 The study needs tied input/output embeddings (the logit lens decodes through the same matrix that
-embeds the input); a model without them is refused with :class:`UntiedEmbeddingsError`.
+embeds the input); a model without them is refused with :class:`UntiedEmbeddingsError` unless the
+caller chooses the matrix the lens decodes through (``decoder=``, :data:`DECODERS`): ``"output"``
+reads every layer through the model's own output head (``logits_L`` are then the model's logits),
+``"input"`` through the input embedding matrix (so "decodes the input token" keeps its meaning at
+``h_0``, and ``logits_L`` are not the model's). ``ModelInfo.decoder`` and ``ModelInfo.tied`` record
+the choice and the check; for a tied model both choices are the one matrix (``decoder="tied"``).
 
 What a model must offer the lens, the edits and the harness is written down once, in
 :class:`StudyModel` / :class:`StudyModule` (and the :class:`ModelInfo` fields), and checked by
@@ -51,6 +56,13 @@ from torch import nn
 
 from .cache import atomic_dir
 from .paths import cache_dir
+
+
+DECODERS: dict[str, str] = {
+    "tied": "the tied embedding matrix (input embedding = output head)",
+    "output": "the model's own output head (lm_head), for an untied model",
+    "input": "the input embedding matrix, for an untied model",
+}
 
 
 class ModelError(RuntimeError):
@@ -111,12 +123,14 @@ class ModelInfo:
     embed_path: str  # dotted path of the input embedding module
     layers: nn.ModuleList = field(repr=False)
     final_norm: nn.Module = field(repr=False)
-    embedding: torch.Tensor = field(repr=False)  # [vocab, d] the tied matrix E
+    embedding: torch.Tensor = field(repr=False)  # [vocab, d] the matrix E the lens decodes through
     embed_scale: float = 1.0  # the input embedding is E[x] * embed_scale (Gemma: sqrt(d))
     logit_softcap: float | None = None  # logits = cap * tanh(logits / cap) where set (Gemma-2)
     prepend_bos: bool = False  # sequences start with BOS (what the model was trained with)
     bos_token_id: int | None = None
     remote: bool = False  # trace on NDIF (nnsight remote execution) instead of locally
+    decoder: str = "tied"  # which matrix E is (DECODERS): "tied", or for an untied model "output" / "input"
+    tied: bool = True  # whether the input embedding and the output head are one tensor
 
     @property
     def n_params(self) -> int:
@@ -157,6 +171,8 @@ class ModelInfo:
             "embed_scale": round(float(self.embed_scale), 4),
             "logit_softcap": self.logit_softcap,
             "prepend_bos": self.prepend_bos,
+            "decoder": self.decoder,
+            "tied": self.tied,
         }
 
 
@@ -236,9 +252,13 @@ def check_interface(loaded: LoadedModel, ids: torch.Tensor | None = None, *, ato
     if not (info.n_layers == len(info.layers) == len(info.layer_envoys(lm))):
         problems.append(f"n_layers {info.n_layers} != the {len(info.layers)} layers at {info.layers_path}")
     emb_in, emb_out = module.get_input_embeddings(), module.get_output_embeddings()
-    if emb_in is None or emb_out is None or emb_in.weight is not emb_out.weight \
-            or info.embedding is not emb_in.weight:
-        problems.append("input and output embeddings must be one tensor, and info.embedding that tensor")
+    chosen = {"tied": emb_in, "input": emb_in, "output": emb_out}.get(info.decoder)
+    if info.decoder == "tied" and (emb_in is None or emb_out is None or emb_in.weight is not emb_out.weight
+                                   or info.embedding is not emb_in.weight):
+        problems.append("input and output embeddings must be one tensor, and info.embedding that tensor "
+                        "(or load an untied model with decoder='output' / 'input')")
+    elif chosen is None or info.embedding is not chosen.weight:
+        problems.append(f"info.embedding must be the weight of {DECODERS.get(info.decoder, info.decoder)}")
     if tuple(info.embedding.shape) != (info.vocab_size, info.d_model):
         problems.append(f"embedding shape {tuple(info.embedding.shape)} != (vocab_size, d_model) "
                         f"({info.vocab_size}, {info.d_model})")
@@ -259,7 +279,8 @@ def check_interface(loaded: LoadedModel, ids: torch.Tensor | None = None, *, ato
                 what = type(h).__name__ if not isinstance(h, torch.Tensor) else tuple(h.shape)
                 problems.append(f"h_{l} (layer {'0 input' if l == 0 else f'{l - 1} output'}) is {what}, "
                                 f"expected a tensor {shape}")
-        if isinstance(outs[-1], torch.Tensor) and isinstance(logits, torch.Tensor):
+        reads_own_head = info.decoder in ("tied", "output") or info.tied
+        if reads_own_head and isinstance(outs[-1], torch.Tensor) and isinstance(logits, torch.Tensor):
             lens = info.final_norm(outs[-1]).float() @ info.embedding.float().T
             if info.logit_softcap:
                 lens = info.logit_softcap * torch.tanh(lens / info.logit_softcap)
@@ -334,9 +355,34 @@ def check_tied(model: nn.Module, name: str = "model") -> torch.Tensor:
         raise UntiedEmbeddingsError(
             f"{name} does not tie its input and output embeddings. The study decodes hidden states "
             "through the matrix that embeds the input, so it needs tied embeddings: pick a tied "
-            "model (GPT-2, Gemma, SmolLM2, ...)."
+            "model (GPT-2, Gemma, SmolLM2, ...), or choose the matrix the lens reads through: "
+            "decoder='output' (the model's own head) or decoder='input' (the input embedding), "
+            "`--decoder output|input` on the command line."
         )
     return inp.weight
+
+
+def decoder_matrix(model: nn.Module, name: str = "model", decoder: str | None = None) -> tuple[torch.Tensor, str, bool]:
+    """``(E, decoder, tied)``: the matrix the lens decodes through, the choice it records, and the tied check.
+
+    ``decoder=None`` (or ``"tied"``) needs tied embeddings (:func:`check_tied`). ``"output"`` /
+    ``"input"`` pick the output head's / the input embedding's weight; on a tied model they are one
+    tensor and the choice is recorded as ``"tied"``. An output head with a bias is refused (the lens
+    has no bias term)."""
+    if decoder is not None and decoder not in DECODERS:
+        raise ModelError(f"decoder must be one of {', '.join(DECODERS)} (or None), got {decoder!r}")
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    if decoder in (None, "tied") or (inp is not None and out is not None and same_storage(inp.weight, out.weight)):
+        return check_tied(model, name), "tied", True
+    if inp is None or out is None:
+        raise UntiedEmbeddingsError(f"{name} has no input or output embedding module.")
+    if decoder == "output" and getattr(out, "bias", None) is not None and bool(out.bias.detach().abs().max() > 0):
+        raise ModelError(f"{name}'s output head has a bias, which the lens does not model: use decoder='input'")
+    weight = out.weight if decoder == "output" else inp.weight
+    if weight.shape[1] != inp.weight.shape[1]:
+        raise ModelError(f"{name}'s output head {tuple(weight.shape)} does not read the residual width "
+                         f"{inp.weight.shape[1]}")
+    return weight, decoder, False
 
 
 def _embed_scale(model: nn.Module, embed: nn.Module) -> float:
@@ -368,9 +414,11 @@ def describe_model(
     norm_path: str | None = None,
     embed_path: str | None = None,
     remote: bool = False,
+    decoder: str | None = None,
 ) -> ModelInfo:
-    """Build the :class:`ModelInfo` of a loaded torch model (checks that embeddings are tied)."""
-    embedding = check_tied(model, name)
+    """Build the :class:`ModelInfo` of a loaded torch model (checks that embeddings are tied, or
+    uses the matrix ``decoder`` names: :func:`decoder_matrix`)."""
+    embedding, decoder, tied = decoder_matrix(model, name, decoder)
     lp, np_, ep = _find_paths(model, layers_path, norm_path, embed_path)
     cfg = model.config
     layers = resolve(model, lp)
@@ -394,7 +442,21 @@ def describe_model(
         prepend_bos=bool(prepend_bos),
         bos_token_id=tokenizer.bos_token_id,
         remote=remote,
+        decoder=decoder,
+        tied=tied,
     )
+
+
+def model_fingerprint(model) -> str:
+    """A cheap hash of a model's weights (shapes and strided float64 sums of every parameter),
+    so a retrained model in the same folder never reuses stale cached results."""
+    module = getattr(model, "_module", model)
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            flat = p.detach().reshape(-1)
+            h.update(f"{name}{tuple(p.shape)}{float(flat[::97].double().sum()):.10e}".encode())
+    return h.hexdigest()[:16]
 
 
 def wrap(model: nn.Module, tokenizer, info: ModelInfo) -> LoadedModel:
@@ -696,7 +758,7 @@ def known_models() -> dict[str, str]:
     out.update(TINY)
     out.update({hid: "Hugging Face hub (needs the network or the local HF cache)" for hid in BARE_HUB_IDS})
     out.update(PAPER_MODELS)
-    out["<owner>/<name> | hub:<id> | <folder>"] = "any tied causal LM on the hub or on disk"
+    out["<owner>/<name> | hub:<id> | <folder>"] = "any causal LM on the hub or on disk (untied: decoder=)"
     out["<path>.gguf"] = "a GGUF file on disk (llama.cpp): dequantized, cached by its sha256"
     return out
 
@@ -753,8 +815,11 @@ def load_model(
     norm_path: str | None = None,
     embed_path: str | None = None,
     remote: bool = False,
+    decoder: str | None = None,
 ) -> LoadedModel:
     """Load ``name`` and return ``(nnsight model, tokenizer, ModelInfo)``.
+
+    ``decoder``: the matrix the lens reads through (:data:`DECODERS`); None needs a tied model.
 
     ``prepend_bos`` defaults to what the model's own tokenizer does (Gemma adds ``<bos>``, SmolLM2
     and GPT-2 do not). ``seed`` only matters for the tiny random models. ``remote=True`` builds the
@@ -768,7 +833,7 @@ def load_model(
         raise _unknown(repr(name))
     paths = dict(layers_path=layers_path, norm_path=norm_path, embed_path=embed_path)
     if remote:
-        return _load_remote(name, prepend_bos=prepend_bos, **paths)
+        return _load_remote(name, prepend_bos=prepend_bos, decoder=decoder, **paths)
     if name in EMBEDDED:
         folder = prepare_embedded(name)
         model, tokenizer = _from_pretrained(str(folder), dtype, "Delete the folder and retry.")
@@ -803,7 +868,8 @@ def load_model(
     else:
         raise _unknown(name)
     model = model.to(device)
-    info = describe_model(model, tokenizer, name=name, source=source, prepend_bos=prepend_bos, **paths)
+    info = describe_model(model, tokenizer, name=name, source=source, prepend_bos=prepend_bos,
+                          decoder=decoder, **paths)
     return wrap(model, tokenizer, info)
 
 
@@ -812,7 +878,7 @@ def load_models(names: Sequence[str], *, device: str = "cpu") -> dict[str, Loade
     return {name: load_model(name, device=device) for name in names}
 
 
-def _load_remote(name: str, *, prepend_bos=None, **paths) -> LoadedModel:
+def _load_remote(name: str, *, prepend_bos=None, decoder=None, **paths) -> LoadedModel:
     import nnsight  # lazy: nnsight + transformers ~0.6 s; most importers load no model
 
     ref = name.removeprefix("hub:")
@@ -823,5 +889,5 @@ def _load_remote(name: str, *, prepend_bos=None, **paths) -> LoadedModel:
             f"remote=True needs the model's config and tokenizer from the hub: {err}"
         ) from err
     info = describe_model(lm._model, lm.tokenizer, name=name, source=f"ndif:{ref}",
-                          prepend_bos=prepend_bos, remote=True, **paths)
+                          prepend_bos=prepend_bos, remote=True, decoder=decoder, **paths)
     return LoadedModel(lm, lm.tokenizer, info)

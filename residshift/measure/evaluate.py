@@ -60,7 +60,7 @@ import torch
 
 from ..analysis.stats import binomial_se, mean_se, ratio_se
 from ..core import cache as _cache
-from ..core.models import ModelInfo
+from ..core.models import ModelInfo, model_fingerprint
 from ..core.data import corpus_text, load_corpus, tokenize_text, tokenizer_fingerprint
 from ..core.forward import Intervene
 from ..core.progress import progress as progress_bar
@@ -536,18 +536,6 @@ class EvalConfig:
         if windows:
             out.update(context=self.context, stride=self.stride)
         return out
-
-
-def model_fingerprint(model) -> str:
-    """A cheap hash of a model's weights (shapes and strided float64 sums of every parameter),
-    so a retrained model in the same folder never reuses stale cached scores."""
-    module = getattr(model, "_module", model)
-    h = hashlib.sha256()
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            flat = p.detach().reshape(-1)
-            h.update(f"{name}{tuple(p.shape)}{float(flat[::97].double().sum()):.10e}".encode())
-    return h.hexdigest()[:16]
 
 
 def select_items(n_total: int, limit: int | None, seed: int) -> np.ndarray:

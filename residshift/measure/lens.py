@@ -65,7 +65,7 @@ from ..core import cache
 from ..core.data import corpus_text, token_windows, tokenize_text
 from ..core.forward import check_ids, collect_residuals
 from ..core.interventions import attenuation_plan
-from ..core.models import ModelInfo
+from ..core.models import ModelInfo, model_fingerprint
 from ..core.unembed import Unembed, UnembedError, matmul_dtype, softcap
 
 Decoder = Callable[[int, torch.Tensor], torch.Tensor]
@@ -636,8 +636,9 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
              remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
     """The cached corpus-level pass: windows of a named corpus through :func:`corpus_metrics`.
 
-    Cached under ``results/lens-metrics`` by (model, corpus, split, window, n, seed, metrics,
-    decoder id, attenuation, matmul dtype, positions, BOS, detokenization) and the code. A decoder
+    Cached under ``results/lens-metrics`` by (model, its weights' fingerprint, the matrix an untied
+    model is read through, corpus, split, window, n, seed, metrics, decoder id, attenuation, matmul
+    dtype, positions, BOS, detokenization) and the code. A decoder
     needs a ``decoder_id`` that names it (e.g. the tuned lens's cache key), so a cached result is
     never reused for another decoder. ``bos``: start every window with BOS (None = as the model was
     trained, ``info.prepend_bos``); ``detokenize``: undo WikiText's word tokenization (our rules,
@@ -657,7 +658,10 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
         "matmul_dtype": matmul_dtype, "token_table": list(opt.token_table),
         "positions": positions, "bos": info.prepend_bos if bos is None else bool(bos),
         "detokenize": bool(detokenize),
+        "weights": None if info.remote else model_fingerprint(lm),
     }
+    if info.decoder != "tied":  # an untied model read through a chosen matrix (core.models.DECODERS)
+        config["head"] = info.decoder
 
     def compute() -> LensResult:
         windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
