@@ -1,4 +1,4 @@
-"""Command line: ``python -m residshift run | prepare | models | profiles``."""
+"""Command line: ``python -m residshift run | lens | prepare | models | profiles | report | book | train``."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--output-dir", default=None, help="executed notebooks (default build/<profile>)")
     run.add_argument("--dry-run", action="store_true",
                      help="print the work each notebook would do at this profile; run nothing")
+    ln = sub.add_parser("lens", help="the causal shift of any causal LM: trajectory maps, alignment curves "
+                        "and C1's rules, written to a folder with a summary.md")
+    ln.add_argument("model", help="an embedded name, a hub id, a model folder, a .gguf file or a trained run folder")
+    ln.add_argument("--text", action="append", default=None, metavar="TEXT",
+                    help="a sentence to draw a trajectory map of (repeat; default: the profile's sentences)")
+    ln.add_argument("--corpus", default=None, help="corpus of the alignment curves (default: the profile's)")
+    ln.add_argument("--split", default=None, help="its split (default: the profile's, or the corpus's only one)")
+    ln.add_argument("--windows", type=int, default=None, help="corpus windows (default: the profile's)")
+    ln.add_argument("--window", type=int, default=None, help="tokens per window (default: the profile's)")
+    ln.add_argument("--decoder", default=None, metavar="output|input",
+                    help="for an untied model: read the layers through its output head or its input embedding")
+    ln.add_argument("--device", default="cpu", help="cpu | cuda")
+    ln.add_argument("--profile", default="default", help="smoke | default | paper (the lens_* sizes)")
+    ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>)")
     prep = sub.add_parser("prepare", help="dequantize and cache the embedded models")
     prep.add_argument("names", nargs="*", default=None)
     sub.add_parser("models", help="list the model names load_model understands")
@@ -71,6 +85,18 @@ def main(argv: list[str] | None = None) -> int:
         except RunFailed as err:
             print(f"\nFAILED: {err}", file=sys.stderr)
             return 1
+        return 0
+    if args.cmd == "lens":
+        from .study.lens_command import LensCommandError, LensRequest, run  # lazy: torch + the lens
+
+        req = LensRequest(model=args.model, texts=tuple(args.text) if args.text is not None else None,
+                          corpus=args.corpus, split=args.split, windows=args.windows, window=args.window,
+                          decoder=args.decoder, device=args.device, profile=args.profile, out=args.out)
+        try:
+            run(req)
+        except LensCommandError as err:
+            print(f"residshift lens: error: {err}", file=sys.stderr)
+            return 2
         return 0
     if args.cmd == "prepare":
         from .core.models import EMBEDDED, prepare_embedded  # lazy: torch, ~1 s

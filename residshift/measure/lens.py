@@ -633,7 +633,8 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
              decoder: Decoder | None = None, decoder_id: str | None = None,
              attenuation: Mapping[int, float] | None = None, matmul_dtype: str = "float32",
              positions: int | None = None, bos: bool | None = None, detokenize: bool = True,
-             remote: bool = False, refresh: bool = False, verbose: bool = False) -> LensResult:
+             remote: bool = False, refresh: bool = False, verbose: bool = False,
+             progress: Callable[[int, int], None] | None = None) -> LensResult:
     """The cached corpus-level pass: windows of a named corpus through :func:`corpus_metrics`.
 
     Cached under ``results/lens-metrics`` by (model, its weights' fingerprint, the matrix an untied
@@ -666,8 +667,8 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
     def compute() -> LensResult:
         windows = token_windows(corpus, split, tokenizer, length=window, n=n, seed=seed,
                                 prepend_bos=config["bos"], detokenize=detokenize)
-        prog = None
-        if verbose:
+        prog = progress  # called with (windows done, windows in all) after every batch
+        if verbose and prog is None:
             def prog(done, total):
                 print(f"  {info.name}: {done}/{total} windows", flush=True)
         res = corpus_metrics(lm, info, windows, batch=batch, decoder=decoder,

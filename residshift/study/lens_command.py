@@ -1,0 +1,332 @@
+"""``python -m residshift lens MODEL``: the causal shift of any causal LM, in one command.
+
+What it writes (into ``--out``, default ``results/lens/<model>-<key>/``, where ``key`` hashes the
+request, so two requests never share a folder and a repeated one replaces its own):
+
+- ``trajectory-<i>.png`` / ``.json``: notebook 02's trajectory map of each ``--text``: the top-1
+  lens token at every layer and position, coloured by whether it is the input token ``x_t``, the
+  next token ``x_{t+1}`` or another token;
+- ``alignment.png`` / ``.json``: notebook 03's alignment curves over a corpus sample (every lens
+  metric per layer, input vs next token, 95% bootstrap CIs over windows, the unigram decoder as a
+  dotted line), and ``c1.png`` (top-1 rate minus the unigram decoder's, the layers C1's rules read);
+- ``shift.json``: the shift table (input fade, crossing, next-token emergence per depth metric, relative
+  depth with CIs) and ``c1.json``: the C1 verdict rows (the rules of ``residshift.analysis.verdicts``);
+- ``summary.md``: one page linking all of it, with the tied check, the decoder, sizes and times.
+
+Everything goes into a temporary folder beside the target that is renamed into place at the end, so
+an interrupted or failed run leaves nothing half-written. The corpus pass is the lens's cached
+``run_lens``: a repeated request recomputes nothing.
+
+Bad input (a path that is not a model, a ``.gguf`` transformers cannot read, a hub id offline, an
+untied model without ``--decoder``, an empty ``--text``, an unknown corpus, ``--windows 0``) raises
+:class:`LensCommandError` with one line naming the problem and the fix; the command line prints it
+and exits with status 2.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+MIN_C1_LAYERS = 4  # C1's rules read h_1, a middle layer in h_2..h_(L-2) and h_(L-1)
+MAX_MAP_TOKENS = 48  # a trajectory map draws at most this many tokens of a text (the rest is listed as cut)
+
+
+class LensCommandError(ValueError):
+    """A bad request to ``residshift lens``: the message is one line naming the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class LensRequest:
+    """What ``residshift lens`` computes. ``None`` fields take the ``profile``'s values
+    (``lens_sentences``, ``lens_corpus``, ``lens_split``, ``lens_windows``, ...)."""
+
+    model: str
+    texts: tuple[str, ...] | None = None
+    corpus: str | None = None
+    split: str | None = None
+    windows: int | None = None
+    window: int | None = None
+    decoder: str | None = None  # core.models.DECODERS: None needs a tied model
+    device: str = "cpu"
+    profile: str = "default"
+    out: str | None = None
+
+    def key(self) -> str:
+        """A short hash of everything that changes the outputs (not ``out``)."""
+        import hashlib
+
+        fields = {k: v for k, v in asdict(self).items() if k != "out"}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
+    """Validate ``req`` before anything is loaded; return it with the profile's values filled in,
+    and the resolved profile namespace the lens functions read."""
+    from ..core import profiles
+    from ..core.data import CORPORA
+    from ..core.models import DECODERS
+
+    if req.profile not in profiles.PROFILES:
+        raise LensCommandError(f"unknown profile {req.profile!r}: use --profile {' | '.join(profiles.PROFILES)}")
+    if req.decoder is not None and req.decoder not in ("output", "input"):
+        raise LensCommandError(f"--decoder must be 'output' or 'input' (got {req.decoder!r}): "
+                               f"output = {DECODERS['output']}; input = {DECODERS['input']}")
+    if req.texts is not None:
+        empty = [i for i, t in enumerate(req.texts) if not t or not t.strip()]
+        if empty:
+            raise LensCommandError(f"--text number {empty[0] + 1} is empty: give a sentence, e.g. "
+                                   "--text \"The Eiffel Tower is in Paris.\"")
+    if req.corpus is not None and req.corpus not in CORPORA:
+        raise LensCommandError(f"unknown corpus {req.corpus!r}: use --corpus one of {', '.join(CORPORA)}")
+    for what, value, least in (("--windows", req.windows, 2), ("--window", req.window, 4)):
+        if value is not None and value < least:
+            raise LensCommandError(f"{what} {value} is too small: use at least {least} "
+                                   f"({'a bootstrap over windows needs two' if what == '--windows' else 'tokens per window'})")
+    P = profiles.resolve(req.profile, lens_corpus=req.corpus, lens_split=req.split, lens_windows=req.windows,
+                         lens_window=req.window, device=req.device)
+    corpus = CORPORA[P.lens_corpus]
+    if P.lens_split not in corpus.files:
+        split = req.split if req.split is not None else None
+        if split is not None:
+            raise LensCommandError(f"{P.lens_corpus} has no split {split!r}: use --split one of "
+                                   f"{', '.join(corpus.files)}")
+        P.lens_split = next(iter(corpus.files))  # the profile's split is not one of this corpus's
+    if P.lens_windows < 2:
+        raise LensCommandError(f"--windows {P.lens_windows} is too small: use at least 2")
+    filled = replace(req, texts=tuple(req.texts) if req.texts else tuple(P.lens_sentences),
+                     corpus=P.lens_corpus, split=P.lens_split, windows=int(P.lens_windows),
+                     window=int(P.lens_window))
+    return filled, P
+
+
+def load(req: LensRequest):
+    """``load_model(req.model, decoder=req.decoder)`` with every loading error as one line that names the fix."""
+    from ..core.models import ModelError, UntiedEmbeddingsError, load_model
+
+    path = Path(req.model).expanduser()
+    looks_like_path = req.model.startswith((".", "/", "~")) or path.suffix == ".gguf" or path.exists()
+    if looks_like_path and not path.exists():
+        raise LensCommandError(f"{req.model} does not exist: give a model folder (with config.json), a .gguf "
+                               "file, a hub id (owner/name) or a name from `python -m residshift models`")
+    if path.is_file() and path.suffix != ".gguf":
+        raise LensCommandError(f"{req.model} is a file but not a .gguf: give a .gguf file or the folder that "
+                               "holds config.json")
+    try:
+        return load_model(req.model, device=req.device, decoder=req.decoder)
+    except UntiedEmbeddingsError as err:
+        if "no input or output" in str(err):
+            raise LensCommandError(f"{req.model} has no input or output embedding module: the lens cannot "
+                                   "read it; pick a causal LM with an embedding and an output head") from err
+        raise LensCommandError(f"{req.model} does not tie its input and output embeddings: choose what the "
+                               "lens reads through with --decoder output (the model's own head) or "
+                               "--decoder input (the input embedding matrix)") from err
+    except ModelError as err:
+        first = str(err).strip().splitlines()[0]
+        raise LensCommandError(f"cannot load {req.model}: {first}") from err
+    except (OSError, ValueError) as err:  # transformers' own errors on a folder that is not a model
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise LensCommandError(f"cannot load {req.model}: {first} (is it a causal LM saved with "
+                               "save_pretrained?)") from err
+
+
+def tied_line(lm, info) -> str:
+    """The tied check, in words: one tensor, or two with their largest difference."""
+    import torch
+
+    module = getattr(lm, "_module", lm)
+    inp, out = module.get_input_embeddings(), module.get_output_embeddings()
+    if info.tied:
+        return "tied: yes (the input embedding and the output head are one tensor)"
+    if inp.weight.shape == out.weight.shape:
+        with torch.no_grad():
+            gap = float((inp.weight.float() - out.weight.float()).abs().max())
+        diff = f"largest |E_in - E_out| = {gap:.3g}"
+    else:
+        diff = f"shapes {tuple(inp.weight.shape)} vs {tuple(out.weight.shape)}"
+    return (f"tied: no (the input embedding and the output head are two tensors, {diff}); the lens reads "
+            f"through the {'output head' if info.decoder == 'output' else 'input embedding'} (--decoder {info.decoder})")
+
+
+def default_out(req: LensRequest) -> Path:
+    from ..core.paths import results_dir
+    from .tour import slug
+
+    return results_dir() / "lens" / f"{slug(Path(req.model).name if Path(req.model).exists() else req.model)}-{req.key()}"
+
+
+@dataclass
+class LensReport:
+    """What :func:`run` wrote and measured."""
+
+    out: Path
+    files: list[str]
+    seconds: dict[str, float]
+    info: dict[str, Any]
+    rows: list = field(default_factory=list)
+
+
+def _save(fig, folder: Path, name: str, numbers: Any) -> list[str]:
+    import matplotlib.pyplot as plt
+
+    from ..core.outputs import json_ready
+
+    fig.savefig(folder / f"{name}.png", format="png", bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    (folder / f"{name}.json").write_text(json.dumps(json_ready(numbers), indent=1) + "\n")
+    return [f"{name}.png", f"{name}.json"]
+
+
+def _progress_bar(desc: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
+    from ..core.progress import progress
+
+    bar = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = progress(total=total, desc=desc, unit="window")
+        bar.update(done - bar.n)
+
+    def close() -> None:
+        if bar is not None:
+            bar.close()
+
+    return update, close
+
+
+def decoder_label(info) -> str:
+    return "logit lens" if info.decoder == "tied" else f"logit lens via {info.decoder} matrix"
+
+
+def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
+    """Compute everything ``residshift lens`` writes (see the module docstring) and move it into place."""
+    from ..core.cache import atomic_dir
+    from ..measure import lens
+    from ..study import alignment, plotting, tour
+
+    t_all = time.perf_counter()
+    req, P = check_request(req)
+    target = Path(req.out).expanduser() if req.out else default_out(req)
+    if target.exists() and not target.is_dir():
+        raise LensCommandError(f"--out {target} is a file: give a folder (it is created, or replaced)")
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    loaded = load(req)
+    lm, tok, info = loaded
+    seconds["load"] = time.perf_counter() - t0
+    say(f"{req.model}: {info.n_layers} layers, d {info.d_model}, vocab {info.vocab_size} ({info.source}); "
+        f"loaded in {seconds['load']:.1f} s")
+    say(tied_line(lm, info))
+    plotting.set_theme()
+    label = decoder_label(info)
+    with atomic_dir(target, move_aside=True) as tmp:
+        files: list[str] = []
+        t0 = time.perf_counter()
+        cut = []
+        for i, text in enumerate(req.texts, start=1):
+            ids = lens.encode(tok, info, text)
+            if ids.shape[1] > MAX_MAP_TOKENS:
+                cut.append((i, int(ids.shape[1])))
+                text = tok.decode(ids[0, :MAX_MAP_TOKENS].tolist(), skip_special_tokens=True)
+            entry = tour.decode_sentences(loaded, [text])
+            fig, numbers = tour.trajectory_map(f"{req.model} ({label})", entry)
+            numbers["decoder"] = info.decoder
+            files += _save(fig, tmp, f"trajectory-{i}", numbers)
+        seconds["trajectories"] = time.perf_counter() - t0
+        for i, n in cut:
+            say(f"text {i} has {n} tokens: its map draws the first {MAX_MAP_TOKENS}")
+
+        t0 = time.perf_counter()
+        update, close = _progress_bar(f"{Path(req.model).name} lens over {req.corpus} {req.split}")
+        try:
+            result = lens.run_lens(lm, info, tok, corpus=P.lens_corpus, split=P.lens_split, window=P.lens_window,
+                                   n=P.lens_windows, seed=P.seed, batch=P.lens_batch, matmul_dtype=P.lens_matmul,
+                                   positions=P.lens_positions, progress=update)
+        finally:
+            close()
+        counts = lens.corpus_token_counts(tok, info, P.lens_corpus, P.lens_split)
+        baseline = lens.unigram_baseline(result, counts)
+        seconds["corpus"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        fig, numbers = alignment.metrics_panel({req.model: result}, {req.model: baseline}, P)
+        files += _save(fig, tmp, "alignment", {"decoder": info.decoder, "curves": numbers})
+        rows = []
+        if info.n_layers >= MIN_C1_LAYERS:
+            rows = alignment.c1_rows(result, baseline, P, model=req.model, decoder=label)
+            fig, numbers = alignment.c1_panel({label: {req.model: result}}, {req.model: baseline}, rows, P)
+            files += _save(fig, tmp, "c1", {"decoder": info.decoder, "panel": numbers,
+                                             "rows": [r.as_dict() for r in rows]})
+        else:
+            say(f"{info.n_layers} layers: C1's rules need at least {MIN_C1_LAYERS} (an early, a middle and a late layer)")
+        transitions = alignment.transition_rows(result, P)
+        shift = alignment.shift_numbers({req.model: transitions})[req.model]
+        (tmp / "shift.json").write_text(json.dumps({"model": req.model, "decoder": info.decoder, "rows": shift},
+                                                   indent=1) + "\n")
+        files.append("shift.json")
+        seconds["figures"] = time.perf_counter() - t0
+        seconds["total"] = time.perf_counter() - t_all
+        meta = {"request": asdict(req), "model": info.describe(), "tied": tied_line(lm, info),
+                "decoder": info.decoder, "corpus_windows": result.n_seq,
+                "analysed_positions": int(result.tokens["cur"].numel()), "seconds": seconds}
+        (tmp / "request.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
+        files.append("request.json")
+        (tmp / "summary.md").write_text(summary_markdown(req, info, P, rows, transitions, files, seconds,
+                                                         tied_line(lm, info), result, cut))
+        files.append("summary.md")
+    report = LensReport(out=target, files=files, seconds=seconds, info=info.describe(), rows=rows)
+    say(f"wrote {len(files)} files to {target} in {seconds['total']:.0f} s "
+        f"(load {seconds['load']:.0f} s, maps {seconds['trajectories']:.0f} s, corpus pass {seconds['corpus']:.0f} s, "
+        f"figures {seconds['figures']:.0f} s); open {target / 'summary.md'}")
+    return report
+
+
+def _md_row(cells: Sequence[Any]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def summary_markdown(req: LensRequest, info, P, rows, transitions, files, seconds, tied: str, result,
+                     cut=()) -> str:
+    """The one-page ``summary.md``: what was run, the tied check, the figures, the shift table, C1's rows."""
+    from ..analysis import stats
+    from .alignment import _rel
+    from .findings import reason
+
+    lines = [f"# The causal shift in {req.model}", "",
+             f"- model: `{req.model}` ({info.source}); {info.n_layers} layers, d {info.d_model}, "
+             f"vocab {info.vocab_size}",
+             f"- {tied}",
+             f"- decoder: {decoder_label(info)} (`{info.decoder}`): logits_l = softcap(E · N(h_l)), E the "
+             f"{'tied matrix' if info.decoder == 'tied' else info.decoder + ' matrix'}, N the final norm",
+             f"- corpus sample: {result.n_seq} windows x {P.lens_window} tokens of {P.lens_corpus} {P.lens_split} "
+             f"(seed {P.seed}), {int(result.tokens['cur'].numel())} analysed positions; 95% bootstrap CIs over "
+             f"windows ({P.n_boot} resamples)",
+             "- time: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()),
+             "", "## Trajectory maps", ""]
+    for i, text in enumerate(req.texts, start=1):
+        note = next((f" (first {MAX_MAP_TOKENS} of {n} tokens drawn)" for j, n in cut if j == i), "")
+        lines.append(f"- [{text[:80]}](trajectory-{i}.png){note}")
+    lines += ["", "## Alignment over the corpus sample", "",
+              "![alignment curves](alignment.png)", "", "![C1](c1.png)" if rows else "", "",
+              "## Where the representation shifts (relative depth l / L, 95% CIs)", "",
+              _md_row(["metric", "input fade", "crossing", "never-cross share", "next emergence"]),
+              _md_row(["---"] * 5)]
+    for row in transitions:
+        c = row["crossing"]
+        lines.append(_md_row([row["metric"], _rel(row["fade"]), _rel(c), f"{c.frac_never:.3f}",
+                              _rel(row["emergence"])]))
+    if not rows:
+        lines += ["", f"C1's rules need at least {MIN_C1_LAYERS} layers; this model has {info.n_layers}.", ""]
+    else:
+        lines += ["", "## C1's rules on this model", "",
+                  "Each rule in full is in `c1.json` (`rows[].rule`) and in `residshift/analysis/verdicts.py` "
+                  "(`c1_regimes`, `c1_depth`).", "",
+                  _md_row(["claim", "verdict", "statistic", "estimate [95% CI]", "why"]), _md_row(["---"] * 5)]
+    for r in rows:
+        lo, hi = r.ci
+        est = stats.format_ci(r.estimate, lo, hi, 3) if r.estimate is not None else "-"
+        lines.append(_md_row([r.claim_id, r.verdict, r.statistic, est, reason(r) or "-"]))
+    lines += ["", "Files: " + ", ".join(f"[{f}]({f})" for f in files + ["summary.md"]), ""]
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""``python -m residshift lens MODEL`` on tiny models built in-process: what it writes, untied models
+by explicit choice, and one line + exit status 2 + nothing written for every kind of bad input."""
+import json
+
+import pytest
+import torch
+
+from residshift.__main__ import main
+from residshift.core import models
+from residshift.study import lens_command as lc
+
+FAST = ["--profile", "smoke", "--windows", "3", "--window", "24"]
+TEXT = "The cat sat on the mat."
+
+
+def _run(args, tmp_path, capsys):
+    out = tmp_path / "out"
+    status = main(["lens", *args, *FAST, "--out", str(out)])
+    return status, out, capsys.readouterr()
+
+
+def _written(out):
+    names = {p.name for p in out.iterdir()}
+    expected = {"summary.md", "alignment.png", "alignment.json", "c1.png", "c1.json", "shift.json",
+                "request.json"}
+    assert expected <= names and any(n.startswith("trajectory-") for n in names), names
+    summary = (out / "summary.md").read_text()
+    for name in names:  # the summary links every file it wrote
+        assert f"]({name})" in summary, name
+    return summary
+
+
+def _untied_folder(tmp_path):
+    model, tok = models.build_tiny("tiny-llama", tie_word_embeddings=False, seed=2)
+    folder = tmp_path / "untied"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_lens_on_a_local_folder_writes_every_output(tmp_path, capsys):
+    model, tok = models.build_tiny("tiny-gpt2", seed=1)
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    status, out, cap = _run([str(tmp_path / "m"), "--text", TEXT, "--text", "A second sentence here."],
+                            tmp_path, capsys)
+    assert status == 0, cap.err
+    summary = _written(out)
+    assert (out / "trajectory-2.png").is_file() and "tied: yes" in summary
+    c1 = json.loads((out / "c1.json").read_text())
+    assert {r["claim_id"] for r in c1["rows"]} >= {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"}
+    meta = json.loads((out / "request.json").read_text())
+    assert meta["corpus_windows"] == 3 and meta["decoder"] == "tied"
+    assert f"wrote {len(list(out.iterdir()))} files to {out}" in cap.out  # where everything went
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folders left"
+
+
+def test_an_untied_model_needs_a_decoder_and_then_names_it_everywhere(tmp_path, capsys):
+    folder = _untied_folder(tmp_path)
+    status, out, cap = _run([str(folder), "--text", TEXT], tmp_path, capsys)
+    assert status == 2 and not out.exists()
+    assert cap.err.count("\n") == 1 and "--decoder output" in cap.err and "--decoder input" in cap.err
+    for decoder in ("output", "input"):
+        out = tmp_path / decoder
+        assert main(["lens", str(folder), "--text", TEXT, "--decoder", decoder, *FAST, "--out", str(out)]) == 0
+        summary = _written(out)
+        assert "tied: no" in summary and f"`{decoder}`" in summary
+        for name in ("alignment.json", "c1.json", "shift.json", "trajectory-1.json", "request.json"):
+            assert json.loads((out / name).read_text())["decoder"] == decoder, name
+    cap = capsys.readouterr()
+    assert "tied: no" in cap.out  # the tied check is printed
+
+
+def test_lens_on_a_trained_gpt_run_folder_and_a_gguf_file(tmp_path, capsys):
+    from residshift.core.models import byte_tokenizer
+    from residshift.train.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig(n_layer=4, n_head=2, n_embd=32, block_size=64, vocab_size=259,
+                        residual="fixed", alpha=0.5, alpha_layers=[1])).eval()
+    gpt.save_pretrained(tmp_path / "run" / "final")
+    byte_tokenizer().save_pretrained(tmp_path / "run" / "final")
+    status, out, cap = _run([str(tmp_path / "run" / "final"), "--text", TEXT], tmp_path, capsys)
+    assert status == 0, cap.err
+    _written(out)
+
+    from test_models import write_gguf
+
+    model, tok = models.build_tiny("tiny-llama", seed=4)
+    write_gguf(tmp_path / "m.gguf", model, tok)
+    out = tmp_path / "gguf-out"
+    assert main(["lens", str(tmp_path / "m.gguf"), "--text", TEXT, *FAST, "--out", str(out)]) == 0
+    _written(out)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["tiny-llama", "--text", "  "], "--text number 1 is empty"),
+    (["tiny-llama", "--corpus", "wikitext-9"], "unknown corpus 'wikitext-9'"),
+    (["tiny-llama", "--windows", "0"], "--windows 0 is too small"),
+    (["tiny-llama", "--decoder", "lm_head"], "--decoder must be 'output' or 'input'"),
+    (["tiny-llama", "--corpus", "wikitext-2", "--split", "dev"], "no split 'dev'"),
+    (["./no/such/folder"], "does not exist"),
+    (["nobody-here/no-such-model"], "cannot load nobody-here/no-such-model"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, capsys, monkeypatch, args, says):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "out"
+    status = main(["lens", *args, "--profile", "smoke", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert status == 2 and says in err and err.count("\n") == 1, err
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_file_that_is_not_a_model_and_a_gguf_transformers_cannot_read(tmp_path, capsys):
+    junk = tmp_path / "weights.bin"
+    junk.write_bytes(b"not a model")
+    assert main(["lens", str(junk), "--out", str(tmp_path / "o1")]) == 2
+    assert "not a .gguf" in capsys.readouterr().err
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF but not really")
+    assert main(["lens", str(bad), "--out", str(tmp_path / "o2")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("residshift lens: error: cannot load") and err.count("\n") == 1, err
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+
+
+def test_a_failure_midway_leaves_nothing_half_written(tmp_path, monkeypatch):
+    from residshift.measure import lens
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(lens, "run_lens", broken)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="disk full"):
+        lc.run(lc.LensRequest("tiny-llama", texts=(TEXT,), profile="smoke", windows=3, out=str(out)),
+               say=lambda s: None)
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_request_defaults_come_from_the_profile_and_the_key_ignores_out():
+    req, P = lc.check_request(lc.LensRequest("tiny-llama", profile="smoke", corpus="tiny-shakespeare"))
+    assert req.split == "train" and req.windows == P.lens_windows and req.texts == tuple(P.lens_sentences)
+    a = lc.LensRequest("m", out="x").key()
+    assert a == lc.LensRequest("m", out="y").key() != lc.LensRequest("m", windows=5).key()
