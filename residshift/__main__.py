@@ -1,4 +1,5 @@
-"""Command line: ``python -m residshift run | lens | prepare | models | profiles | report | book | train``."""
+"""Command line: ``python -m residshift run | lens | data | prepare | models | profiles | report | book | train``
+(``--version``)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,10 @@ from .core.profiles import PROFILES
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="residshift", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"residshift {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="execute the notebooks with papermill")
     run.add_argument("--profile", default="default", help="smoke | default | paper")
@@ -35,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ln.add_argument("--device", default="cpu", help="cpu | cuda")
     ln.add_argument("--profile", default="default", help="smoke | default | paper (the lens_* sizes)")
     ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>)")
+    sub.add_parser("data", help="fetch the corpora from the Hugging Face hub into data/ (sha256 printed); "
+                   "`residshift data --help` for its options", add_help=False)
     prep = sub.add_parser("prepare", help="dequantize and cache the embedded models")
     prep.add_argument("names", nargs="*", default=None)
     sub.add_parser("models", help="list the model names load_model understands")
@@ -67,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                          "lens and C1's rules on each (writes benchmarks/pilot-recipes.json; smoke: build/smoke/)")
     tr.add_argument("--recipes", nargs="*", default=None, help="the pilot's recipes (default: train_pilot_recipes)")
     tr.add_argument("--json", default=None, help="where the pilot writes its numbers")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["data"]:  # its own parser (residshift.core.fetch.main_data)
+        from .core.fetch import main_data  # lazy: datasets
+
+        return main_data(argv[1:])
     args = parser.parse_args(argv)
 
     if args.cmd == "run":

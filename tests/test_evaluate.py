@@ -4,7 +4,6 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from residshift.analysis.stats import binomial_se
 from residshift.measure import evaluate as ev

@@ -387,7 +387,8 @@ def test_mask_logits_to_keep_and_positions():
         mask = torch.ones(2, 10, dtype=torch.long)
         mask[1, 7:] = 0
         torch.testing.assert_close(model(x, attention_mask=mask).logits, full)
-        assert torch.equal(model(x, logits_to_keep=1).logits, full[:, -1:])
+        # a 1-row head matmul vs the last row of a 10-row one: other CPUs' kernels differ in the last bits
+        torch.testing.assert_close(model(x, logits_to_keep=1).logits, full[:, -1:], rtol=1e-5, atol=1e-5)
         keep = torch.zeros(2, 10, dtype=torch.bool)
         keep[0, 3] = keep[1, 5] = True
         torch.testing.assert_close(model(x, logits_to_keep=keep).logits, full[keep])

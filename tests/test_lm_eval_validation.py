@@ -167,8 +167,6 @@ def test_score_ours_reproduces_the_harness_task_functions(tiny_llama):
 @needs_data
 def test_lm_eval_configs_read_the_staged_files_into_our_prompts(tmp_path, monkeypatch):
     lm_eval_tasks = pytest.importorskip("lm_eval.tasks")
-    from residshift.core.data import load_corpus
-    from residshift.measure import evaluate as ev
 
     names = list(V.SPECS)
     V.stage(tmp_path, Path(lm_eval_tasks.__file__).parent, names)

@@ -270,3 +270,62 @@ def test_results_written_counts_new_and_rewritten_files(tmp_path):
     (tmp_path / "kind" / "new.pt").write_text("b")
     assert runner.results_written(before, runner.results_snapshot(tmp_path)) == 2
     assert runner.results_snapshot(tmp_path / "absent") == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# After a full default run: the README's results block
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile,kw,figures,says", [
+    ("default", {}, None, None),
+    ("smoke", {}, None, "smoke profile"),
+    ("paper", {}, None, "paper profile"),
+    ("default", {"only": ["03"]}, None, "--only"),
+    ("default", {"overrides": {"ppl_windows": 2}}, None, "-p ppl_windows"),
+    ("default", {}, "elsewhere", "RESIDSHIFT_FIGURES"),
+    ("default", {"folder": Path("/tmp/other-notebooks")}, None, "other-notebooks"),
+])
+def test_only_a_full_default_run_into_the_committed_figures_regenerates_the_readme(
+        profile, kw, figures, says, monkeypatch, tmp_path):
+    if figures:
+        monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / figures))
+    else:
+        monkeypatch.delenv("RESIDSHIFT_FIGURES", raising=False)  # the committed figures/
+    monkeypatch.delenv("RESIDSHIFT_NOTEBOOKS", raising=False)
+    reason = runner.readme_refresh_skipped(profile, **kw)
+    assert reason is None if says is None else says in reason
+
+
+def test_run_notebooks_refreshes_the_readme_after_a_full_default_run(books, tmp_path, monkeypatch):
+    folder, _ = books
+    monkeypatch.setattr(runner, "REPO_ROOT", tmp_path)  # this checkout: tmp_path/notebooks, tmp_path/figures
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    calls, lines = [], []
+    monkeypatch.setattr(runner, "refresh_readme", lambda **kw: calls.append(kw))
+    log = lambda *a, **k: lines.append(" ".join(map(str, a)))  # noqa: E731
+    runner.run_notebooks("default", only=["00"], folder=folder, output_dir=tmp_path / "out", log=log)
+    assert calls == [] and "README: results block not regenerated (--only" in lines[-1]
+    runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=log)
+    assert len(calls) == 1
+
+
+def test_refresh_readme_runs_the_report_command_and_fails_loudly(monkeypatch):
+    import subprocess
+    import sys
+
+    seen, result = [], {"rc": 0}
+
+    def fake_run(cmd, **kw):
+        seen.append((cmd, kw["cwd"]))
+        return subprocess.CompletedProcess(cmd, result["rc"], stdout="README updated\n" if not result["rc"] else "",
+                                           stderr="ReportError: README.md has no block\n" if result["rc"] else "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    lines = []
+    runner.refresh_readme(log=lambda *a, **k: lines.append(a[0]))
+    assert seen == [([sys.executable, "-m", "residshift", "report"], str(runner.REPO_ROOT))]
+    assert "README updated" in lines[0]
+    result["rc"] = 1
+    with pytest.raises(runner.RunFailed, match="regenerating the README failed.*no block"):
+        runner.refresh_readme(log=lambda *a, **k: None)

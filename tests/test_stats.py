@@ -98,7 +98,6 @@ def test_grouped_curve_ci_matches_pooled_means():
 
 
 def test_shift_table_uses_medians_for_rank():
-    rng = np.random.default_rng(0)
     pa, pb = _synthetic(L=6, cross=3.2)
     t = torch.tensor
     res = LensResult(model="s", n_layers=6, columns=[],

@@ -190,7 +190,8 @@ def test_collect_stack_equals_the_traced_residuals_in_any_batch(tiny, name):
     assert len(hooked) == info.n_layers + 1
     for l in range(info.n_layers + 1):
         assert torch.equal(hooked[l], traced[l]), l
-        assert torch.equal(alone[l], traced[l][2:4]), l  # a window's residuals: whatever its batch
+        # a window's residuals, whatever its batch (a batch of 2 vs 5: kernels may differ in the last bits)
+        torch.testing.assert_close(alone[l], traced[l][2:4], rtol=1e-5, atol=1e-5, msg=str(l))
 
 
 def _fit_both(lm, info, cfg, train, es, monkeypatch, budget=None):
@@ -233,7 +234,8 @@ def test_residual_store_blocks_and_repeats(tiny):
     for s in range(8):
         hs = whole.batch(s)
         ref = T.collect_residuals(lm, info, train[draws[s]])
-        assert all(torch.equal(x, y) for x, y in zip(hs, ref))
+        for x, y in zip(hs, ref):  # the store's windows came from a larger batch: equal to rounding
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
     assert whole.blocks == 1 and whole.windows_run == len({i for d in draws for i in d}) <= 6
     small = T.ResidualStore(lm, info, train, cfg, budget=4 * per_window)
     for s in range(8):

@@ -37,6 +37,9 @@ class Corpus:
     builder: str  # the datasets builder for the local files: "text" or "json"
     files: dict[str, str]  # split -> path relative to the data folder
     hub: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)  # split -> (path, config, split)
+    # A git revision of the hub repository. Script datasets (PIQA, tiny-shakespeare), which
+    # datasets>=4 refuses to run, are read from the hub's Parquet export "refs/convert/parquet".
+    hub_revision: str | None = None
     wikitext: bool = False  # tokenized WikiText: detokenize before feeding a subword tokenizer
 
     @property
@@ -55,6 +58,8 @@ def _wikitext(version: str, splits: dict[str, str], vocab: str) -> Corpus:
         wikitext=True,
     )
 
+
+PARQUET_EXPORT = "refs/convert/parquet"  # the hub's automatic Parquet conversion of a dataset repository
 
 CORPORA: dict[str, Corpus] = {
     "wikitext-2": _wikitext(
@@ -77,7 +82,9 @@ CORPORA: dict[str, Corpus] = {
         description="tiny-shakespeare (karpathy/char-rnn input.txt)",
         builder="text",
         files={"train": "tinyshakespeare/input.txt"},
-        hub={"train": ("karpathy/tiny_shakespeare", None, "train")},
+        # the hub splits input.txt 90/5/5; the three in order are the whole file
+        hub={"train": ("karpathy/tiny_shakespeare", None, "train+validation+test")},
+        hub_revision=PARQUET_EXPORT,
     ),
     "piqa": Corpus(
         name="piqa",
@@ -85,6 +92,7 @@ CORPORA: dict[str, Corpus] = {
         builder="json",
         files={"validation": "piqa/valid.jsonl"},
         hub={"validation": ("ybisk/piqa", None, "validation")},
+        hub_revision=PARQUET_EXPORT,
     ),
     "arc-easy": Corpus(
         name="arc-easy",
@@ -114,6 +122,20 @@ def data_root() -> Path | None:
         if any((candidate / c.files[s]).is_file() for c in CORPORA.values() for s in c.files):
             return candidate
     return None
+
+
+def hub_arguments(name: str, split: str | None = None) -> dict[str, Any] | None:
+    """The keyword arguments ``datasets.load_dataset`` gets for a corpus split's hub copy (None when
+    it has none): ``path``, ``name`` (the config), ``split`` and, where set, ``revision``."""
+    corpus = get_corpus(name)
+    split = _check_split(corpus, split)
+    if split not in corpus.hub:
+        return None
+    path, config, hub_split = corpus.hub[split]
+    out: dict[str, Any] = {"path": path, "name": config, "split": hub_split}
+    if corpus.hub_revision:
+        out["revision"] = corpus.hub_revision
+    return out
 
 
 def _hub_offline() -> bool:
@@ -171,15 +193,16 @@ def load_corpus(name: str, split: str | None = None):
             ds = ds.add_column("label", [int(x) for x in labels])
         return ds
     expected = (data_root() or Path("$RESIDSHIFT_DATA")) / corpus.files[split]
-    hub_path, hub_config, hub_split = corpus.hub.get(split, (None, None, None))
-    if _hub_offline() or hub_path is None:
+    hub = hub_arguments(name, split)
+    hub_path = hub["path"] if hub else None
+    if _hub_offline() or hub is None:
         raise DataNotFoundError(
             f"{name} ({split}) not found locally: expected {expected}. Put the file there (layout in "
             "data/README.md), or set RESIDSHIFT_DATA to a folder that has it"
             + (f", or unset HF_HUB_OFFLINE to download {hub_path} from the hub." if hub_path else ".")
         )
     try:
-        ds = datasets.load_dataset(hub_path, hub_config, split=hub_split, cache_dir=ds_cache)
+        ds = datasets.load_dataset(**hub, cache_dir=ds_cache)
     except Exception as err:  # the hub raises many kinds of errors
         raise DataNotFoundError(
             f"{name} ({split}): no local file at {expected} and the hub copy {hub_path} could not be "
@@ -189,7 +212,14 @@ def load_corpus(name: str, split: str | None = None):
 
 
 def _normalise_hub(name: str, ds):
-    """Bring hub copies to the local files' schema."""
+    """Bring hub copies to the local files' schema (rows as the local files give them)."""
+    corpus = get_corpus(name)
+    if corpus.wikitext:  # hub rows keep their "\n" and blank lines are "": the local rows are " "
+        return ds.map(lambda ex: {"text": ex["text"].rstrip("\n") or " "})
+    if name == "tiny-shakespeare":  # one row per split: one row per line, as the local text file
+        import datasets  # lazy, as in load_corpus
+
+        return datasets.Dataset.from_dict({"text": "".join(ds["text"]).splitlines()})
     if name.startswith("arc-"):
         def convert(ex):
             labels = list(ex["choices"]["label"])

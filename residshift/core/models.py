@@ -317,7 +317,7 @@ def _find_paths(model: nn.Module, layers_path=None, norm_path=None, embed_path=N
         candidates = _ARCH_PATHS
     for lp, np_, ep in candidates:
         try:
-            layers, norm, embed = resolve(model, lp), resolve(model, np_), resolve(model, ep)
+            layers, norm, _embed = resolve(model, lp), resolve(model, np_), resolve(model, ep)
         except AttributeError:
             continue
         if isinstance(layers, nn.ModuleList) and isinstance(norm, nn.Module):

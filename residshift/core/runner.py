@@ -526,7 +526,57 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             else:
                 os.environ[k] = v
         shutil.rmtree(ipython_dir, ignore_errors=True)
+    reason = readme_refresh_skipped(profile, only=only, overrides=overrides, folder=folder)
+    if reason is None:
+        refresh_readme(log=log)
+    else:
+        log(f"README: results block not regenerated ({reason})", flush=True)
     return done
+
+
+# --------------------------------------------------------------------------------------------
+# After a full default run: the README's results block
+# --------------------------------------------------------------------------------------------
+
+
+def readme_refresh_skipped(profile: str, *, only: Iterable[str] | None = None,
+                           overrides: dict[str, Any] | None = None, folder: Path | None = None) -> str | None:
+    """Why a finished run must not regenerate the README's results block, or None when it should:
+    only a run of every notebook of this checkout at the default profile, without ``-p``, whose
+    figures went to the committed ``figures/``, makes the numbers the README reports."""
+    if profile != "default":
+        return f"the {profile} profile; the README reports the default profile"
+    if only:
+        return "--only ran a subset of the notebooks"
+    if overrides:
+        return f"-p {', '.join(sorted(overrides))} changed the default profile's parameters"
+    figures = figures_dir().resolve()
+    if figures != (REPO_ROOT / "figures").resolve():
+        return f"figures went to {figures} (RESIDSHIFT_FIGURES), not the committed figures/"
+    books = Path(folder or notebooks_dir()).resolve()
+    if books != (REPO_ROOT / "notebooks").resolve():
+        return f"the notebooks came from {books}, not this checkout's notebooks/"
+    return None
+
+
+def refresh_readme(*, log=print) -> None:
+    """``python -m residshift report`` in a fresh process (this layer does not import ``study``):
+    rewrite the README's results block from ``figures/`` and ``benchmarks/``. Raises RunFailed
+    when it fails."""
+    import subprocess  # lazy: only a full default run gets here
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    cmd = [sys.executable, "-m", "residshift", "report"]
+    proc = subprocess.run(cmd, cwd=str(REPO_ROOT), env=env, capture_output=True, text=True)
+    said = (proc.stdout.strip() or proc.stderr.strip()).splitlines()
+    if proc.returncode != 0:
+        raise RunFailed(
+            f"every notebook ran, but regenerating the README failed (`python -m residshift report`, exit "
+            f"{proc.returncode}: {said[-1] if said else 'no output'}); fix that, then run the command again"
+        )
+    log(f"README: results block regenerated from figures/ (python -m residshift report: "
+        f"{said[-1] if said else 'done'})", flush=True)
 
 
 # --------------------------------------------------------------------------------------------

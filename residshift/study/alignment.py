@@ -695,7 +695,6 @@ def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: M
         ax.set_title(f"{name}: top-1 match rate", fontsize=10)
         ax.set_xlabel("relative depth l / L")
     ax = axes[0, -1]
-    style = _style(names)
     for k, name in enumerate(names):
         rep = reports[name]
         L = results[name].n_layers

@@ -39,7 +39,7 @@ import pandas as pd
 import torch
 from matplotlib.ticker import FuncFormatter
 
-from ..analysis import stats, verdicts
+from ..analysis import verdicts
 from ..analysis.stats import as_numpy
 from ..core.gating import THETA_INIT
 from ..core.models import load_model
