@@ -308,3 +308,25 @@ def test_shares_panel_and_regime_table_on_known_labels():
 def test_longest_run():
     assert tour._longest_run([1, 3, 4, 5, 7, 8]) == (3, 5)
     assert tour._longest_run([2]) == (2, 2) and tour._longest_run([]) is None
+
+
+def test_sentence_explorer_draws_the_readers_sentence_and_names_bad_input(tiny_llama, monkeypatch, capsys):
+    import ipywidgets
+
+    explorer = tour.SentenceExplorer({"tiny": tiny_llama}, max_tokens=30)
+    fig, numbers = explorer.draw("Hello there, reader.", "tiny")
+    assert numbers["sentences"][0]["sentence"] == "Hello there, reader." and len(fig.axes) >= 1
+    with pytest.raises(ValueError, match="type a sentence"):
+        explorer.draw("   ", "tiny")
+    with pytest.raises(ValueError, match="choose one of tiny"):
+        explorer.draw("Hi", "other")
+    with pytest.raises(ValueError, match="shorten it"):
+        explorer.draw("x" * 40, "tiny")
+    monkeypatch.setenv("RESIDSHIFT_HEADLESS", "1")
+    assert tour.sentence_explorer({"tiny": tiny_llama}) is None  # headless runs: the default sentences only
+    box = explorer.widget("A first try.")  # what a Jupyter frontend gets
+    assert isinstance(box, ipywidgets.VBox)
+    text, menu = box.children[0].children
+    assert text.value == "A first try." and list(menu.options) == ["tiny"]
+    text.value = ""  # redraws: says what to do instead of raising (outside a kernel, on stdout)
+    assert "type a sentence" in capsys.readouterr().out

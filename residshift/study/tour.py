@@ -9,7 +9,8 @@
   layer, and the :func:`crossings` of their medians), :func:`tug_of_war` (its figure),
   :func:`depth_summary`, :func:`crossing_table`.
 - 02 decoding-trajectories: :func:`decode_sentences`, :func:`trajectory_map` (layer x position map
-  of the top-1 lens token), :func:`shares_panel`, :func:`regime_table`, :func:`slug`.
+  of the top-1 lens token), :func:`sentence_explorer` (try your own sentence, in JupyterLab),
+  :func:`shares_panel`, :func:`regime_table`, :func:`slug`.
 
 Every figure function returns ``(fig, numbers)``: the notebook publishes both under one name
 (:func:`residshift.study.plotting.publish`). Numbers are JSON-ready (``core.outputs.json_ready``): no NaN,
@@ -588,6 +589,73 @@ def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
                  "(x-axis: input token → next token)", fontsize=12)
     fig.tight_layout(rect=(0, 0.03, 1, 0.98))
     return fig, numbers
+
+
+MAX_OWN_TOKENS = 48  # the explorer draws at most this many tokens of the reader's sentence
+
+
+class SentenceExplorer:
+    """Try your own sentence: a text box and a model menu that redraw :func:`trajectory_map`.
+
+    ``draw(text, model)`` does the work (tested without a frontend) and returns ``(fig, numbers)``, or
+    raises ``ValueError`` naming the fix for an empty sentence or an unknown model; :meth:`widget`
+    wraps it in ipywidgets (a ``Text`` box that redraws on Enter, a ``Dropdown`` of the loaded models,
+    an ``Output`` area). Figures drawn here are shown, never saved: the committed figures stay the
+    profile's sentences."""
+
+    def __init__(self, loaded: Mapping[str, LoadedModel], *, max_tokens: int = MAX_OWN_TOKENS):
+        if not loaded:
+            raise ValueError("load at least one model first: SentenceExplorer({name: load_model(name)})")
+        self.loaded, self.max_tokens = dict(loaded), max_tokens
+
+    def draw(self, text: str, model: str):
+        if model not in self.loaded:
+            raise ValueError(f"unknown model {model!r}: choose one of {', '.join(self.loaded)}")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("type a sentence first (an empty text has no tokens to decode)")
+        _, tok, info = self.loaded[model]
+        ids = lens.encode(tok, info, text)
+        if ids.shape[1] > self.max_tokens:
+            raise ValueError(f"the sentence has {ids.shape[1]} tokens; the map draws at most {self.max_tokens}: "
+                             "shorten it")
+        return trajectory_map(model, decode_sentences(self.loaded[model], [text]))
+
+    def widget(self, sentence: str = ""):
+        import ipywidgets as widgets  # lazy: only in an interactive frontend
+        from IPython.display import display
+
+        box = widgets.Text(value=sentence, placeholder="type a sentence, then press Enter",
+                           description="sentence", continuous_update=False,
+                           layout=widgets.Layout(width="70%"))
+        menu = widgets.Dropdown(options=list(self.loaded), description="model")
+        out = widgets.Output()
+
+        def redraw(_=None):
+            out.clear_output(wait=True)
+            with out:
+                try:
+                    fig, _numbers = self.draw(box.value, menu.value)
+                except ValueError as err:
+                    print(err)
+                    return
+                display(fig)
+                plt.close(fig)
+
+        box.observe(redraw, names="value")
+        menu.observe(redraw, names="value")
+        if sentence:
+            redraw()
+        return widgets.VBox([widgets.HBox([box, menu]), out])
+
+
+def sentence_explorer(loaded: Mapping[str, LoadedModel], sentence: str = ""):
+    """The :class:`SentenceExplorer` widget in an interactive Jupyter frontend; ``None`` (nothing shown)
+    in a headless run (papermill, ``residshift run``, a script: ``core.progress.headless``), whose
+    executed notebook keeps the profile's sentences only."""
+    from ..core.progress import headless
+
+    explorer = SentenceExplorer(loaded)
+    return None if headless() else explorer.widget(sentence)
 
 
 def _pooled_labels(entry: Mapping[str, Any]) -> torch.Tensor:
