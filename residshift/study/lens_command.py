@@ -322,7 +322,8 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     else:
         lines += ["", "## C1's rules on this model", "",
                   "Each rule in full is in `c1.json` (`rows[].rule`) and in `residshift/analysis/verdicts.py` "
-                  "(`c1_regimes`, `c1_depth`).", "",
+                  "(`c1_regimes`, `c1_depth`). Unlike notebook 03, this command does not rerun the corpus on "
+                  "raw text, so C1.depth here leaves out the preprocessing check.", "",
                   _md_row(["claim", "verdict", "statistic", "estimate [95% CI]", "why"]), _md_row(["---"] * 5)]
     for r in rows:
         lo, hi = r.ci
