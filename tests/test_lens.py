@@ -191,7 +191,9 @@ def test_errors_name_the_fix():
     assert lens.LensOptions(metrics=["logprob"]).token_table == ("logprob_input", "logprob_next")
 
 
-def test_decode_top_first_and_last_layer():
+@pytest.mark.parametrize("chunk", [lens.DECODE_CHUNK, 100, 7])
+def test_decode_top_first_and_last_layer(monkeypatch, chunk):
+    monkeypatch.setattr(lens, "DECODE_CHUNK", chunk)  # the vocabulary (259) in 1, 3 or 37 chunks
     lm, tok, info = load_model("tiny-gemma3")
     ids = lens.encode(tok, info, "The cat sat on the mat.")
     out = lens.decode_top(lm, info, ids, k=3)

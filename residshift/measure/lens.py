@@ -168,19 +168,43 @@ def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None 
     """Top-``k`` lens tokens per layer and position of a short batch (for the worked examples).
 
     Returns ``{"ids": [L+1, B, T, k], "probs": [L+1, B, T, k], "model_logits": [B, T, V]}``.
-    Unembeds one layer at a time.
+    Every layer is unembedded in one pass over the vocabulary in chunks of ``DECODE_CHUNK`` rows of
+    ``E`` (a running top-``k`` and log-sum-exp), so the matrix is read once, not once per layer
+    (``benchmarks/bench_decode_top.py``: Gemma-3's 262k x 640 matrix).
     """
     ids = check_ids(ids, info, min_len=1)
     hs, logits = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote,
                                    return_logits=True)
-    unembed = Unembed(info).logits
-    top_ids, top_p = [], []
-    for l in range(info.n_layers + 1):
-        lg = unembed(normed(info, hs[l], l, decoder))
-        p, i = torch.softmax(lg, -1).topk(k, dim=-1)
-        top_ids.append(i)
-        top_p.append(p)
-    return {"ids": torch.stack(top_ids), "probs": torch.stack(top_p), "model_logits": logits}
+    z = torch.stack([normed(info, hs[l], l, decoder) for l in range(info.n_layers + 1)])  # [L+1, B, T, d]
+    top_v, top_i, lse = _chunked_top(Unembed(info), z.reshape(-1, z.shape[-1]), k)
+    shape = (*z.shape[:-1], k)
+    probs = torch.exp(top_v - lse[:, None])
+    return {"ids": top_i.reshape(shape), "probs": probs.reshape(shape), "model_logits": logits}
+
+
+DECODE_CHUNK = 32768  # vocabulary rows per matmul in decode_top
+
+
+def _chunked_top(head: Unembed, z: torch.Tensor, k: int, chunk: int | None = None):
+    """Top-``k`` logits (values, ids) and the log-sum-exp of every row of ``softcap(z · E^T)``,
+    reading ``E`` in chunks of ``chunk`` rows."""
+    V, chunk = head.weight.shape[0], chunk or DECODE_CHUNK
+    if k > V:
+        raise LensError(f"k={k} exceeds the vocabulary ({V} tokens)")
+    best_v = best_i = lse = None
+    with torch.no_grad():
+        for start in range(0, V, chunk):
+            lg = softcap(torch.nn.functional.linear(z.to(head.dtype), head.weight[start:start + chunk]).float(),
+                         head.cap)
+            v, i = lg.topk(min(k, lg.shape[-1]), dim=-1)
+            part = torch.logsumexp(lg, -1)
+            if best_v is None:
+                best_v, best_i, lse = v, i + start, part
+                continue
+            v, pick = torch.cat([best_v, v], -1).topk(k, dim=-1)
+            best_i = torch.cat([best_i, i + start], -1).gather(-1, pick)
+            best_v, lse = v, torch.logaddexp(lse, part)
+    return best_v, best_i, lse
 
 
 # --------------------------------------------------------------------------------------------
