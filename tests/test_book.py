@@ -320,3 +320,14 @@ def test_exercises_are_listed_with_the_anchor_nbconvert_gives_their_heading():
     assert [t for _, t in found] == ["Attenuate two layers", "Why $\\alpha$?"]
     for (anchor, _), cell in zip(found, nb.cells[:2]):
         assert f'id="{anchor}"' in book.markdown_html(cell.source, anchors=True)
+
+
+def test_instructor_page_reads_the_measured_exercise_costs(tmp_path):
+    from residshift.study import book
+
+    path = tmp_path / "ex.json"
+    path.write_text('{"notebooks": {"06-x": [{"exercise": 2, "title": "t", "seconds": 121.8, "ran": true, '
+                    '"error": false, "homework": true}]}}')
+    costs = book.exercise_costs(path)
+    assert "122 s" in book._exercise_cost(costs["06-x"][2]) and "homework" in book._exercise_cost(costs["06-x"][2])
+    assert book._exercise_cost(None) == "" and book.exercise_costs(tmp_path / "none.json") == {}

@@ -637,18 +637,39 @@ def _gallery_page(profile, chapters, manifest, pngs, jsons) -> str:
 
 
 SESSION_RUN_S = 10 * 60  # a notebook run that fits a 90-minute session beside reading and two exercises
+EXERCISE_COSTS = REPO_ROOT / "benchmarks" / "exercises-default.json"  # `make exercises`
+
+
+def exercise_costs(path: Path | None = None) -> dict[str, dict[int, dict[str, Any]]]:
+    """``{notebook stem: {exercise number: {"seconds", "homework", ...}}}`` as ``make exercises``
+    measured them at ``default`` (``benchmarks/exercise_costs.py``); empty when never measured."""
+    path = Path(path or EXERCISE_COSTS)
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return {stem: {int(e["exercise"]): e for e in entries} for stem, entries in data.get("notebooks", {}).items()}
+
+
+def _exercise_cost(entry: dict[str, Any] | None) -> str:
+    if not entry or not entry.get("ran"):
+        return ""
+    kind = "homework" if entry.get("homework") else "in class"
+    return f' <span class="cost">({entry["seconds"]:.0f} s of solution at default; {kind})</span>'
 
 
 def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
     sources = [fig_src / "RUNS.json", figures_dir() / "RUNS.json"] + [
         build_dir() / p / "figures" / "RUNS.json" for p in all_profiles]
     runs = _runs(all_profiles, sources)
+    costs = exercise_costs()
     head = "".join(f"<th>{html.escape(p)}</th>" for p in all_profiles)
     rows = []
     fits = []
     for ch in chapters:
         cells = "".join(f"<td>{_fmt_run(runs.get(p, {}).get(ch.stem))}</td>" for p in all_profiles)
-        ex = "".join(f'<li><a href="{ch.page}#{html.escape(a)}">{_inline_html(t)}</a></li>' for a, t in ch.exercises)
+        cost = costs.get(ch.stem, {})
+        ex = "".join(f'<li><a href="{ch.page}#{html.escape(a)}">{_inline_html(t)}</a>{_exercise_cost(cost.get(k))}</li>'
+                     for k, (a, t) in enumerate(ch.exercises, start=1))
         rows.append(f'<tr><td><a href="{ch.page}">{ch.title_html}</a></td><td>{ch.summary_html}</td>'
                     f'<td><ol>{ex}</ol></td>{cells}</tr>')
         wall = (runs.get("default", {}).get(ch.stem) or {}).get("wall_s")
@@ -657,7 +678,9 @@ def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
     body = (f"<h1>For instructors</h1>"
             f'<p class="note">What each notebook teaches (its opening paragraph) and its last measured run '
             f"at each profile: wall time and the kernel's peak memory, as the runner recorded them in "
-            f"<code>RUNS.json</code> beside the figures.</p>"
+            f"<code>RUNS.json</code> beside the figures. Beside each exercise: what its solution cells took "
+            f"at the default profile (<code>make exercises</code>, <code>benchmarks/exercises-default.json</code>); "
+            f"over a minute on two cores is homework.</p>"
             f'<table class="instructor"><thead><tr><th>notebook</th><th>what it teaches</th><th>exercises</th>{head}</tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table>'
             f"<h2>Before class</h2><p>On the machine the class uses: <code>make setup</code>, "

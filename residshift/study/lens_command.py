@@ -197,6 +197,13 @@ def _progress_bar(desc: str) -> tuple[Callable[[int, int], None], Callable[[], N
     return update, close
 
 
+def machine() -> dict[str, Any]:
+    """The CPU (model, native bf16 flags, threads) and the 1-minute load average, beside every time."""
+    from ..train.trainer import cpu_facts
+
+    return cpu_facts()
+
+
 def decoder_label(info) -> str:
     return "logit lens" if info.decoder == "tied" else f"logit lens via {info.decoder} matrix"
 
@@ -270,7 +277,9 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
         seconds["total"] = time.perf_counter() - t_all
         meta = {"request": asdict(req), "model": info.describe(), "tied": tied_line(lm, info),
                 "decoder": info.decoder, "corpus_windows": result.n_seq,
-                "analysed_positions": int(result.tokens["cur"].numel()), "seconds": seconds}
+                "analysed_positions": int(result.tokens["cur"].numel()), "seconds": seconds,
+                # the corpus pass's own compute time, also when this call read it from the cache
+                "corpus_compute_s": round(float(result.seconds), 1), "machine": machine()}
         (tmp / "request.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
         files.append("request.json")
         (tmp / "summary.md").write_text(summary_markdown(req, info, P, rows, transitions, files, seconds,

@@ -599,9 +599,39 @@ def section_grid(fig: Path, bench: Path) -> str:
             f"{m['threads']} threads, native bf16: {', '.join(m['native_bf16']) or 'none'}.")
 
 
+LENS_EXAMPLE = "docs/lens-example"  # `make lens-example`: python -m residshift lens on the embedded models
+
+
+def section_lens_example(fig: Path, bench: Path) -> str:
+    """``python -m residshift lens`` on the embedded models (``docs/lens-example/*/request.json``): sizes,
+    the C1 verdicts and what each step took, on which CPU."""
+    folder = bench.parent / LENS_EXAMPLE
+    metas = sorted(folder.glob("*/request.json"))
+    if not metas:
+        return _missing("`residshift lens` example", f"{LENS_EXAMPLE}/*/request.json (make lens-example)")
+    rows, cpus = [], set()
+    for path in metas:
+        m = _load(path)
+        c1 = _load(path.parent / "c1.json") or {}
+        v = {r["claim_id"]: r["verdict"] for r in c1.get("rows", []) if r["claim_id"] != "C1.depth.sensitivity"}
+        sec, mach = m["seconds"], m["machine"]
+        cpus.add(f"{mach['cpu']}, {mach['threads']} threads, native bf16: {', '.join(mach['native_bf16']) or 'none'}")
+        rows.append([f"[`{m['request']['model']}`]({LENS_EXAMPLE}/{path.parent.name}/summary.md)",
+                     f"{m['model']['layers']}", m["decoder"],
+                     f"{m['corpus_windows']} x {m['request']['window']} ({m['request']['corpus']})",
+                     _num(sec["load"], 0), _num(sec["trajectories"], 0), _num(m["corpus_compute_s"], 0),
+                     _num(sec["total"], 0), _num(mach.get("load_1min"), 1),
+                     ", ".join(f"{k} {x}" for k, x in v.items())])
+    return ("**`python -m residshift lens MODEL` on the embedded models** (`make lens-example`, outputs in "
+            f"`{LENS_EXAMPLE}/`; seconds on {'; '.join(sorted(cpus))}; the corpus pass's own compute time "
+            "even where the run read it from the cache):\n\n"
+            + _table(["model", "layers", "decoder", "windows x tokens", "load s", "maps s", "corpus pass s",
+                      "total s", "1-min load", "C1 verdicts"], rows))
+
+
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_rules_change,
                                                section_pilot,
-                                               section_grid,
+                                               section_grid, section_lens_example,
                                                section_harness, section_benchmarks, section_lm_eval,
                                                section_provenance]
 
