@@ -125,3 +125,9 @@ def test_version_flag_and_the_data_subcommand_are_wired(capsys, monkeypatch):
     seen = []
     monkeypatch.setattr(fetch, "main_data", lambda argv: seen.append(argv) or 7)
     assert main(["data", "--only", "piqa", "--force"]) == 7 and seen == [["--only", "piqa", "--force"]]
+
+
+def test_citation_and_readme_bibtex_carry_the_package_version():
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["version"] == residshift.__version__
+    assert f"version = {{{residshift.__version__}}}" in (ROOT / "README.md").read_text()
