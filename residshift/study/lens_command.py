@@ -179,6 +179,12 @@ def _save(fig, folder: Path, name: str, numbers: Any) -> list[str]:
     return [f"{name}.png", f"{name}.json"]
 
 
+def _name_decoder(fig, what: str) -> None:
+    """Prefix the figure's title with the model and the decoder it reads through."""
+    title = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    fig.suptitle(f"{what}: {title}" if title else what, y=1.02)
+
+
 def _progress_bar(desc: str) -> tuple[Callable[[int, int], None], Callable[[], None]]:
     from ..core.progress import progress
 
@@ -259,11 +265,13 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
         seconds["corpus"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         fig, numbers = alignment.metrics_panel({req.model: result}, {req.model: baseline}, P)
+        _name_decoder(fig, f"{req.model} · {label}")
         files += _save(fig, tmp, "alignment", {"decoder": info.decoder, "curves": numbers})
         rows = []
         if info.n_layers >= MIN_C1_LAYERS:
             rows = alignment.c1_rows(result, baseline, P, model=req.model, decoder=label)
             fig, numbers = alignment.c1_panel({label: {req.model: result}}, {req.model: baseline}, rows, P)
+            _name_decoder(fig, f"{req.model} · {label}")
             files += _save(fig, tmp, "c1", {"decoder": info.decoder, "panel": numbers,
                                              "rows": [r.as_dict() for r in rows]})
         else:
