@@ -133,6 +133,22 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "gate_lr": 0.05, "gate_eval_every": 50, "gate_patience": 4, "gate_bf16": True,
                   "eval_windows": 256, "eval_window": 512, "eval_items": None},
     },
+    # 09: which sublayer removes the input token (measure/attribution.py): attr_windows windows of
+    # attr_window tokens per pretrained model (every position analysed: no vocabulary matmul, so
+    # positions are cheap), bootstrap over windows; attr_train_windows WikiText-2 test windows of the
+    # training context per trained GPT (seeds are the unit there). default: ~1.2-2.4 s per 128-token
+    # window per model on 2 shared CPU cores (measured), so 48 windows ~ 2-4 min for both models.
+    "attribution": {
+        "smoke": {"attr_corpus": "wikitext-103", "attr_split": "validation", "attr_window": 32,
+                  "attr_windows": 4, "attr_batch": 2, "attr_positions": None, "attr_boot": 50,
+                  "attr_train_windows": 4},
+        "default": {"attr_corpus": "wikitext-103", "attr_split": "validation", "attr_window": 128,
+                    "attr_windows": 48, "attr_batch": 8, "attr_positions": None, "attr_boot": 1000,
+                    "attr_train_windows": 64},
+        "paper": {"attr_corpus": "wikitext-103", "attr_split": "validation", "attr_window": 256,
+                  "attr_windows": 256, "attr_batch": 16, "attr_positions": None, "attr_boot": 2000,
+                  "attr_train_windows": 256},
+    },
     # the evaluation harness (evaluate.py; benchmarks/bench_evaluate.py): tasks, items per task
     # (None = the full set), sliding-window context/stride for perplexity, rows per forward
     "harness": {

@@ -1,0 +1,380 @@
+"""Notebook 09: which sublayer removes the input token (glue, tables, figure, printed lines).
+
+The measurement is :mod:`residshift.measure.attribution` (read its docstring for the
+decomposition ``delta_l = attn_l + mlp_l (+ skip_l) + rescale_l`` of the change of the centred,
+pre-softcap lens logit across block ``l``). Here:
+
+- :func:`pretrained`: the attribution on each model of ``P.models`` (``attr_*`` windows, cached);
+- :func:`trained_runs`, :func:`chosen_cut`, :func:`trained_variants`, :func:`trained`: the same on
+  the GPTs of notebooks 06-08 (the baseline, the lowest-loss fixed cut, the learned gates; every
+  seed), on WikiText-2 test windows of the training context;
+- :func:`window_table` (pretrained: mean over windows, percentile bootstrap CI over windows) and
+  :func:`seed_table` (trained: per-seed means over windows, mean and t-interval across seeds: the
+  seed is the unit of replication), one long table format for both;
+- :func:`block_panel` (the figure), :func:`check_table` (the decomposition's closure, measured) and
+  :func:`who_lines` (the sentences the notebook ends with, computed from a table only).
+
+Table format: one row per ``(model, which, term, block)`` with ``estimate``, ``lo``, ``hi``, ``n``,
+``unit``; ``term`` in :data:`TABLE_TERMS` (``attn_minus_mlp`` is the paired difference, for the
+comparison "attention or MLP?"), ``which`` in ``("input", "next")``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from scipy import stats as _sp
+
+from ..analysis import stats
+from ..analysis.stats import as_numpy, format_ci
+from ..core.models import load_model
+from ..measure import attribution as A
+from ..train import trainer as T
+from . import training
+from .plotting import integer_axis
+
+NAME = "09-who-removes-the-input-token"
+TABLE_TERMS = ("attn", "mlp", "skip", "rescale", "delta", "attn_minus_mlp")
+STACKED = ("attn", "mlp", "skip", "rescale")  # the bars; delta is the dot they add up to
+LABELS = {"attn": "attention", "mlp": "MLP", "skip": "skip edit (alpha - 1) x", "rescale": "norm rescaling",
+          "delta": "change of the lens logit", "attn_minus_mlp": "attention - MLP"}
+COLORS = {"attn": "#1f77b4", "mlp": "#ff7f0e", "skip": "#9467bd", "rescale": "#b0b0b0"}
+COLUMNS = ["model", "which", "term", "block", "estimate", "lo", "hi", "n", "unit"]
+
+
+class AttributionStudyError(ValueError):
+    """Bad input to the notebook glue; the message names the fix."""
+
+
+# ============================================================================================
+# Running the measurement
+# ============================================================================================
+
+
+def pretrained(P, names: Sequence[str] | None = None, *, verbose: bool = True) -> dict[str, A.AttributionResult]:
+    """``{model: result}``: :func:`attribution.run_attribution` on each of ``P.models`` (cached),
+    ``attr_windows`` windows of ``attr_window`` tokens of ``attr_corpus`` / ``attr_split``."""
+    out = {}
+    for name in (P.models if names is None else names):
+        lm, tok, info = load_model(name, device=P.device)
+        t0 = time.perf_counter()
+        out[name] = A.run_attribution(lm, info, tok, corpus=P.attr_corpus, split=P.attr_split,
+                                      window=int(P.attr_window), n=int(P.attr_windows), seed=P.seed,
+                                      batch=int(P.attr_batch), positions=P.attr_positions)
+        if verbose:
+            r = out[name]
+            print(f"{name}: {r.n_seq} windows x {r.n_positions} positions, {r.n_layers} blocks, "
+                  f"{r.norm} final norm, soft-cap {info.logit_softcap}; {time.perf_counter() - t0:.0f} s "
+                  f"here ({r.seconds:.0f} s when computed)")
+    return out
+
+
+def trained_runs(P, names: Sequence[str], *, train_missing: bool = True) -> dict[tuple[str, int], Path]:
+    """``{(variant, seed): run directory}`` of finished runs of the grid (notebook 06) for the current
+    training code (``trainer.run_dir_for``). A missing run is trained by :func:`training.train_grid`
+    (what notebook 06 would train; seconds at the smoke profile, about a minute per run at default),
+    or, with ``train_missing=False``, the error names notebook 06. A run trained by another version
+    of the training code is never reused: its key differs."""
+    variants = {v.name: v for v in training.grid(P)}
+    unknown = [n for n in names if n not in variants]
+    if unknown:
+        raise AttributionStudyError(f"{unknown} are not variants of the grid; known: {sorted(variants)}")
+    out: dict[tuple[str, int], Path] = {}
+    missing = []
+    for name in names:
+        for s in training.seeds(P):
+            run = T.run_dir_for(training.config(P, variants[name], s).resolved(P.device), P.device)
+            if (run / "summary.json").is_file():
+                out[(name, s)] = run
+            else:
+                missing.append((name, s))
+    if missing and not train_missing:
+        raise AttributionStudyError(f"no finished run for {missing}: train the grid first (notebook 06, "
+                                    "study.training.train_grid(P))")
+    if missing:
+        out.update(training.train_grid(P, only=sorted({n for n, _ in missing}), verbose=False))
+    return {(n, s): out[(n, s)] for n in names for s in training.seeds(P)}
+
+
+def fixed_cuts(P) -> list[str]:
+    """The names of the grid's fixed cuts (what :func:`chosen_cut` chooses from)."""
+    return [training.fixed_name(a, l) for a, l in training.cut_cells(P)]
+
+
+def chosen_cut(runs: Mapping[tuple[str, int], Path], P) -> dict[str, Any]:
+    """The lowest-loss fixed cut, as notebook 07 picks it (mean over seeds of the final validation
+    loss), read from each run's summary (the trainer's last evaluation, at the final step, on the
+    same validation windows for every variant). ``runs`` must hold every fixed cut of the grid."""
+    cuts = fixed_cuts(P)
+    if not cuts:
+        raise AttributionStudyError("the grid has no fixed cut (train_cut_alphas / train_cut_layers)")
+    S = training.seeds(P)
+    missing = [(n, s) for n in cuts for s in S if (n, s) not in runs]
+    if missing:
+        raise AttributionStudyError(f"runs lack {missing[:3]}...: pass trained_runs(P, fixed cuts)")
+    means = {n: float(np.mean([T.read_summary(runs[(n, s)])["val_loss"] for s in S])) for n in cuts}
+    name = min(means, key=means.get)
+    cell = next((a, l) for a, l in training.cut_cells(P) if training.fixed_name(a, l) == name)
+    return {"variant": name, "alpha": cell[0], "layer": cell[1], "val_loss": means[name], "losses": means}
+
+
+def trained_variants(P, cut: Mapping[str, Any]) -> list[str]:
+    """The trained models compared: the baseline, the chosen cut and the learned gates of the grid."""
+    return ["baseline", cut["variant"], *[v for v in P.train_variants if v in training.GATED_MODES]]
+
+
+def trained(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
+            verbose: bool = True) -> dict[tuple[str, int], A.AttributionResult]:
+    """The attribution on each final model of ``names`` x seeds: ``attr_train_windows`` WikiText-2
+    test windows of the training context (notebook 08's lens windows), every position analysed."""
+    out = {}
+    t0 = time.perf_counter()
+    for name in names:
+        for s in training.seeds(P):
+            lm, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
+            out[(name, s)] = A.run_attribution(lm, info, tok, corpus=training.LENS_CORPUS, split=training.LENS_SPLIT,
+                                               window=int(P.train_context), n=int(P.attr_train_windows),
+                                               seed=P.seed, batch=8)
+    if verbose:
+        r = next(iter(out.values()))
+        print(f"{len(out)} trained models x {r.n_seq} windows x {r.n_positions} positions "
+              f"({training.LENS_CORPUS} {training.LENS_SPLIT}); {time.perf_counter() - t0:.0f} s")
+    return out
+
+
+# ============================================================================================
+# Tables
+# ============================================================================================
+
+
+def _terms(res: A.AttributionResult, which: str) -> dict[str, np.ndarray]:
+    """``{term: [n_seq, L]}`` for one result (skip only where the model has gates)."""
+    ps = {k: as_numpy(v) for k, v in res.per_seq.items()}
+    out = {t: ps[f"{t}_{which}"] for t in (*res.components, "rescale", "delta")}
+    out["attn_minus_mlp"] = ps[f"attn_{which}"] - ps[f"mlp_{which}"]
+    return out
+
+
+def _nan(x: float) -> float | None:
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+def window_table(results: Mapping[str, A.AttributionResult], *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per model, token, term and block: the mean over windows and its percentile bootstrap CI
+    (``stats.curve_ci``, windows as the unit, the same resamples for every term of a model)."""
+    rows = []
+    for model, res in results.items():
+        for which in A.WHICH:
+            for term, x in _terms(res, which).items():
+                ci = stats.curve_ci(x, n_boot=n_boot, seed=seed)
+                rows += [[model, which, term, b, float(ci.estimate[b]), float(ci.lo[b]), float(ci.hi[b]),
+                          x.shape[0], "windows"] for b in range(x.shape[1])]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``x`` (one value per seed) and its two-sided t-interval (NaN with fewer than 2)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        raise AttributionStudyError("no seeds to average")
+    if x.size < 2:
+        return float(x.mean()), float("nan"), float("nan")
+    m, se = stats.mean_se(x)
+    q = float(_sp.t.ppf((1 + level) / 2, x.size - 1))
+    return m, m - q * se, m + q * se
+
+
+def seed_table(results: Mapping[tuple[str, int], A.AttributionResult], *, level: float = 0.95) -> pd.DataFrame:
+    """Per variant, token, term and block: each seed's mean over its windows, then the mean over
+    seeds and its t-interval across seeds (the seed is the unit); ``per_seed`` holds the seeds' means."""
+    by_name: dict[str, list] = {}
+    for (name, s), res in results.items():
+        by_name.setdefault(name, []).append((s, res))
+    rows = []
+    for name, items in by_name.items():
+        items.sort(key=lambda p: p[0])
+        for which in A.WHICH:
+            per = [_terms(res, which) for _, res in items]
+            for term in per[0]:
+                means = np.stack([p[term].mean(0) for p in per])  # [S, L]
+                for b in range(means.shape[1]):
+                    m, lo, hi = t_interval(means[:, b], level)
+                    rows.append([name, which, term, b, m, lo, hi, len(items), "seeds",
+                                 [round(float(v), 4) for v in means[:, b]]])
+    return pd.DataFrame(rows, columns=[*COLUMNS, "per_seed"])
+
+
+def check_table(results: Mapping[Any, A.AttributionResult]) -> pd.DataFrame:
+    """How well the decomposition closes, measured per model: the final norm read, whether the logit
+    is centred, the largest relative gap ``|h_{l+1} - (h_l + attn + mlp + skip)| / max |h_{l+1}|``
+    and the largest ``|delta - (attn + mlp + skip + rescale)|`` of any position (logit units)."""
+    rows = []
+    for key, r in results.items():
+        rows.append({"model": key if isinstance(key, str) else f"{key[0]}, seed {key[1]}", "norm": r.norm,
+                     "centred": r.centre, "windows": r.n_seq, "positions": r.n_positions,
+                     "stream closure (rel.)": r.closure, "logit closure": r.max_closure_logit})
+    return pd.DataFrame(rows).set_index("model")
+
+
+def _check(table: pd.DataFrame) -> pd.DataFrame:
+    miss = [c for c in COLUMNS if c not in table.columns]
+    if miss:
+        raise AttributionStudyError(f"the table lacks columns {miss}: pass window_table(...) or seed_table(...)")
+    return table
+
+
+# ============================================================================================
+# The figure
+# ============================================================================================
+
+
+def block_panel(table: pd.DataFrame, models: Sequence[str] | None = None, *, title: str = ""):
+    """One row per model, one column per token (input, next): per block, the terms of the change of
+    the token's lens logit as diverging stacked bars (positive parts up, negative down), and the
+    change itself (dot, with its CI). Returns ``(fig, numbers)``."""
+    table = _check(table)
+    models = list(dict.fromkeys(table.model)) if models is None else list(models)
+    unknown = [m for m in models if m not in set(table.model)]
+    if unknown:
+        raise AttributionStudyError(f"{unknown} not in the table; it holds {sorted(set(table.model))}")
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 2.9 * len(models)), squeeze=False)
+    numbers: dict[str, Any] = {}
+    for i, model in enumerate(models):
+        for j, which in enumerate(A.WHICH):
+            ax = axes[i, j]
+            t = table[(table.model == model) & (table.which == which)]
+            numbers.setdefault(model, {})[which] = _draw(ax, t)
+            ax.set_title(f"{model}: {which} token", fontsize=10)
+            ax.axhline(0, color="black", lw=0.6)
+            integer_axis(ax, "x")
+            if j == 0:
+                ax.set_ylabel("lens logit (centred)")
+            if i == len(models) - 1:
+                ax.set_xlabel("block l (h_l -> h_l+1)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    for ax in axes.flat[1:]:  # a term that only some models have (the skip edit)
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 1.0))
+    if title:
+        fig.suptitle(title, y=1.04, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    return fig, numbers
+
+
+def _draw(ax, t: pd.DataFrame) -> dict[str, Any]:
+    out = {}
+    pos = neg = None
+    for term in STACKED:
+        r = t[t.term == term].sort_values("block")
+        if r.empty:
+            continue
+        x, y = r.block.to_numpy(), r.estimate.to_numpy()
+        pos = np.zeros_like(y) if pos is None else pos
+        neg = np.zeros_like(y) if neg is None else neg
+        base = np.where(y >= 0, pos, neg)
+        ax.bar(x, y, bottom=base, color=COLORS[term], width=0.8, label=LABELS[term],
+               hatch="//" if term == "rescale" else None, edgecolor="white", lw=0.3)
+        pos, neg = pos + np.clip(y, 0, None), neg + np.clip(y, None, 0)
+        out[term] = _row_numbers(r)
+    d = t[t.term == "delta"].sort_values("block")
+    lo, hi = d.lo.to_numpy(), d.hi.to_numpy()
+    err = None if np.isnan(lo).all() else np.abs(np.stack([d.estimate - lo, hi - d.estimate]))
+    ax.errorbar(d.block, d.estimate, yerr=err, fmt="o", color="black", ms=3.5, lw=1, label=LABELS["delta"])
+    out["delta"] = _row_numbers(d)
+    tall = np.maximum(pos, -neg) if pos is not None else np.abs(d.estimate.to_numpy())  # per block
+    typical = float(np.median(tall)) if tall.size else 0.0
+    if typical > 0 and tall.max() > 10 * typical:  # one block dwarfs the rest (the first block's rescaling)
+        ax.set_yscale("symlog", linthresh=typical)
+        ax.text(0.99, 0.02, f"symlog: linear within +-{typical:.2g}", transform=ax.transAxes, ha="right",
+                va="bottom", fontsize=7, color="0.4")
+    return out
+
+
+def _row_numbers(r: pd.DataFrame) -> dict[str, list]:
+    return {k: [_nan(v) for v in r[k]] for k in ("estimate", "lo", "hi")}
+
+
+# ============================================================================================
+# The printed lines
+# ============================================================================================
+
+
+def _ci(row) -> str:
+    lo, hi = _nan(row.lo), _nan(row.hi)
+    return format_ci(row.estimate, lo, hi if lo is not None else None) if lo is not None else f"{row.estimate:.2f} (no CI)"
+
+
+def _compare(diff) -> str:
+    """attention - MLP at one block -> which removes more (a CI that excludes 0) or undecided."""
+    lo, hi = _nan(diff.lo), _nan(diff.hi)
+    if lo is None or hi is None:
+        return "undecided"
+    return "attention" if hi < 0 else "MLP" if lo > 0 else "undecided"
+
+
+def who_lines(table: pd.DataFrame, *, models: Sequence[str] | None = None, show: bool = True) -> list[str]:
+    """Per model, from the table alone (input token):
+
+    1. the most negative single sublayer contribution (attention, MLP or skip edit), its block and CI;
+    2. the block where the input token's lens logit falls most (``delta``), and there the
+       attention's, the MLP's (and the skip edit's) contribution and the norm rescaling, with which
+       of attention and MLP removes more (the CI of their paired difference excludes 0) or that they
+       cannot be told apart, and whether the largest negative term is the rescaling rather than a
+       sublayer;
+    3. over every block where the input logit falls (``delta`` CI below 0): at how many the attention
+       removes more, at how many the MLP, at how many neither can be told apart.
+    """
+    table = _check(table)
+    models = list(dict.fromkeys(table.model)) if models is None else list(models)
+    lines = []
+    for model in models:
+        t = table[(table.model == model) & (table.which == "input")]
+        if t.empty:
+            raise AttributionStudyError(f"no input-token rows for {model!r} in the table")
+        unit = f"{int(t.n.iloc[0])} {t.unit.iloc[0]}"
+        subl = t[t.term.isin(("attn", "mlp", "skip"))]
+        worst = subl.loc[subl.estimate.idxmin()]
+        lines.append(f"{model}: the most negative sublayer contribution to the input token's lens logit is the "
+                     f"{LABELS[worst.term]} of block {int(worst.block)}: {_ci(worst)} (centred logit; mean and "
+                     f"95% CI over {unit}).")
+        delta = t[t.term == "delta"].set_index("block")
+        terms = {k: t[t.term == k].set_index("block") for k in ("attn", "mlp", "skip", "rescale", "attn_minus_mlp")}
+        b = int(delta.estimate.idxmin())
+        parts = [f"attention {_ci(terms['attn'].loc[b])}", f"MLP {_ci(terms['mlp'].loc[b])}"]
+        if not terms["skip"].empty:
+            parts.append(f"skip edit {_ci(terms['skip'].loc[b])}")
+        parts.append(f"norm rescaling {_ci(terms['rescale'].loc[b])}")
+        who = _compare(terms["attn_minus_mlp"].loc[b])
+        verdict = {"attention": "the attention's contribution is the more negative (CI of attention - MLP below 0)",
+                   "MLP": "the MLP's contribution is the more negative (CI of attention - MLP above 0)",
+                   "undecided": "attention and MLP cannot be told apart (CI of the difference includes 0)"}[who]
+        at_b = {k: float(v.loc[b].estimate) for k, v in terms.items()
+                if k in ("attn", "mlp", "skip", "rescale") and not v.empty}
+        lowest = min(at_b, key=at_b.get)
+        tail = (f"; the largest negative term there is the norm rescaling: the stream grows and shrinks what it "
+                f"carried, more than any sublayer writes against the token" if lowest == "rescale" and at_b[lowest] < 0
+                else "")
+        fall = "falls" if float(delta.loc[b].estimate) < 0 else "changes least (it never falls on average)"
+        lines.append(f"{model}: the input token's lens logit {fall} most across block {b} ({_ci(delta.loc[b])}); "
+                     f"there {', '.join(parts)}: {verdict}{tail}.")
+        drops = [int(k) for k, r in delta.iterrows() if _nan(r.hi) is not None and r.hi < 0]
+        if not drops:
+            lines.append(f"{model}: at no block does the input token's lens logit fall with a CI below 0.")
+        else:
+            votes = [_compare(terms["attn_minus_mlp"].loc[k]) for k in drops]
+            lines.append(f"{model}: the input token's lens logit falls (CI below 0) across {len(drops)} of "
+                         f"{len(delta)} blocks ({', '.join(map(str, drops))}); the attention's contribution is the more "
+                         f"negative at {votes.count('attention')}, the MLP's at {votes.count('MLP')}, neither can "
+                         f"be told apart at {votes.count('undecided')}.")
+    if show:
+        for line in lines:
+            print(line)
+    return lines
