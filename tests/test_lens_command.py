@@ -143,3 +143,17 @@ def test_request_defaults_come_from_the_profile_and_the_key_ignores_out():
     assert req.split == "train" and req.windows == P.lens_windows and req.texts == tuple(P.lens_sentences)
     a = lc.LensRequest("m", out="x").key()
     assert a == lc.LensRequest("m", out="y").key() != lc.LensRequest("m", windows=5).key()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_lens_on_the_embedded_models(tmp_path, capsys, name):
+    out = tmp_path / name
+    status = main(["lens", name, "--text", TEXT, "--windows", "4", "--window", "48", "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    summary = _written(out)
+    meta = json.loads((out / "request.json").read_text())
+    assert meta["model"]["layers"] == {"smollm2-135m": 30, "gemma3-270m": 18}[name] and "tied: yes" in summary
+    traj = json.loads((out / "trajectory-1.json").read_text())
+    # one row of decoded tokens per residual state h_0..h_L
+    assert len(traj["sentences"][0]["top1"]) == meta["model"]["layers"] + 1
