@@ -1,4 +1,5 @@
-"""Command line: ``python -m residshift run | lens | data | prepare | models | profiles | report | book | train``
+"""Command line: ``python -m residshift run | lens | data | prepare | models | profiles | report | book | train
+| train-grid``
 (``--version``)."""
 from __future__ import annotations
 
@@ -73,11 +74,18 @@ def main(argv: list[str] | None = None) -> int:
                          "lens and C1's rules on each (writes benchmarks/pilot-recipes.json; smoke: build/smoke/)")
     tr.add_argument("--recipes", nargs="*", default=None, help="the pilot's recipes (default: train_pilot_recipes)")
     tr.add_argument("--json", default=None, help="where the pilot writes its numbers")
+    sub.add_parser("train-grid", help="the training grid of notebooks 06-08: plan, cost from a measured speed, "
+                   "launch (--dry-run, --parallel K); `residshift train-grid --help` for its options", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["data"]:  # its own parser (residshift.core.fetch.main_data)
         from .core.fetch import main_data  # lazy: datasets
 
         return main_data(argv[1:])
+    if argv[:1] == ["train-grid"]:  # its own parser (residshift.study.grid_launcher.main_train_grid)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `train`: before torch loads
+        from .study.grid_launcher import main_train_grid  # lazy: torch + the study's training glue
+
+        return main_train_grid(argv[1:])
     args = parser.parse_args(argv)
 
     if args.cmd == "run":

@@ -383,3 +383,44 @@ def test_training_on_a_streamed_corpus(standin, tmp_path):
     s = T.read_summary(run)
     assert s["steps"] == 4 and s["data"]["stream"] and s["data"]["train_tokens"] >= 32 * 8 * 4
     assert s["data"]["val_windows"] == 8 and math.isfinite(s["val_loss"])
+
+
+def test_the_paper_profile_streams_fineweb_edu_with_these_load_dataset_arguments(tmp_path, monkeypatch):
+    """The exact ``datasets.load_dataset`` call of the paper profile's corpus (no network: a stand-in
+    stream), and the resume of an interrupted preparation past the documents already read."""
+    import datasets
+
+    from residshift.core.models import byte_tokenizer
+
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    class Stream:  # what load_dataset(..., streaming=True) returns: an iterable with skip()
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __iter__(self):
+            return iter(self.rows)
+
+        def skip(self, n):
+            calls.append(("skip", n))
+            return Stream(self.rows[n:])
+
+    docs = [{"text": f"Document {i}: " + "an educational sentence. " * 20, "id": str(i)} for i in range(300)]
+
+    def load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        return Stream(docs)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    c = T.TrainConfig.from_profile("paper").with_(context=32, tokens=8_192, val_tokens=2_048, shard_tokens=4_096,
+                                                  eval_windows=4)
+    assert c.corpus == {"path": "HuggingFaceFW/fineweb-edu", "name": "sample-10BT", "split": "train"}
+    assert c.val_corpus is None  # validation: the head of the same stream, held out
+    data = T.load_data(c, byte_tokenizer())
+    assert calls == [((), {"path": "HuggingFaceFW/fineweb-edu", "name": "sample-10BT", "split": "train",
+                           "streaming": True})]
+    assert data.val.shape == (4, 32) and data.source["train_tokens"] >= 8_192
+    calls.clear()
+    T.load_data(c.with_(tokens=16_384), byte_tokenizer())  # a larger budget extends the stream
+    assert calls[0][1]["streaming"] is True and calls[1][0] == "skip" and calls[1][1] > 0

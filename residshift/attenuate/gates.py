@@ -37,12 +37,17 @@ from torch import nn
 
 from ..core import cache
 from ..core.data import token_windows
-from ..core.forward import collect_residuals, window_losses
+from ..core.forward import collect_residuals, refuse_remote, window_losses
 from ..core.fitting import FitConfig, epoch_batch, fit as run_fit
 from ..core.gating import THETA_INIT, scalar_alpha, token_alpha
 from ..core.interventions import attenuate_block
 from ..core.models import ModelInfo
 from ..core.unembed import next_token_loss
+
+# why a remote (NDIF) model is refused (core.forward.refuse_remote)
+_BACKWARD = ("back-propagates (loss.backward()) into local gate parameters, and NDIF runs the trace on its "
+             "servers and returns saved values only")
+_LOCAL_GATES = "calls local gate modules inside the trace, which NDIF cannot run"
 
 # THETA_INIT = 6: sigmoid(6) = 0.9975 (see the module docstring for why not 4); the gate formulas
 # are core.gating's, shared with the GPTs trained with gates in place (residshift.train.gpt).
@@ -265,6 +270,7 @@ def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, backward=None, *, 
 
     ``backward`` (from the fitting loop; default ``loss.backward()``) runs inside the trace.
     """
+    refuse_remote(info, "gates.train_step", _BACKWARD)
     backward = backward or (lambda loss: loss.backward())
     with _autocast(bf16):
         with lm.trace(ids, remote=info.remote):
@@ -278,6 +284,8 @@ def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, backward=None, *, 
 def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batch_size: int = 8,
                         bf16: bool = False) -> torch.Tensor:
     """Per-window mean loss ``[n]`` with the gates applied (``gates=None``: unmodified model)."""
+    if gates is not None:
+        refuse_remote(info, "gates.gated_window_losses", _LOCAL_GATES)
 
     with _autocast(bf16):
         loss = window_losses(lm, info, windows, batch_size=batch_size,
@@ -310,6 +318,7 @@ def fit_gates_on(lm, info: ModelInfo, cfg: GateConfig, train: torch.Tensor, held
     state, the history (train loss per step, held-out loss per evaluation) and the held-out loss
     before (unmodified model) and at initialisation.
     """
+    refuse_remote(info, "gates.fit_gates_on", _BACKWARD)
     cfg = cfg.checked(info)
     torch.manual_seed(cfg.seed)
     gates = make_gates(cfg.kind, cfg.layers, info.d_model, cfg.theta_init)
@@ -337,6 +346,7 @@ def fit_gates_on(lm, info: ModelInfo, cfg: GateConfig, train: torch.Tensor, held
 def fit_gates(lm, info: ModelInfo, tokenizer, cfg: GateConfig, *, progress: bool | str = False,
               refresh: bool = False):
     """Cached, resumable :func:`fit_gates_on` on ``cfg.corpus`` windows."""
+    refuse_remote(info, "gates.fit_gates", _BACKWARD)
     cfg = cfg.checked(info)
     key = cfg.key_dict()
     ckpt = cache.results_dir() / "gates-ckpt" / f"{cache.config_key(key, code=fit_gates)}.pt"
@@ -376,6 +386,7 @@ def token_alpha_stats(lm, info: ModelInfo, gates, windows: torch.Tensor, *, batc
     come from one nnsight trace per batch (``forward.collect_residuals`` with every gate in place);
     ``alpha_l(t)`` is evaluated on them. For scalar gates std is 0 and every quantile is alpha.
     """
+    refuse_remote(info, "gates.token_alpha_stats", _LOCAL_GATES)
 
     qs = [float(q) for q in quantiles]
     if any(not 0 <= q <= 1 for q in qs):
@@ -401,6 +412,7 @@ def fitted_alpha_stats(lm, info: ModelInfo, tokenizer, fit_result: dict[str, Any
                        quantiles: Sequence[float] = (0.1, 0.9)) -> dict[str, Any]:
     """:func:`token_alpha_stats` of a :func:`fit_gates` result's best gates on ``n`` windows of a
     corpus, cached by the fit's configuration (as ``study.attenuation.gated_lens``)."""
+    refuse_remote(info, "gates.fitted_alpha_stats", _LOCAL_GATES)
     g = fitted(fit_result, info)
     key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
            "n": int(n), "seed": int(seed), "quantiles": [float(q) for q in quantiles]}

@@ -33,12 +33,16 @@ import torch
 from ..analysis import stats
 from ..core import cache
 from ..core.data import token_windows
-from ..core.forward import window_losses
+from ..core.forward import refuse_remote, window_losses
 from ..core.interventions import _alpha_ok, attenuate
 from ..core.replay import capture, replay
 from ..core.models import ModelInfo
 from ..core.progress import progress as progress_bar
 from ..core.unembed import next_token_losses
+
+# why a remote (NDIF) model is refused (core.forward.refuse_remote)
+_REPLAY = ("replays blocks on the local module (core.replay), which a remote model holds on the meta device; "
+           "sweep.naive_sweep is the same sweep through one trace per cut")
 
 DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 
@@ -98,6 +102,7 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
     "layers": [...], "alphas": [...], "config": ...}``. With ``partial_dir`` each finished layer is
     stored there atomically and reused on a rerun (resumption).
     """
+    refuse_remote(info, "sweep.sweep_windows", _REPLAY)
     cfg = cfg.checked(info)
     if windows.ndim != 2 or windows.shape[1] < 2:
         raise ValueError(f"windows must be [n, length >= 2], got {tuple(windows.shape)}")
@@ -139,6 +144,7 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
 def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: bool = False,
               refresh: bool = False) -> dict[str, Any]:
     """The cached, resumable sweep on ``cfg.corpus`` windows (BOS as the model expects)."""
+    refuse_remote(info, "sweep.run_sweep", _REPLAY)
     cfg = cfg.checked(info)
     key = cfg.key_dict()
     partial = cache.results_dir() / "sweep-partial" / cache.config_key(key, code=run_sweep)

@@ -7,6 +7,32 @@
 
 ``h_0`` is the input of decoder layer 0 (the scaled token embedding, plus position embeddings
 where the model adds them) and ``h_l`` the output of layer ``l - 1``.
+
+Remote models (``load_model(name, remote=True)``: nnsight traces run on NDIF, the local module
+holds its weights on the meta device). What runs through ``lm.trace(..., remote=True)`` works;
+what calls the local module, reads its weights or back-propagates into local parameters is
+refused up front with :class:`RemoteNotSupportedError` (:func:`refuse_remote`):
+
+============================================================  ======  =====================================
+measurement                                                   remote  why not
+============================================================  ======  =====================================
+``forward.collect_residuals`` (the residual stream)           yes
+``forward.window_losses``, ``corpus_window_losses`` (+ edit)  yes
+``interventions.attenuated_logits``                           yes
+``causal.direction_ablated_logits``                           yes
+``sweep.naive_sweep`` (one traced forward per cut)            yes
+``sweep.sweep_windows``, ``run_sweep``                        no      replays blocks on the local module
+``causal.skip_ablation_profile``                              no      replays blocks on the local module
+``causal.direction_ablation_profile``, ``run_cached``         no      directions from the local E
+``gates.fit_gates``, ``fit_gates_on``, ``train_step``         no      backward() into local gates
+``gates.gated_window_losses``, ``token_alpha_stats``          no      local gate modules in the trace
+``tuned_lens.fit``, ``fit_cached``, ``evaluate_kl``           no      decodes through the local E, norm
+``evaluate`` (the harness: tasks, ``score_requests``)         no      the local module; weights hashed
+============================================================  ======  =====================================
+
+The logit lens itself (``measure.lens``) collects its residuals through the trace but decodes
+them through ``info.final_norm`` / ``info.embedding``, which a remote model holds on the meta
+device: it needs those weights locally.
 """
 from __future__ import annotations
 
@@ -18,7 +44,7 @@ import torch
 from . import cache
 from .data import token_windows
 from .interventions import attenuate_block, attenuation_plan
-from .models import ModelInfo
+from .models import ModelError, ModelInfo
 from .progress import progress as progress_bar
 from .unembed import next_token_losses
 
@@ -27,6 +53,24 @@ Intervene = Callable[[Any, ModelInfo], None]
 
 class TokenIdsError(ValueError):
     """Token ids of the wrong shape, type, length or range (the message names the fix)."""
+
+
+class RemoteNotSupportedError(ModelError):
+    """A measurement asked of a remote (NDIF) model that cannot run through nnsight's remote
+    execution (the module docstring's table); the message names what does and the fix."""
+
+
+REMOTE_WORKS = ("forward.collect_residuals, forward.window_losses (with or without an edit) and "
+                "sweep.naive_sweep run remotely")
+
+
+def refuse_remote(info: ModelInfo, what: str, why: str) -> None:
+    """Raise :class:`RemoteNotSupportedError` when ``info`` is a remote model: ``what`` cannot run
+    through NDIF because ``why``."""
+    if getattr(info, "remote", False):
+        raise RemoteNotSupportedError(
+            f"{what} does not run on a remote (NDIF) model: it {why}. {REMOTE_WORKS}; for this one load "
+            f"{info.name} locally (load_model({info.name!r}) without remote=True)")
 
 
 def check_ids(ids: Any, info: ModelInfo, *, min_len: int = 3) -> torch.Tensor:
@@ -103,7 +147,7 @@ def window_losses(model, info: ModelInfo, windows: torch.Tensor, *, batch_size: 
 
     Position t is scored on predicting token t+1. ``intervene(model, info)``, when given, runs
     inside the nnsight trace (e.g. ``lambda m, i: attenuate(m, i, {20: 0.5})``); without it the
-    bare torch model runs, which is faster.
+    bare torch model runs, which is faster (a remote model: a plain trace on NDIF).
     """
     if windows.ndim != 2 or windows.shape[1] < 2:
         raise ValueError(f"windows must be [n, length >= 2] token ids, got shape {tuple(windows.shape)}")
@@ -114,9 +158,10 @@ def window_losses(model, info: ModelInfo, windows: torch.Tensor, *, batch_size: 
     for start in starts:
         ids = windows[start : start + batch_size]
         with torch.no_grad():
-            if intervene is None:
+            if intervene is None and not info.remote:
                 logits = model._module(ids.to(info.embedding.device)).logits
-            else:
+            else:  # an edit, or a remote model (whose local module holds no weights): one trace
+                intervene = intervene or (lambda m, i: None)
                 with model.trace(ids, remote=info.remote):
                     intervene(model, info)
                     logits = model.output.logits.save()

@@ -52,10 +52,15 @@ import torch.nn.functional as F
 from ..analysis import stats
 from ..core import cache
 from ..core.data import token_windows
-from ..core.forward import window_losses
+from ..core.forward import refuse_remote, window_losses
 from ..core.models import ModelInfo
 from ..core.replay import capture, replay, replay_from
 from ..core.unembed import next_token_losses
+
+# why a remote (NDIF) model is refused (core.forward.refuse_remote)
+_REPLAY = "replays blocks on the local module (core.replay), which a remote model holds on the meta device"
+_DIRECTIONS = ("builds its directions from the unembedding info.embedding and replays blocks on the local module, "
+               "which a remote model holds on the meta device")
 
 VERSION = "residshift-causal/2"
 DIRECTIONS = ("input", "next", "random")
@@ -152,6 +157,7 @@ def skip_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *, alphas:
     from the captured block inputs (``residshift.core.replay.replay``, the same edit as
     ``interventions.attenuate``; tested against it).
     """
+    refuse_remote(info, "causal.skip_ablation_profile", _REPLAY)
     _check_windows(windows, skip_first)
     layers = list(range(info.n_layers)) if layers is None else [info.check_layer(l) for l in layers]
     module = lm._module
@@ -308,9 +314,10 @@ def direction_ablation_profile(lm, info: ModelInfo, windows: torch.Tensor, *,
     "residuals", "basis"}``; column ``j`` of ``delta`` is residual index ``residuals[j]``. Each
     batch runs the unmodified model once; each (direction, residual ``r``) then edits the captured
     ``h_r`` and replays blocks ``r..L-1`` and the head (``residshift.core.replay.replay_from``;
-    tested against the nnsight edit :func:`direction_ablated_logits`). Remote models take the
-    nnsight path.
+    tested against the nnsight edit :func:`direction_ablated_logits`). Remote models are refused
+    (:func:`residshift.core.forward.refuse_remote`).
     """
+    refuse_remote(info, "causal.direction_ablation_profile", _DIRECTIONS)
     _check_windows(windows, skip_first)
     residuals = list(range(info.n_layers + 1)) if residuals is None else [check_residual_index(info, r) for r in residuals]
     clean = torch.zeros(len(windows))
@@ -455,6 +462,7 @@ def run_cached(lm, info: ModelInfo, cfg: CausalConfig, tokenizer=None, *, refres
     Returns ``{"skip": skip_ablation_profile(...), "direction": direction_ablation_profile(...),
     "model", "n_layers", "config", "seconds", "tokens"}``.
     """
+    refuse_remote(info, "causal.run_cached (the skip and direction ablation profiles)", _REPLAY)
     tokenizer = tokenizer if tokenizer is not None else lm.tokenizer
 
     def compute() -> dict[str, Any]:

@@ -62,8 +62,12 @@ from ..analysis.stats import binomial_se, mean_se, ratio_se
 from ..core import cache as _cache
 from ..core.models import ModelInfo, model_fingerprint
 from ..core.data import corpus_text, load_corpus, tokenize_text, tokenizer_fingerprint
-from ..core.forward import Intervene
+from ..core.forward import Intervene, refuse_remote
 from ..core.progress import progress as progress_bar
+
+# why a remote (NDIF) model is refused (core.forward.refuse_remote)
+_LOCAL_MODULE = ("calls the local module and hashes its weights for the cache key, and a remote model holds them "
+                 "on the meta device")
 
 
 def perplexity(losses: torch.Tensor) -> dict[str, float]:
@@ -266,6 +270,7 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
     :func:`residshift.core.interventions.attenuate` and the gates do (pass ``prefix_reuse=False``
     for an edit that looks across positions).
     """
+    refuse_remote(info, "evaluate.score_requests", _LOCAL_MODULE)
     max_len = _max_positions(model._module)
     rows: list[tuple[list[int], int]] = []  # (input ids, number of scored positions)
     truncated: set[int] = set()
@@ -672,6 +677,7 @@ def text_perplexity(model, info: ModelInfo, tokenizer, text: str, *, task: str =
     depend on which others are scored; per-word and per-byte values then use the whole text's
     tokens-per-word and tokens-per-byte ratios).
     """
+    refuse_remote(info, "evaluate.text_perplexity", _LOCAL_MODULE)
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{task}: the text is empty; nothing to score")
     tokens = tokenize_text(text, tokenizer)
@@ -745,6 +751,7 @@ def lambada_score(model, info: ModelInfo, tokenizer, texts: Sequence[str], *, ta
                   intervene: Intervene | None = None, cache_tag: str | None = None,
                   cache: bool = True, progress: bool = False) -> TaskResult:
     """Last-word accuracy (greedy) and perplexity of the last word over ``texts``."""
+    refuse_remote(info, "evaluate.lambada_score", _LOCAL_MODULE)
     if len(texts) == 0:
         raise ValueError(f"{task}: no passages to score")
     items = select_items(len(texts), limit, config.seed)
@@ -799,6 +806,7 @@ def multiple_choice_score(model, info: ModelInfo, tokenizer, questions: Sequence
                           cache_tag: str | None = None, cache: bool = True,
                           progress: bool = False) -> TaskResult:
     """Zero-shot multiple choice by log-likelihood of ``" " + choice`` given the context."""
+    refuse_remote(info, "evaluate.multiple_choice_score", _LOCAL_MODULE)
     if len(questions) == 0:
         raise ValueError(f"{task}: no questions to score")
     items = select_items(len(questions), limit, config.seed)
@@ -870,6 +878,7 @@ DEFAULT_TASKS = ("wikitext-103-validation", "lambada", "piqa", "arc-easy", "arc-
 
 def run_task(model, info: ModelInfo, task: str, *, tokenizer=None, **kwargs) -> TaskResult:
     """Score one named task (``TASKS``); keyword arguments as in the task functions."""
+    refuse_remote(info, "evaluate.run_task", _LOCAL_MODULE)
     if task not in TASKS:
         raise KeyError(f"unknown task {task!r}; known: {', '.join(TASKS)}")
     tokenizer = tokenizer if tokenizer is not None else getattr(model, "tokenizer", None)
@@ -936,6 +945,7 @@ def evaluate_all(model, info: ModelInfo, tasks: Sequence[str] = DEFAULT_TASKS, *
     (plus model, and intervention: None for the bare model, else ``cache_tag`` or
     "intervened (untagged)"). ``limits`` is one limit for all tasks or ``{task: limit}``
     (missing tasks: all items)."""
+    refuse_remote(info, "evaluate.evaluate_all", _LOCAL_MODULE)
     if isinstance(tasks, str):
         tasks = [tasks]
     unknown = [t for t in tasks if t not in TASKS]

@@ -53,6 +53,10 @@ from ..core.unembed import Unembed
 from ..core.models import ModelInfo
 from ..core.paths import results_dir
 
+# why a remote (NDIF) model is refused (core.forward.refuse_remote)
+_DECODES = ("decodes every layer through the final norm and the unembedding (info.final_norm, info.embedding), "
+            "which a remote model holds on the meta device")
+
 FORMAT = "residshift-tuned-lens/1"
 
 
@@ -235,6 +239,7 @@ def evaluate_kl(lm, info: ModelInfo, lens: TunedLens | None, windows: torch.Tens
     column L is 0 by construction) and ``"outside_mass"`` [n]: mean final-distribution mass outside
     ``vocab`` (0 without one). With ``vocab`` both distributions are renormalised over it.
     """
+    forward.refuse_remote(info, "tuned_lens.evaluate_kl", _DECODES)
     if lens is not None:
         lens.check_model(info)
     out = {"logit": [], "tuned": [], "outside_mass": []}
@@ -558,6 +563,7 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
     convergence of :func:`layer_convergence` (``last_improved``, ``converged``, ``unconverged``,
     ``convergence_window``).
     """
+    forward.refuse_remote(info, "tuned_lens.fit", _DECODES)
     if collect not in ("once", "per_step"):
         raise ValueError(f"collect must be 'once' or 'per_step', got {collect!r}")
     lens = TunedLens(info)
@@ -623,6 +629,7 @@ def fit_cached(lm, info: ModelInfo, cfg: TunedLensConfig, tokenizer=None, *, ref
     on the validation windows, for bootstrapping over windows, plus the fitting history, the time it
     took and the final-distribution mass outside the training vocabulary.
     """
+    forward.refuse_remote(info, "tuned_lens.fit_cached", _DECODES)
     tokenizer = tokenizer if tokenizer is not None else lm.tokenizer
     key = cache_config(info, cfg)
 
