@@ -26,7 +26,12 @@ export RESIDSHIFT_DATA
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
 # call below also reads PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
 # TORCH_INDEX= (empty) takes PyPI's build; any other index URL (e.g. .../whl/cu128) works the same way.
-TORCH_INDEX ?= $(shell nvidia-smi -L >/dev/null 2>&1 || echo https://download.pytorch.org/whl/cpu)
+# Only where that index answers (within 5 s): a machine that reaches only a package mirror keeps the mirror's
+# torch, instead of pip retrying an unreachable index for every requirement.
+CPU_INDEX   := https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then :; \
+  elif $(PYTHON) -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/', timeout=5)" >/dev/null 2>&1; \
+  then echo $(CPU_INDEX); fi)
 TORCH_PIP   = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 
 $(STAMP): pyproject.toml
