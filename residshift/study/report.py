@@ -616,14 +616,14 @@ def section_lens_example(fig: Path, bench: Path) -> str:
         v = {r["claim_id"]: r["verdict"] for r in c1.get("rows", []) if r["claim_id"] != "C1.depth.sensitivity"}
         sec, mach = m["seconds"], m["machine"]
         cpus.add(f"{mach['cpu']}, {mach['threads']} threads, native bf16: {', '.join(mach['native_bf16']) or 'none'}")
-        rows.append([f"[`{m['request']['model']}`]({LENS_EXAMPLE}/{path.parent.name}/summary.md)",
+        rows.append([f"`{m['request']['model']}`",
                      f"{m['model']['layers']}", m["decoder"],
                      f"{m['corpus_windows']} x {m['request']['window']} ({m['request']['corpus']})",
                      _num(sec["load"], 0), _num(sec["trajectories"], 0), _num(m["corpus_compute_s"], 0),
                      _num(sec["total"], 0), _num(mach.get("load_1min"), 1),
                      ", ".join(f"{k} {x}" for k, x in v.items())])
     return ("**`python -m residshift lens MODEL` on the embedded models** (`make lens-example`, outputs in "
-            f"`{LENS_EXAMPLE}/`; seconds on {'; '.join(sorted(cpus))}; the corpus pass's own compute time "
+            f"`{LENS_EXAMPLE}/<model>/`, each with its `summary.md`; seconds on {'; '.join(sorted(cpus))}; the corpus pass's own compute time "
             "even where the run read it from the cache):\n\n"
             + _table(["model", "layers", "decoder", "windows x tokens", "load s", "maps s", "corpus pass s",
                       "total s", "1-min load", "C1 verdicts"], rows))
