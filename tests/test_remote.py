@@ -124,3 +124,21 @@ def test_traced_measurements_run_remotely(tiny, remote, windows):
     naive = sweep.naive_sweep(stand, rinfo, windows, [0, 1], [0.0], batch_size=4)
     assert torch.allclose(naive["dloss"], sweep.naive_sweep(lm, info, windows, [0, 1], [0.0], batch_size=4)["dloss"],
                           atol=1e-5)
+
+
+def test_the_remote_loader_builds_the_model_on_the_meta_device(tiny, tmp_path):
+    """nnsight's real remote path, offline: config and tokenizer from a folder (as from the hub), the
+    module built on the meta device (no weights read), described like a local model and marked remote."""
+    lm, tok, info = tiny
+    lm._module.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    got = load_model(str(tmp_path), remote=True)
+    assert got.info.remote and got.info.source == f"ndif:{tmp_path}"
+    assert (got.info.n_layers, got.info.d_model, got.info.decoder) == (info.n_layers, info.d_model, "tied")
+    assert got.info.embedding.device.type == "meta" and got.model._module.config.model_type == "llama"
+
+
+def test_the_remote_loader_offline_says_what_it_needs(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelError, match="remote=True needs the model's config and tokenizer from the hub"):
+        load_model("nobody/none-such-model", remote=True)

@@ -336,6 +336,44 @@ def test_cli_trains_and_resumes(tmp_path, capsys):
     assert losses(out) == pytest.approx(losses(direct), abs=1e-6)
 
 
+def test_a_run_another_process_trains_is_refused_at_once_and_a_finished_one_still_read(tmp_path, capsys):
+    """The trainer holds ``train.lock`` while it trains: a second trainer of the folder (here the lock
+    held by a child process, as another launcher would) is refused in one line, exit 75, and touches
+    nothing; once the holder is gone the same call trains."""
+    from residshift.__main__ import main
+
+    c = cfg(tokens=32 * 8 * 2, eval_every=0)
+    out = tmp_path / "held"
+    hold = ("import sys, time\nfrom residshift.train.lock import run_lock\nwith run_lock(sys.argv[1]):\n"
+            "    print('held', flush=True)\n    time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(T.RunLockedError, match=f"pid {holder.pid} on "):
+            T.train(c, out, progress=False)
+        assert sorted(p.name for p in out.iterdir()) == ["train.lock"]
+        assert main(["train", "--profile", "smoke", *cli_args(c), "--out", str(out), "--no-progress"]) == T.LOCKED_EXIT
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "being trained by another process" in err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert T.train(c, out, progress=False) == out
+    assert (out / "summary.json").is_file() and not (out / "train.lock").exists()
+
+
+def test_the_trained_models_key_does_not_hash_the_model_loaders():
+    """The run key covers the model, data, loop and loss; the pretrained loaders (and so the lens
+    command, the hub arguments of notebooks 00-05) are outside it, so editing them retrains nothing."""
+    from residshift.core import fitting, unembed
+    from residshift.core.cache import code_modules
+    from residshift.train import gpt
+
+    covered = code_modules(gpt, D, fitting, unembed)
+    assert {"residshift.train.gpt", "residshift.core.residual", "residshift.core.gating"} <= set(covered)
+    assert not {"residshift.core.models", "residshift.core.interventions", "residshift.core.forward"} & set(covered)
+
+
 # ------------------------------------------------------------------------------------------
 # Streaming corpora (FineWeb-Edu in the paper profile) on a local stand-in
 # ------------------------------------------------------------------------------------------

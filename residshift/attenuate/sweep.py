@@ -13,7 +13,7 @@ Why it is cheap: the residual stream entering block ``l`` does not depend on any
 One unmodified forward captures, for every block, its input and its call arguments (attention
 mask, rotary tables, ...) through forward pre-hooks on the bare torch module. For each ``(l, alpha)``
 only blocks ``l..L-1``, the final norm and the head are replayed (``residshift.core.replay``), starting from the captured input;
-block ``l``'s output is edited with :func:`residshift.core.interventions.attenuated`, the same formula
+block ``l``'s output is edited with :func:`residshift.core.residual.attenuated`, the same formula
 that :func:`residshift.core.interventions.attenuate_block` applies inside nnsight traces. ``alpha = 1``
 needs no replay at all (it is the unmodified model; its dloss is exactly 0). The tests check that
 this path equals the plain nnsight ``attenuate`` path; ``benchmarks/bench_sweep.py`` times both.

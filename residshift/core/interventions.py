@@ -14,11 +14,14 @@ Call :func:`attenuate` inside a trace:
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import torch
 
-from .models import ModelInfo
+from .residual import attenuated  # the formula (one home, shared with the trained GPT)
+
+if TYPE_CHECKING:  # a type only: the formula's users (the trained GPT) must not import the loaders
+    from .models import ModelInfo
 
 
 def _alpha_ok(alpha, allow_amplify: bool) -> None:
@@ -82,15 +85,6 @@ def attenuation_plan(info: ModelInfo, layers, alpha=None, *,
         _alpha_ok(a, allow_amplify)
         out[layer] = a
     return dict(sorted(out.items()))
-
-
-def attenuated(output, skip, alpha):
-    """The formula itself, on tensors: ``block(x) - (1 - alpha) x`` with ``output = block(x)``.
-
-    :func:`attenuate_block` (nnsight) and the sweep's replay of the tail blocks on the bare torch
-    module (``residshift.attenuate.sweep``) both call this, so the two paths share one formula.
-    """
-    return output - (1 - alpha) * skip
 
 
 def attenuate_block(block, alpha) -> None:

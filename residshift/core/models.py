@@ -879,15 +879,20 @@ def load_models(names: Sequence[str], *, device: str = "cpu") -> dict[str, Loade
 
 
 def _load_remote(name: str, *, prepend_bos=None, decoder=None, **paths) -> LoadedModel:
+    """The model's config and tokenizer from the hub, its weights left on NDIF: nnsight builds the
+    module on the meta device (nothing is downloaded but the config and the tokenizer), and every
+    trace with ``remote=True`` runs on NDIF."""
     import nnsight  # lazy: nnsight + transformers ~0.6 s; most importers load no model
 
+    from transformers import AutoTokenizer
+
     ref = name.removeprefix("hub:")
-    try:
-        lm = nnsight.LanguageModel(ref)
+    try:  # the tokenizer passed in: nnsight 0.8.1's meta pipeline does not find it by itself
+        lm = nnsight.TransformersModel(ref, task="text-generation", tokenizer=AutoTokenizer.from_pretrained(ref))
     except OSError as err:
         raise ModelNotAvailableError(
             f"remote=True needs the model's config and tokenizer from the hub: {err}"
         ) from err
-    info = describe_model(lm._model, lm.tokenizer, name=name, source=f"ndif:{ref}",
+    info = describe_model(lm._module, lm.tokenizer, name=name, source=f"ndif:{ref}",
                           prepend_bos=prepend_bos, remote=True, decoder=decoder, **paths)
     return LoadedModel(lm, lm.tokenizer, info)

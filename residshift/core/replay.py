@@ -5,7 +5,7 @@ One unmodified forward of the bare torch module records, through forward pre-hoo
 input ``h_l`` and call arguments (attention mask, rotary tables, ...), and the last block's output
 ``h_L``. An edit at residual ``l`` then needs only blocks ``l..L-1``, the final norm and the head:
 :func:`replay_from`. :func:`replay` applies THE attenuation edit
-(:func:`residshift.core.interventions.attenuated`) to block ``l`` first. The layer x alpha sweep
+(:func:`residshift.core.residual.attenuated`) to block ``l`` first. The layer x alpha sweep
 (``residshift.attenuate.sweep``) and the causal profiles (``residshift.measure.causal``) both run
 on it; their tests check it against the nnsight edits, which run the whole forward.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .interventions import attenuated
+from .residual import attenuated
 from .models import ModelInfo
 from .unembed import Unembed
 

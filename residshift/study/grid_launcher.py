@@ -23,15 +23,15 @@ launched outside the notebooks (the ``paper`` profile's grid needs GPUs).
   own subprocess ``python -m residshift train --profile P -p field=value ...`` (``torchrun`` with
   ``--gpus-per-run N > 1``), each slot bound to GPUs by ``CUDA_VISIBLE_DEVICES`` (round-robin
   over the visible ones). Finished runs are skipped, partial ones resume from their checkpoint (the
-  trainer's resume), runs another launcher holds are left to it (the trainer's lock refuses a
-  second trainer anyway). With K > 1 a first ``--prepare-only`` subprocess builds the tokenizer and
+  trainer's resume), runs another process trains are left to it (the trainer holds the run folder's lock
+  while it trains, and a second trainer exits at once with status 75, which the launcher reports as
+  a skip). With K > 1 a first ``--prepare-only`` subprocess builds the tokenizer and
   the token stream the runs share, and each run logs to ``results/train-grid/<profile>/``.
   Interrupted, the same command resumes.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -48,7 +48,8 @@ from ..core import profiles
 from ..core.cache import _canonical
 from ..core.paths import REPO_ROOT, results_dir
 from ..train import trainer as T
-from ..train.lock import RunLockedError, run_lock, run_locked
+from ..train.lock import run_locked
+from ..train.trainer import LOCKED_EXIT
 from . import training
 
 BENCH_GLOB = "bench-train*.json"  # under benchmarks/, written by benchmarks/bench_train.py
@@ -474,11 +475,11 @@ def launch(p: Plan, *, parallel: int = 1, gpus_per_run: int = 1, gpus: Sequence[
             echo(f"[{i}/{len(todo)}] start {run.name}, seed {run.seed}{resume}"
                  + (f" on GPU {dev}" if dev is not None else "") + (f"; log {log}" if log else ""))
             t0 = time.perf_counter()
-            try:  # held while the trainer runs: another launcher skips this run
-                with run_lock(run.folder) if run.folder is not None else contextlib.nullcontext():
-                    rc = spawn(command(run, p.profile, p.device, gpus_per_run=gpus_per_run, quiet=quiet),
-                               env=env_for(dev), log=log)
-            except RunLockedError:
+            # the trainer holds the run folder's lock while it trains: a run another process took
+            # since the plan ends at once with LOCKED_EXIT, and is skipped here
+            rc = spawn(command(run, p.profile, p.device, gpus_per_run=gpus_per_run, quiet=quiet),
+                       env=env_for(dev), log=log)
+            if rc == LOCKED_EXIT:
                 echo(f"[{i}/{len(todo)}] skip {run.name}, seed {run.seed}: another process took it")
                 continue
             out = Outcome(run, rc, dev, time.perf_counter() - t0, log)

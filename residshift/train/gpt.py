@@ -15,7 +15,7 @@ treat a trained checkpoint like any Hugging Face model. Module names follow GPT-
 
 Residual modes (``config.residual``). ``F_l(x) = block_l(x) - x`` is everything the block adds
 (attention and MLP); the skip path is scaled in ONE place, ``Block.skip``, with THE formula of the
-pretrained-model edit (``residshift.core.interventions.attenuated``: ``block(x) - (1 - alpha) x``):
+pretrained-model edit (``residshift.core.residual.attenuated``: ``block(x) - (1 - alpha) x``):
 
 - ``baseline``: ``x + F(LN x)`` (nanoGPT's block; ``Block.skip`` returns its input untouched);
 - ``fixed``: ``alpha x + F_l(x)`` at ``alpha_layers`` with a constant ``alpha`` in [0, 1]. By default
@@ -89,7 +89,7 @@ from transformers.modeling_outputs import CausalLMOutput
 from transformers.modeling_utils import slice_logits_to_keep
 
 from ..core.gating import THETA_INIT, FixedGate, ScalarGate, SkipScalar, TokenGate
-from ..core.interventions import attenuated
+from ..core.residual import attenuated
 
 MODEL_TYPE = "residshift-gpt"
 MODES = ("baseline", "fixed", "learned", "learned-token", "backout", "scalars")

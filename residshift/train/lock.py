@@ -1,10 +1,10 @@
 """One trainer per run folder: an exclusive ``fcntl`` lock on ``<run>/train.lock``.
 
 :func:`run_lock` holds it for a block; :func:`run_locked` probes whether another process holds it.
-The grid launcher (``python -m residshift train-grid``) takes a run's lock for as long as its trainer
-process runs, so two launchers never train the same run; the second skips it (``running``). The
-trainer itself takes the lock at its next change (its own source is part of every run key, so
-editing it retrains every run: that change waits for one that retrains anyway).
+The trainer (``residshift.train.trainer``) holds it while it trains a run, so two trainers never
+train the same folder: the second is refused at once (``python -m residshift train`` exits with
+status 75), and the grid launcher (``python -m residshift train-grid``) skips such a run
+(``running``).
 
 The file names its holder and is removed on release; a killed holder leaves the file but not the
 lock (the kernel drops it), so the next process takes it. ``flock`` is per host: on a network file

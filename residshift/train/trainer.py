@@ -20,7 +20,9 @@ tokens/s). What this module adds:
   step; one per evaluation with the validation loss and, for the learned modes, every ``alpha/<l>``
   or ``backout_lambda``), ``model/`` (``save_pretrained`` of the model and the tokenizer, written to
   a temporary folder and renamed into place) and ``summary.json`` (written last: its presence marks
-  a finished run, which a rerun returns without training). A killed run resumes from its checkpoint
+  a finished run, which a rerun returns without training). While a process trains the run it holds
+  ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder is
+  refused with one line naming the holder (exit status 75). A killed run resumes from its checkpoint
   and ends exactly where an uninterrupted run ends (tested, also across a real process kill).
 - **Paired variants.** The batch of step ``s`` depends on ``(seed, s)`` only
   (:class:`residshift.train.data.TokenWindows`), and every variant of a seed starts from the SAME
@@ -102,6 +104,7 @@ from ..core.unembed import next_token_losses
 from . import data as D, gpt
 from .data import DataError
 from .gpt import GPT, GPTConfig, GPTConfigError
+from .lock import RunLockedError, run_lock
 from .tokenizer import TokenizerSpecError, get_tokenizer, prepends_bos
 
 # Chosen by measurement (benchmarks/bench_train.py); None in a TrainConfig means "this table".
@@ -123,6 +126,7 @@ PROFILE_KEYS = {  # profile key (section "train" of residshift.core.profiles) ->
     "train_embedding": "embedding", "train_gate_lr": "gate_lr",
 }
 RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "model", "summary.json")
+LOCKED_EXIT = 75  # `residshift train` exit status when another process trains the run (EX_TEMPFAIL)
 
 
 class TrainError(ValueError):
@@ -597,14 +601,32 @@ def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, pro
     vocab = vocab_size(cfg, tokenizer)
     key = cfg.key(tokenizer)
     run = Path(out_dir) if out_dir is not None else results_dir() / "train" / f"{cfg.label()}-{key}"
+    if _finished(run, key):
+        return run  # finished: nothing is trained twice
+    if prepare_only:  # the shared tokenizer and token caches only: the run folder is not touched
+        check_checkpoint(run / "checkpoint.pt", vocab)
+        _check_run_config(run, key)
+        _rank0_first(ddp, lambda: load_data(cfg, tokenizer, progress=progress and ddp.main))
+        return run
+    with run_lock(run) if ddp.main else contextlib.nullcontext():  # one trainer per run folder
+        if _finished(run, key):  # another process finished it between the check above and the lock
+            return run
+        return _train_locked(cfg, run, key, tokenizer, vocab, device=device, ddp=ddp, stop_after=stop_after,
+                             progress=progress, t_start=t_start)
+
+
+def _finished(run: Path, key: str) -> bool:
     if (run / "summary.json").is_file() and (run / "model" / "config.json").is_file():
         _check_run_config(run, key)
-        return run  # finished: nothing is trained twice
+        return True
+    return False
+
+
+def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, *, device: str, ddp: Dist,
+                  stop_after, progress, t_start) -> Path:
     check_checkpoint(run / "checkpoint.pt", vocab)
     _check_run_config(run, key)
     data = _rank0_first(ddp, lambda: load_data(cfg, tokenizer, progress=progress and ddp.main))
-    if prepare_only:
-        return run
 
     t_model = time.perf_counter()
     model = init_model(cfg, vocab, tokenizer).to(device)
@@ -737,6 +759,9 @@ def main_train(args) -> int:
         cfg = config_from_args(args)
         run = train(cfg, args.out, device=args.device, stop_after=args.stop_after,
                     progress=not args.no_progress, prepare_only=args.prepare_only)
+    except RunLockedError as err:  # not an error of the request: the grid launcher skips such a run
+        print(f"residshift train: {err}", file=sys.stderr)
+        return LOCKED_EXIT
     except (TrainError, DataError, GPTConfigError) as err:
         print(f"residshift train: error: {err}", file=sys.stderr)
         return 2
