@@ -1,5 +1,6 @@
-"""Time ``lens.decode_top`` (every layer in one chunked pass over the vocabulary) against the old path
-(one full unembedding and softmax per layer), on the profile's example sentences, in one invocation.
+"""Time ``lens.decode_top``'s unembedding (``lens.top_tokens``: every layer in one chunked pass over
+the vocabulary) against the old path (one full unembedding and softmax per layer), on the profile's
+example sentences, in one invocation.
 
 Both read the same saved residuals (the forward pass is timed apart); they are timed in alternating
 pairs (``--rounds``), the ratio is the median of the per-round ratios, and the two must return the
@@ -43,10 +44,8 @@ def old_path(info, hs, k):
 
 
 def new_path(info, hs, k):
-    z = torch.stack([lens.normed(info, hs[l], l) for l in range(info.n_layers + 1)])
-    v, i, lse = lens._chunked_top(Unembed(info), z.reshape(-1, z.shape[-1]), k)
-    shape = (*z.shape[:-1], k)
-    return i.reshape(shape), torch.exp(v - lse[:, None]).reshape(shape)
+    """What decode_top runs after its forward pass (``lens.top_tokens``)."""
+    return lens.top_tokens(info, hs, k=k)
 
 
 def _timed(fn):

@@ -182,7 +182,7 @@ def test_lines_attention_removes():
     r = _synthetic(attn=[0.1, -2.0, 0.2], mlp=[0.1, -0.3, 0.1], rescale=[-0.1, -0.2, 0.0])
     t = S.window_table({"m": r}, n_boot=200)
     lines = S.who_lines(t, show=False)
-    assert "is the attention of block 1" in lines[0]
+    assert "(CI below 0) is the attention of block 1" in lines[0]
     assert "falls most across block 1" in lines[1] and "the attention's contribution is the more negative" in lines[1]
     assert "across 1 of 3 blocks (1)" in lines[2] or "blocks (0, 1)" in lines[2]
     assert "the attention's contribution is the more negative at" in lines[2]
@@ -212,7 +212,22 @@ def test_lines_skip_edit_and_seed_table():
     assert "skip edit" in lines[1]
     one = S.seed_table({("cut", 0): res[("cut", 0)]})  # one seed: no interval, the lines still print
     assert np.isnan(one.lo).all()
+    assert "no sublayer contribution" in S.who_lines(one, show=False)[0]
     assert "undecided" not in S.who_lines(one, show=False)[1] and "cannot be told apart" in S.who_lines(one, show=False)[1]
+
+
+def test_a_most_negative_estimate_whose_ci_includes_0_is_not_named_as_the_remover():
+    """The first line names a sublayer only where its CI lies below 0; a larger but uncertain
+    estimate is named as such, and with none below 0 the line says so."""
+    noisy = _synthetic(attn=[-0.3, 0.1], mlp=[0.1, -1.0], rescale=[0.0, 0.0], sd=0.05)
+    noisy.per_seq["mlp_input"][:, 1] = torch.linspace(-7.0, 5.0, noisy.per_seq["mlp_input"].shape[0])  # mean -1, wide
+    line = S.who_lines(S.window_table({"m": noisy}, n_boot=200), show=False)[0]
+    assert "(CI below 0) is the attention of block 0" in line
+    assert "the MLP of block 1 has a more negative estimate" in line and "its CI includes 0" in line
+    flat = _synthetic(attn=[0.5, 0.5], mlp=[0.5, 0.5], rescale=[0.0, 0.0], sd=0.01)
+    flat.per_seq["attn_input"][:, 0] = torch.linspace(-5.1, 5.0, flat.per_seq["attn_input"].shape[0])  # mean -0.05
+    line = S.who_lines(S.window_table({"m": flat}, n_boot=200), show=False)[0]
+    assert line.startswith("m: no sublayer contribution") and "cannot be told apart from 0" in line
 
 
 def test_panel_numbers_and_bad_tables():

@@ -51,6 +51,7 @@ def test_lens_on_a_local_folder_writes_every_output(tmp_path, capsys):
     assert {r["claim_id"] for r in c1["rows"]} >= {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"}
     meta = json.loads((out / "request.json").read_text())
     assert meta["corpus_windows"] == 3 and meta["decoder"] == "tied"
+    assert "raw_text_check" in meta["seconds"] and "preprocessing check reran the first 3 windows" in summary
     assert f"wrote {len(list(out.iterdir()))} files to {out}" in cap.out  # where everything went
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folders left"
 

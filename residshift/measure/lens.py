@@ -175,11 +175,17 @@ def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None 
     ids = check_ids(ids, info, min_len=1)
     hs, logits = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote,
                                    return_logits=True)
+    top_i, probs = top_tokens(info, hs, k=k, decoder=decoder)
+    return {"ids": top_i, "probs": probs, "model_logits": logits}
+
+
+def top_tokens(info: ModelInfo, hs, *, k: int = 1, decoder: Decoder | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, probs)`` ``[L+1, B, T, k]``: the top-``k`` lens tokens of saved residuals ``hs``
+    (``hs[l]``: ``h_l`` ``[B, T, d]``), every layer in one chunked pass (:func:`decode_top`'s core)."""
     z = torch.stack([normed(info, hs[l], l, decoder) for l in range(info.n_layers + 1)])  # [L+1, B, T, d]
     top_v, top_i, lse = _chunked_top(Unembed(info), z.reshape(-1, z.shape[-1]), k)
     shape = (*z.shape[:-1], k)
-    probs = torch.exp(top_v - lse[:, None])
-    return {"ids": top_i.reshape(shape), "probs": probs.reshape(shape), "model_logits": logits}
+    return top_i.reshape(shape), torch.exp(top_v - lse[:, None]).reshape(shape)
 
 
 DECODE_CHUNK = 32768  # vocabulary rows per matmul in decode_top

@@ -5,7 +5,7 @@ decomposition ``delta_l = attn_l + mlp_l (+ skip_l) + rescale_l`` of the change 
 pre-softcap lens logit across block ``l``). Here:
 
 - :func:`pretrained`: the attribution on each model of ``P.models`` (``attr_*`` windows, cached);
-- :func:`trained_runs`, :func:`chosen_cut`, :func:`trained_variants`, :func:`trained`: the same on
+- :func:`chosen_cut`, :func:`trained_variants`, :func:`trained`: the same on
   the GPTs of notebooks 06-08 (the baseline, the lowest-loss fixed cut, the learned gates; every
   seed), on WikiText-2 test windows of the training context;
 - :func:`window_table` (pretrained: mean over windows, percentile bootstrap CI over windows) and
@@ -34,7 +34,6 @@ from ..analysis import stats
 from ..analysis.stats import as_numpy, format_ci
 from ..core.models import load_model
 from ..measure import attribution as A
-from ..train import trainer as T
 from . import training
 from .plotting import integer_axis
 
@@ -74,58 +73,26 @@ def pretrained(P, names: Sequence[str] | None = None, *, verbose: bool = True) -
     return out
 
 
-def trained_runs(P, names: Sequence[str], *, train_missing: bool = True) -> dict[tuple[str, int], Path]:
-    """``{(variant, seed): run directory}`` of finished runs of the grid (notebook 06) for the current
-    training code (``trainer.run_dir_for``). A missing run is trained by :func:`training.train_grid`
-    (what notebook 06 would train; seconds at the smoke profile, about a minute per run at default),
-    or, with ``train_missing=False``, the error names notebook 06. A run trained by another version
-    of the training code is never reused: its key differs."""
-    variants = {v.name: v for v in training.grid(P)}
-    unknown = [n for n in names if n not in variants]
-    if unknown:
-        raise AttributionStudyError(f"{unknown} are not variants of the grid; known: {sorted(variants)}")
-    out: dict[tuple[str, int], Path] = {}
-    missing = []
-    for name in names:
-        for s in training.seeds(P):
-            run = T.run_dir_for(training.config(P, variants[name], s).resolved(P.device), P.device)
-            if (run / "summary.json").is_file():
-                out[(name, s)] = run
-            else:
-                missing.append((name, s))
-    if missing and not train_missing:
-        raise AttributionStudyError(f"no finished run for {missing}: train the grid first (notebook 06, "
-                                    "study.training.train_grid(P))")
-    if missing:
-        out.update(training.train_grid(P, only=sorted({n for n, _ in missing}), verbose=False))
-    return {(n, s): out[(n, s)] for n in names for s in training.seeds(P)}
-
-
 def fixed_cuts(P) -> list[str]:
     """The names of the grid's fixed cuts (what :func:`chosen_cut` chooses from)."""
     return [training.fixed_name(a, l) for a, l in training.cut_cells(P)]
 
 
-def chosen_cut(runs: Mapping[tuple[str, int], Path], P) -> dict[str, Any]:
-    """The lowest-loss fixed cut, as notebook 07 picks it (mean over seeds of the final validation
-    loss), read from each run's summary (the trainer's last evaluation, at the final step, on the
-    same validation windows for every variant). ``runs`` must hold every fixed cut of the grid."""
+def chosen_cut(P) -> dict[str, Any]:
+    """The lowest-loss fixed cut, chosen by notebook 07's rule (:func:`training.best_cut` on the same
+    cached per-window final evaluations), among the fixed cuts only: this notebook needs a cut whose
+    skip edit it can attribute, even where the baseline's loss is lower. The cuts' runs come from
+    :func:`training.train_grid` (finished runs reused, missing ones trained)."""
     cuts = fixed_cuts(P)
     if not cuts:
         raise AttributionStudyError("the grid has no fixed cut (train_cut_alphas / train_cut_layers)")
-    S = training.seeds(P)
-    missing = [(n, s) for n in cuts for s in S if (n, s) not in runs]
-    if missing:
-        raise AttributionStudyError(f"runs lack {missing[:3]}...: pass trained_runs(P, fixed cuts)")
-    means = {n: float(np.mean([T.read_summary(runs[(n, s)])["val_loss"] for s in S])) for n in cuts}
-    name = min(means, key=means.get)
-    cell = next((a, l) for a, l in training.cut_cells(P) if training.fixed_name(a, l) == name)
-    return {"variant": name, "alpha": cell[0], "layer": cell[1], "val_loss": means[name], "losses": means}
+    runs = training.train_grid(P, only=cuts, verbose=False)
+    return training.best_cut(training.final_evals(runs, P), P, candidates=cuts)
 
 
 def trained_variants(P, cut: Mapping[str, Any]) -> list[str]:
     """The trained models compared: the baseline, the chosen cut and the learned gates of the grid."""
-    return ["baseline", cut["variant"], *[v for v in P.train_variants if v in training.GATED_MODES]]
+    return list(dict.fromkeys(["baseline", cut["variant"], *[v for v in P.train_variants if v in training.GATED_MODES]]))
 
 
 def trained(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str], *,
@@ -323,7 +290,9 @@ def _compare(diff) -> str:
 def who_lines(table: pd.DataFrame, *, models: Sequence[str] | None = None, show: bool = True) -> list[str]:
     """Per model, from the table alone (input token):
 
-    1. the most negative single sublayer contribution (attention, MLP or skip edit), its block and CI;
+    1. the most negative single sublayer contribution (attention, MLP or skip edit) whose CI lies below
+       0, its block and CI (and a more negative estimate whose CI includes 0, named as such); where
+       none lies below 0, that the most negative estimate cannot be told apart from 0;
     2. the block where the input token's lens logit falls most (``delta``), and there the
        attention's, the MLP's (and the skip edit's) contribution and the norm rescaling, with which
        of attention and MLP removes more (the CI of their paired difference excludes 0) or that they
@@ -342,9 +311,19 @@ def who_lines(table: pd.DataFrame, *, models: Sequence[str] | None = None, show:
         unit = f"{int(t.n.iloc[0])} {t.unit.iloc[0]}"
         subl = t[t.term.isin(("attn", "mlp", "skip"))]
         worst = subl.loc[subl.estimate.idxmin()]
-        lines.append(f"{model}: the most negative sublayer contribution to the input token's lens logit is the "
-                     f"{LABELS[worst.term]} of block {int(worst.block)}: {_ci(worst)} (centred logit; mean and "
-                     f"95% CI over {unit}).")
+        below = subl[subl.hi.map(lambda h: _nan(h) is not None and h < 0)]  # CI below 0
+        where = f"(centred logit; mean and 95% CI over {unit})"
+        if below.empty:
+            lines.append(f"{model}: no sublayer contribution to the input token's lens logit has a CI below 0; the "
+                         f"most negative estimate, the {LABELS[worst.term]} of block {int(worst.block)}, "
+                         f"{_ci(worst)}, cannot be told apart from 0 {where}.")
+        else:
+            sure = below.loc[below.estimate.idxmin()]
+            also = ("" if sure.name == worst.name else
+                    f"; the {LABELS[worst.term]} of block {int(worst.block)} has a more negative estimate, "
+                    f"{_ci(worst)}, but its CI includes 0")
+            lines.append(f"{model}: the most negative sublayer contribution to the input token's lens logit (CI "
+                         f"below 0) is the {LABELS[sure.term]} of block {int(sure.block)}: {_ci(sure)} {where}{also}.")
         delta = t[t.term == "delta"].set_index("block")
         terms = {k: t[t.term == k].set_index("block") for k in ("attn", "mlp", "skip", "rescale", "attn_minus_mlp")}
         b = int(delta.estimate.idxmin())

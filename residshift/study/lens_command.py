@@ -214,6 +214,14 @@ def decoder_label(info) -> str:
     return "logit lens" if info.decoder == "tied" else f"logit lens via {info.decoder} matrix"
 
 
+def preprocessing_checked(P) -> bool:
+    """Whether C1.depth gets notebook 03's preprocessing check: the corpus is WikiText (the one with a
+    raw, word-tokenized form beside our detokenized text) and the profile asks for check windows."""
+    from ..core.data import get_corpus
+
+    return bool(get_corpus(P.lens_corpus).wikitext) and int(P.lens_check_windows or 0) >= 2
+
+
 def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     """Compute everything ``residshift lens`` writes (see the module docstring) and move it into place."""
     from ..core.cache import atomic_dir
@@ -240,11 +248,10 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
         t0 = time.perf_counter()
         cut = []
         for i, text in enumerate(req.texts, start=1):
-            ids = lens.encode(tok, info, text)
-            if ids.shape[1] > MAX_MAP_TOKENS:
-                cut.append((i, int(ids.shape[1])))
-                text = tok.decode(ids[0, :MAX_MAP_TOKENS].tolist(), skip_special_tokens=True)
-            entry = tour.decode_sentences(loaded, [text])
+            entry = tour.decode_sentences(loaded, [text], max_tokens=MAX_MAP_TOKENS)
+            n = entry["sentences"][0]["n_tokens"]
+            if n > MAX_MAP_TOKENS:
+                cut.append((i, n))
             fig, numbers = tour.trajectory_map(f"{req.model} ({label})", entry)
             numbers["decoder"] = info.decoder
             files += _save(fig, tmp, f"trajectory-{i}", numbers)
@@ -269,7 +276,15 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
         files += _save(fig, tmp, "alignment", {"decoder": info.decoder, "curves": numbers})
         rows = []
         if info.n_layers >= MIN_C1_LAYERS:
-            rows = alignment.c1_rows(result, baseline, P, model=req.model, decoder=label)
+            prep = None  # C1.depth's preprocessing check, as notebook 03: the first windows again on raw text
+            if preprocessing_checked(P):
+                t1 = time.perf_counter()
+                prep = {alignment.PREPROCESSING: alignment.lens_pass(
+                    loaded, P, metrics=alignment.SENSITIVITY_METRICS, detokenize=False, n=P.lens_check_windows)}
+                seconds["raw_text_check"] = time.perf_counter() - t1
+                say(f"C1.depth's preprocessing check: {P.lens_check_windows} windows on raw text in "
+                    f"{seconds['raw_text_check']:.0f} s")
+            rows = alignment.c1_rows(result, baseline, P, model=req.model, decoder=label, preprocessing=prep)
             fig, numbers = alignment.c1_panel({label: {req.model: result}}, {req.model: baseline}, rows, P)
             _name_decoder(fig, f"{req.model} · {label}")
             files += _save(fig, tmp, "c1", {"decoder": info.decoder, "panel": numbers,
@@ -339,8 +354,12 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     else:
         lines += ["", "## C1's rules on this model", "",
                   "Each rule in full is in `c1.json` (`rows[].rule`) and in `residshift/analysis/verdicts.py` "
-                  "(`c1_regimes`, `c1_depth`). Unlike notebook 03, this command does not rerun the corpus on "
-                  "raw text, so C1.depth here leaves out the preprocessing check.", "",
+                  "(`c1_regimes`, `c1_depth`). " + (
+                      f"As in notebook 03, C1.depth's preprocessing check reran the first {P.lens_check_windows} "
+                      "windows on raw (word-tokenized) text: a depth that moves by more than its interval is "
+                      "inconclusive." if preprocessing_checked(P) else
+                      f"{P.lens_corpus} has no raw / detokenized variant, so C1.depth here has no preprocessing "
+                      "check."), "",
                   _md_row(["claim", "verdict", "statistic", "estimate [95% CI]", "why"]), _md_row(["---"] * 5)]
     for r in rows:
         lo, hi = r.ci

@@ -521,18 +521,29 @@ def crossings(numbers: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def decode_sentences(loaded: LoadedModel, sentences: Sequence[str]) -> dict[str, Any]:
+def decode_sentences(loaded: LoadedModel, sentences: Sequence[str | torch.Tensor], *,
+                     max_tokens: int | None = None) -> dict[str, Any]:
     """Top-1 lens token at every layer and position of each sentence, with its regime label.
 
-    Returns ``{"tok", "info", "sentences": [{"sentence", "ids" [T], "top1" [L+1, T],
+    A sentence is a text (encoded as the model was trained, :func:`residshift.measure.lens.encode`)
+    or its token ids ``[T]`` / ``[1, T]`` (encoded already: nothing is tokenized twice).
+    ``max_tokens``: decode only the first ``max_tokens`` tokens (``n_tokens`` keeps the full count).
+    Returns ``{"tok", "info", "sentences": [{"sentence", "ids" [T], "n_tokens", "top1" [L+1, T],
     "labels" [L+1, T]}]}`` (labels: :data:`residshift.measure.lens.REGIMES`).
     """
     lm, tok, info = loaded
     out = []
     for sentence in sentences:
-        ids = lens.encode(tok, info, sentence)
+        if isinstance(sentence, str):
+            ids = lens.encode(tok, info, sentence)
+        else:
+            ids = torch.as_tensor(sentence).reshape(1, -1)
+        n = int(ids.shape[1])
+        if max_tokens is not None and n > max_tokens:
+            ids = ids[:, :max_tokens]
         top1 = lens.decode_top(lm, info, ids, k=1)["ids"][:, 0, :, 0]
-        out.append({"sentence": sentence, "ids": ids[0], "top1": top1,
+        text = sentence if isinstance(sentence, str) else tok.decode(ids[0].tolist(), skip_special_tokens=True)
+        out.append({"sentence": text, "ids": ids[0], "n_tokens": n, "top1": top1,
                     "labels": lens.classify_decoded(top1, ids[0])})
     return {"tok": tok, "info": info, "sentences": out}
 
@@ -618,7 +629,7 @@ class SentenceExplorer:
         if ids.shape[1] > self.max_tokens:
             raise ValueError(f"the sentence has {ids.shape[1]} tokens; the map draws at most {self.max_tokens}: "
                              "shorten it")
-        return trajectory_map(model, decode_sentences(self.loaded[model], [text]))
+        return trajectory_map(model, decode_sentences(self.loaded[model], [ids]))
 
     def widget(self, sentence: str = ""):
         import ipywidgets as widgets  # lazy: only in an interactive frontend

@@ -506,12 +506,12 @@ def cut_candidates(P) -> list[str]:
     return ["baseline", *[fixed_name(a, l) for a, l in cut_cells(P)]]
 
 
-def best_cut(finals: Mapping[tuple[str, int], dict], P) -> dict[str, Any]:
-    """The candidate (:func:`cut_candidates`) with the lowest final validation loss, mean over seeds and
-    windows. Descriptive only: the rule compares the gates with EVERY candidate, so no selection is
-    made and nothing needs confirming on other seeds."""
+def best_cut(finals: Mapping[tuple[str, int], dict], P, candidates: Sequence[str] | None = None) -> dict[str, Any]:
+    """The candidate (default :func:`cut_candidates`, the baseline included) with the lowest final
+    validation loss, mean over seeds and windows. Descriptive only: the rule compares the gates with
+    EVERY candidate, so no selection is made and nothing needs confirming on other seeds."""
     S = seeds(P)
-    means = {n: float(losses(finals, n, S).mean()) for n in cut_candidates(P)}
+    means = {n: float(losses(finals, n, S).mean()) for n in (cut_candidates(P) if candidates is None else candidates)}
     name = min(means, key=means.get)
     cell = next(((a, l) for a, l in cut_cells(P) if fixed_name(a, l) == name), (None, None))
     return {"variant": name, "alpha": cell[0], "layer": cell[1], "val_loss": means[name],
