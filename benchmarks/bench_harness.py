@@ -4,13 +4,15 @@ On the same items of each task, in one invocation:
 
 - plain  : every (context, choice) pair as one right-padded sequence (``score_requests(...,
            prefix_reuse=False)``): a question's context runs once per choice;
-- prefix : the harness's default (``prefix_reuse=True``): each question's context runs once with a
-           KV cache, the cache is expanded across its choices and only the continuations run.
+- prefix : ``prefix_reuse=True``: each question's context runs once with a KV cache, the cache
+           is expanded across its choices and only the continuations run;
+- auto   : the harness's default (``prefix_reuse="auto"``): prefix reuse for the questions where it
+           saves tokens (``evaluate.reuse_saves``), whole sequences for the rest.
 
 Items are the harness's own subsample (``evaluate.select_items``: the first ``--items`` of the
 seeded shuffle), requests are built exactly as ``multiple_choice_score`` builds them, and the
 batching is the default ``EvalConfig``'s. The CPU is shared, so the two run in ``--rounds``
-rounds, alternating which goes first; the speed-up is the median over rounds of plain / prefix
+rounds, rotating which goes first; a speed-up is the median over rounds of plain / that path
 within a round, and the 1-minute load average is recorded around every run. Prints, per task, the
 speed-up, the tokens each path runs through the model, the largest |log-likelihood difference|
 between the two and how many chosen answers (acc and acc_norm) differ; ``--intervene`` also
@@ -36,6 +38,17 @@ from residshift.measure import evaluate as ev
 
 QUESTIONS = {"piqa": ev.piqa_questions, "arc-easy": lambda: ev.arc_questions("arc-easy"),
              "arc-challenge": lambda: ev.arc_questions("arc-challenge")}
+
+
+PATHS = {"plain": False, "prefix": True, "auto": "auto"}  # path -> score_requests(prefix_reuse=...)
+
+
+def tokens_run(reqs, groups, rest) -> int:
+    """Tokens a path runs through the model: each shared context once, then its continuations; the
+    rest whole."""
+    return (sum(reqs[g[0]].n_ctx for g in groups)
+            + sum(len(reqs[i].tokens) - reqs[i].n_ctx - 1 for g in groups for i in g)
+            + sum(len(reqs[i].tokens) - 1 for i in rest))
 
 
 def load1() -> float:
@@ -69,7 +82,7 @@ def run(lm, info, tok, reqs, prefix, intervene, config):
     load = load1()
     s = ev.score_requests(lm, info, reqs, batch_size=config.batch_size,
                           max_batch_tokens=config.max_batch_tokens, max_logits=config.max_logits,
-                          pad_id=ev._pad_id(tok), intervene=intervene, prefix_reuse=prefix)
+                          pad_id=ev._pad_id(tok), intervene=intervene, prefix_reuse=PATHS[prefix])
     return s, round(time.perf_counter() - t0, 3), [load, load1()]
 
 
@@ -78,7 +91,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tasks", nargs="+", default=list(QUESTIONS), choices=list(QUESTIONS))
     ap.add_argument("--items", type=int, default=100, help="questions per task")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--intervene", action="store_true", help="also time with an attenuation in each trace")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
@@ -98,22 +111,23 @@ def main(argv=None) -> dict:
         items = ev.select_items(len(questions), args.items, config.seed)
         reqs, spans = requests_for(tok, info, questions, items)
         groups, plain_rest = ev._shared_groups(reqs, set())
+        auto_groups, auto_rest = ev._shared_groups(reqs, set(), saving_only=True)
         tokens_plain = sum(len(r.tokens) - 1 for r in reqs)
-        tokens_prefix = (sum(reqs[g[0]].n_ctx for g in groups)
-                         + sum(len(reqs[i].tokens) - reqs[i].n_ctx - 1 for g in groups for i in g)
-                         + sum(len(reqs[i].tokens) - 1 for i in plain_rest))
+        tokens_prefix = tokens_run(reqs, groups, plain_rest)
+        tokens_auto = tokens_run(reqs, auto_groups, auto_rest)
         entry = {"questions": len(items), "requests": len(reqs),
                  "choices_per_question": round(len(reqs) / len(items), 2),
-                 "tokens_plain": tokens_plain, "tokens_prefix": tokens_prefix,
-                 "token_ratio": round(tokens_plain / tokens_prefix, 2)}
+                 "tokens_plain": tokens_plain, "tokens_prefix": tokens_prefix, "tokens_auto": tokens_auto,
+                 "token_ratio": round(tokens_plain / tokens_prefix, 2),
+                 "questions_shared_by_auto": len(auto_groups)}
         for mode, intervene in modes:
-            times = {"plain": [], "prefix": []}
+            times = {w: [] for w in PATHS}
             loads = []
             res = {}
             for r in range(args.rounds):
-                order = ("plain", "prefix") if r % 2 == 0 else ("prefix", "plain")
+                order = list(PATHS)[r % 3:] + list(PATHS)[:r % 3]
                 for which in order:
-                    s, sec, load = run(lm, info, tok, reqs, which == "prefix", intervene, config)
+                    s, sec, load = run(lm, info, tok, reqs, which, intervene, config)
                     times[which].append(sec)
                     loads += load
                     res[which] = s
@@ -121,8 +135,10 @@ def main(argv=None) -> dict:
             diff = np.abs(res["plain"]["logprob"] - res["prefix"]["logprob"])
             picks = [choices(res[w], questions, items, spans) for w in ("plain", "prefix")]
             entry[mode] = {
-                "plain_s": times["plain"], "prefix_s": times["prefix"],
+                "plain_s": times["plain"], "prefix_s": times["prefix"], "auto_s": times["auto"],
                 "speedup": round(statistics.median(a / b for a, b in zip(times["plain"], times["prefix"])), 2),
+                "speedup_auto": round(statistics.median(a / b for a, b in zip(times["plain"], times["auto"])), 2),
+                "max_abs_diff_ll_auto": float(np.abs(res["plain"]["logprob"] - res["auto"]["logprob"]).max()),
                 "max_abs_diff_ll": float(diff.max()),
                 "max_rel_diff_ll": float((diff / np.abs(res["plain"]["logprob"]).clip(1)).max()),
                 "greedy_differ": int((res["plain"]["greedy"] != res["prefix"]["greedy"]).sum()),

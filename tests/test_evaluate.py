@@ -144,11 +144,34 @@ def test_prefix_reuse_equals_whole_sequences(name, monkeypatch):
         # one batch of everything, and batches of 2 contexts within 64 tokens
         for batch_size, max_tokens in ((16, 8192), (2, 64))[: 2 if intervene is None else 1]:
             got = ev.score_requests(lm, info, reqs, intervene=intervene, batch_size=batch_size,
-                                    max_batch_tokens=max_tokens)
+                                    max_batch_tokens=max_tokens, prefix_reuse=True)
             assert used and all(used)
             used.clear()
             np.testing.assert_allclose(got["logprob"], whole["logprob"], rtol=0, atol=1e-4)
             assert (got["tokens"] == whole["tokens"]).all() and (got["greedy"] == whole["greedy"]).all()
+
+
+def test_auto_prefix_reuse_shares_a_context_only_where_it_saves_tokens(tiny_bos, monkeypatch):
+    """"auto" (the default) runs a question's context once only where the context tokens saved exceed
+    the choices' own tokens: a long question with short answers shares, a short goal with long
+    solutions runs whole; the scores equal whole sequences either way."""
+    lm, tok, info = tiny_bos
+    assert ev.reuse_saves(40, [3, 4, 5, 2]) and not ev.reuse_saves(12, [30, 28]) and not ev.reuse_saves(10, [5, 5])
+    long_q = [ev.Request(tuple([1] + list(range(2, 42)) + list(c)), 41) for c in ((7, 8), (9,), (10, 11, 12))]
+    short_q = [ev.Request(tuple([1, 50, 51] + list(range(60, 60 + n))), 3) for n in (20, 25)]
+    reqs = long_q + short_q
+    shared = []
+    real = ev._score_shared
+    monkeypatch.setattr(ev, "_score_shared", lambda m, i, r, batch, **k: shared.extend(batch) or real(m, i, r, batch, **k))
+    want = ev.score_requests(lm, info, reqs, prefix_reuse=False)
+    got = ev.score_requests(lm, info, reqs)
+    assert shared == [[0, 1, 2]]  # the long question only
+    np.testing.assert_allclose(got["logprob"], want["logprob"], rtol=0, atol=1e-4)
+    shared.clear()
+    ev.score_requests(lm, info, reqs, prefix_reuse=True)
+    assert sorted(shared) == [[0, 1, 2], [3, 4]]
+    with pytest.raises(ValueError, match="prefix_reuse must be one of"):
+        ev.score_requests(lm, info, reqs, prefix_reuse="sometimes")
 
 
 def test_prefix_reuse_needs_a_cache(tiny, monkeypatch):
@@ -159,7 +182,7 @@ def test_prefix_reuse_needs_a_cache(tiny, monkeypatch):
     assert ev._shared_groups(reqs, set())[0]  # there are shared contexts to reuse
     with monkeypatch.context() as m:
         m.setattr(ev, "_cache_arg", lambda module: None)
-        got = ev.score_requests(lm, info, reqs)
+        got = ev.score_requests(lm, info, reqs, prefix_reuse=True)
     np.testing.assert_array_equal(got["logprob"], want["logprob"])
     with monkeypatch.context() as m:  # a cache without a way to repeat its rows: plain batches
         m.setattr(ev, "_expand_cache", lambda pkv, index: False)
@@ -450,7 +473,7 @@ def test_real_model_prefix_reuse_equals_whole_sequences():
                 reqs.append(ev.Request(tuple(ctx + cont), len(ctx)))
     for intervene in (None, lambda m, i: attenuate(m, i, {20: 0.5})):
         whole = ev.score_requests(lm, info, reqs, prefix_reuse=False, intervene=intervene)
-        got = ev.score_requests(lm, info, reqs, intervene=intervene)
+        got = ev.score_requests(lm, info, reqs, intervene=intervene, prefix_reuse=True)
         np.testing.assert_allclose(got["logprob"], whole["logprob"], rtol=0, atol=1e-3)
         assert (got["greedy"] == whole["greedy"]).all()
     assert np.abs(got["logprob"] - ev.score_requests(lm, info, reqs)["logprob"]).max() > 1e-2  # the edit acted

@@ -56,12 +56,15 @@ def test_provenance_names_commits_run_times_and_uncommitted_outputs(tmp_path):
                                                    "04-b.png": {**entry, "commit": "def5678", "code_dirty": True}}))
     (fig / "RUNS.json").write_text(json.dumps({"default": {
         "03-a": {"wall_s": 90.0, "peak_rss_mib": 2048, "commit": "abc1234", "code_dirty": False,
-                 "results_written": 3, "machine": {"cpus": 2, "load_1min_at_start": 1.25}},
+                 "results_written": 3, "machine": {"cpus": 2, "load_1min_at_start": 1.25, "cpu": "Some CPU",
+                                                   "native_bf16": ["amx_bf16"]},
+                 "slowest_cells": [{"cell": "a", "s": 66.0, "code": "lenses = fit(x | y)"}]},
         "07-c": {"wall_s": 30.0, "peak_rss_mib": 512, "commit": "abc1234", "code_dirty": False,
                  "results_written": 0, "machine": {"cpus": 2, "load_1min_at_start": 0.5}}}}))
     text = report.section_provenance(fig, tmp_path)
-    assert "| `03-a` | 1.5 | 2048 | 1.2 | 3 | abc1234 | 2 | abc1234 | default |" in text
-    assert "| `07-c` | 0.5 | 512 | 0.5 | 0 (all cached) | abc1234 | 0 | – | – |" in text  # a warm rerun
+    assert "| `03-a` | 1.5 | 2048 | 1.2 | 3 | 1.1: `lenses = fit(x / y)` | abc1234 | 2 | abc1234 | default |" in text
+    assert "| `07-c` | 0.5 | 512 | 0.5 | 0 (all cached) | – | abc1234 | 0 | – | – |" in text  # a warm rerun
+    assert "2 CPU cores, Some CPU (amx_bf16)" in text
     assert "| `04-…` | – |" in text and "def5678-dirty" in text
     assert "**1 outputs do not come from committed code**" in text
     assert "Total of the last runs: 2.0 minutes, of which notebooks 00–05 1.5" in text

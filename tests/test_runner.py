@@ -207,7 +207,10 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     assert big["peak_rss_mib"] >= 400 and small["peak_rss_mib"] < big["peak_rss_mib"] - 300
     assert big["wall_s"] > 0 and small["wall_s"] > 0
     assert (big["results_written"], small["results_written"]) == (1, 0)  # computed vs only reused
-    assert big["machine"]["cpus"] >= 1 and isinstance(big["code_dirty"], bool)
+    assert big["machine"]["cpus"] >= 1 and isinstance(big["code_dirty"], bool) and big["machine"]["cpu"]
+    # where the time went: the executed copy's cells, longest first (the big array's cell leads)
+    assert big["slowest_cells"][0]["code"].startswith("import numpy") and big["slowest_cells"][0]["s"] >= 0
+    assert len(big["slowest_cells"]) <= runner.SLOWEST_CELLS
     assert big["device"] == profiles.get("default")["device"]  # the profile's, though undeclared
     assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]
 

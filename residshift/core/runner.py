@@ -434,11 +434,35 @@ def results_written(before: dict[str, int], after: dict[str, int]) -> int:
     return sum(1 for path, t in after.items() if before.get(path) != t)
 
 
+SLOWEST_CELLS = 3  # RUNS.json keeps each notebook's slowest cells: where its time goes
+
+
+def slowest_cells(executed: Path, k: int = SLOWEST_CELLS) -> list[dict[str, Any]]:
+    """The ``k`` code cells of an executed notebook that took longest (papermill's per-cell
+    ``duration``): ``[{"cell": id, "s": seconds, "code": first line}]``, longest first."""
+    import nbformat  # lazy: only after a run
+
+    try:
+        nb = nbformat.read(str(executed), as_version=4)
+    except (OSError, ValueError):
+        return []
+    cells = []
+    for c in nb.cells:
+        d = c.get("metadata", {}).get("papermill", {}).get("duration")
+        if c.cell_type == "code" and isinstance(d, (int, float)):
+            cells.append({"cell": c.get("id"), "s": round(float(d), 1),
+                          "code": next((l for l in c.source.splitlines() if l.strip()), "")[:100]})
+    return sorted(cells, key=lambda c: -c["s"])[:k]
+
+
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
-               load: float | None, profile_values: dict[str, Any], written: int | None = None) -> dict[str, Any]:
-    from .cache import code_state  # lazy: torch ~1 s; not for notes or `run` usage errors
+               load: float | None, profile_values: dict[str, Any], written: int | None = None,
+               executed: Path | None = None) -> dict[str, Any]:
+    from ..train.trainer import cpu_facts  # lazy: torch ~1 s; not for notes or `run` usage errors
+    from .cache import code_state
 
     state = code_state()
+    cpu = cpu_facts()
     return {
         "wall_s": round(seconds, 1),
         "results_written": written,
@@ -448,7 +472,9 @@ def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dic
         "overrides": {k: v for k, v in overrides.items() if k in params},
         "commit": state["commit"], "code_dirty": state["code_dirty"],
         "machine": {"system": platform.system(), "arch": platform.machine(), "cpus": os.cpu_count(),
+                    "cpu": cpu["cpu"], "native_bf16": cpu["native_bf16"],
                     "load_1min_at_start": None if load is None else round(load, 2)},
+        "slowest_cells": [] if executed is None else slowest_cells(executed),
     }
 
 
@@ -517,7 +543,8 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 flush=True)
             if record:
                 record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
-                                                          values, results_written(before, results_snapshot())))
+                                                          values, results_written(before, results_snapshot()),
+                                                          executed=target))
             done.append(target)
     finally:
         for k, v in env_before.items():

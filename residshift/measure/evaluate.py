@@ -252,7 +252,7 @@ def _kept_logits(model, info: ModelInfo, ids: torch.Tensor, mask: torch.Tensor, 
 def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch_size: int = 16,
                    max_batch_tokens: int = 8192, max_logits: int = 2**27, pad_id: int = 0,
                    intervene: Intervene | None = None, progress: bool = False,
-                   desc: str = "score", bf16: bool = False, prefix_reuse: bool = True
+                   desc: str = "score", bf16: bool = False, prefix_reuse: bool | str = "auto"
                    ) -> dict[str, np.ndarray]:
     """Sum of log-probabilities, token count and greedy match of each request's scored tokens.
 
@@ -264,13 +264,18 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
 
     ``prefix_reuse``: requests that share their context (the choices of a multiple-choice
     question) run it once: one forward of the context with a KV cache, the cache expanded across
-    the requests, one forward of their continuations (:func:`_score_shared`). The scores are the
-    same up to float rounding (tested); ``intervene`` runs inside both traces, which is the same
+    the requests, one forward of their continuations (:func:`_score_shared`). ``"auto"`` (the
+    default) does so per question only where it saves tokens (:func:`reuse_saves`: the context
+    tokens saved exceed the choices' own tokens; ARC's long questions and short answers, not PIQA's
+    short goals and long solutions), ``True`` for every shared context, ``False`` never. The
+    scores are the same up to float rounding (tested); ``intervene`` runs inside both traces, which is the same
     edit as on the whole sequence for any edit that acts on each position on its own, as
     :func:`residshift.core.interventions.attenuate` and the gates do (pass ``prefix_reuse=False``
     for an edit that looks across positions).
     """
     refuse_remote(info, "evaluate.score_requests", _LOCAL_MODULE)
+    if prefix_reuse not in PREFIX_REUSE:
+        raise ValueError(f"prefix_reuse must be one of {PREFIX_REUSE}, got {prefix_reuse!r}")
     max_len = _max_positions(model._module)
     rows: list[tuple[list[int], int]] = []  # (input ids, number of scored positions)
     truncated: set[int] = set()
@@ -291,7 +296,7 @@ def score_requests(model, info: ModelInfo, requests: Sequence[Request], *, batch
     plain = list(range(n))
     groups: list[list[int]] = []
     if prefix_reuse and not info.remote and _cache_arg(model._module) is not None:
-        groups, plain = _shared_groups(requests, truncated)
+        groups, plain = _shared_groups(requests, truncated, saving_only=prefix_reuse == "auto")
 
     def plain_batches(idx: list[int]) -> list[list[int]]:
         return [[idx[j] for j in b] for b in
@@ -356,13 +361,28 @@ def _token_scores(logits: torch.Tensor, targets: Sequence[int]) -> tuple[torch.T
 # --------------------------------------------------------------------------------------------
 
 
-def _shared_groups(requests: Sequence[Request], truncated: set[int]) -> tuple[list[list[int]], list[int]]:
-    """Requests grouped by identical context tokens (groups of 2 or more), and the rest."""
+PREFIX_REUSE = (False, True, "auto")  # score_requests(prefix_reuse=...): never, always, where it saves tokens
+
+
+def reuse_saves(n_ctx: int, continuations: Sequence[int]) -> bool:
+    """Whether running a shared context once saves more tokens than its choices run themselves:
+    ``n_ctx * (k - 1) > sum(continuations)`` for ``k`` choices. The shared path costs two forwards
+    (the context, then the continuations attending to an expanded cache), and attention over the
+    cache is not free, so a context that saves fewer tokens than the continuations cost runs
+    whole (measured: PIQA, 0.59x with reuse; ARC, 1.35-1.41x; ``benchmarks/bench_harness.py``)."""
+    return n_ctx * (len(continuations) - 1) > sum(continuations)
+
+
+def _shared_groups(requests: Sequence[Request], truncated: set[int], *,
+                   saving_only: bool = False) -> tuple[list[list[int]], list[int]]:
+    """Requests grouped by identical context tokens (groups of 2 or more; with ``saving_only``, only
+    groups where :func:`reuse_saves`), and the rest."""
     by_ctx: dict[tuple[int, ...], list[int]] = {}
     for i, r in enumerate(requests):
         if i not in truncated:
             by_ctx.setdefault(tuple(r.tokens[: r.n_ctx]), []).append(i)
-    groups = [g for g in by_ctx.values() if len(g) > 1]
+    groups = [g for g in by_ctx.values() if len(g) > 1 and (
+        not saving_only or reuse_saves(requests[g[0]].n_ctx, [len(requests[i].tokens) - requests[i].n_ctx for i in g]))]
     in_group = {i for g in groups for i in g}
     return groups, [i for i in range(len(requests)) if i not in in_group]
 

@@ -196,17 +196,25 @@ def section_provenance(fig: Path, bench: Path) -> str:
         first_half += (r.get("wall_s") or 0.0) if stem[:2] <= "05" else 0.0
         load = (r.get("machine") or {}).get("load_1min_at_start")
         written = r.get("results_written")
+        slow = (r.get("slowest_cells") or [None])[0]
         rows.append([f"`{stem}`", _num(None if not r else r["wall_s"] / 60, 1), _num(r.get("peak_rss_mib"), 0),
-                     _num(load, 1), "–" if written is None else ("0 (all cached)" if written == 0 else str(written)), str(r.get("commit", "–")) + ("-dirty" if r.get("code_dirty") else ""),
+                     _num(load, 1), "–" if written is None else ("0 (all cached)" if written == 0 else str(written)),
+                     "–" if not slow else f"{slow['s'] / 60:.1f}: `{slow['code'].replace('|', '/')}`",
+                     str(r.get("commit", "–")) + ("-dirty" if r.get("code_dirty") else ""),
                      str(nb["files"]), ", ".join(sorted(nb["commits"])) or "–", ", ".join(sorted(nb["profiles"])) or "–"])
     problems = manifest_problems(entries)
     cpus = next(((r.get("machine") or {}).get("cpus") for r in runs.values()), None)
+    models = sorted({f"{m['cpu']} ({', '.join(m.get('native_bf16') or []) or 'no native bf16'})"
+                     for m in (r.get("machine") or {} for r in runs.values()) if m.get("cpu")})
     return ("**Provenance and run times** (`figures/MANIFEST.json`, `figures/RUNS.json`; the runner measures "
-            f"every notebook it runs; {cpus or '?'} CPU cores, load = 1-minute load average when the notebook "
+            f"every notebook it runs; {cpus or '?'} CPU cores"
+            + (f", {'; '.join(models)}" if models else "")
+            + ", load = 1-minute load average when the notebook "
             "started; results written = files the notebook wrote to the results cache, 0 when it only reused "
-            "cached results, so a warm rerun shows as such; the times are those of the last run):\n\n"
-            + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "results written", "run at commit",
-                      "outputs", "outputs' commits", "profile"], rows)
+            "cached results, so a warm rerun shows as such; slowest cell = the notebook's longest cell, in minutes, "
+            "and its first line; the times are those of the last run):\n\n"
+            + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "results written", "slowest cell",
+                      "run at commit", "outputs", "outputs' commits", "profile"], rows)
             + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes, of which notebooks 00–05 "
             f"{_num(first_half / 60, 1)}. "
             + ("Every output comes from committed code." if not problems else
