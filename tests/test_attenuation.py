@@ -356,11 +356,18 @@ def test_gate_glue_on_fixed_gates(tiny, sweeps, P):
     assert {r.variant for r in mis} == {"scalar gates", "token gates"} and len(mis) == 6
     bench = A.benchmarks(models, fits, P2, verbose=False)
     b = bench["tiny-llama"]
-    assert set(b) == {"before", "scalar gates", "token gates"}
+    assert set(b) == {"before", "scalar gates", "token gates", A.BENCH_SECONDS}
     assert all(b["scalar gates"][t].shape == (1, len(b["before"][t])) for t in A.BENCH_TASKS)
+    assert set(b[A.BENCH_SECONDS]) == set(A.BENCH_TASKS) and all(v > 0 for v in b[A.BENCH_SECONDS].values())
     brows = A.benchmark_rows(bench, P2)
     assert len(brows) == 2 and all(r.details["mde"] > 0 for r in brows)
     assert len(A.benchmark_power(brows)) == 2 and not A.benchmark_table(bench).empty
+    # priced: items needed x tasks x (unmodified + 1 seed's gates) x the measured seconds per item
+    priced = A.benchmark_power(brows, bench)
+    _, need = verdicts.benchmark_items_needed(brows[0])
+    cost = b[A.BENCH_SECONDS]
+    want = sum(need * 2 * cost[t] for t in A.BENCH_TASKS) / 60
+    assert f"{need} items x {len(A.BENCH_TASKS)} tasks x 2 configurations, about {want:.0f} min" in priced[0]
     A.fit_history_panel(fits)
     assert list(A.fit_table(fits)["ended by"]) == ["patience", "step cap"]
     plt.close("all")

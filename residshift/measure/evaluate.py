@@ -51,6 +51,7 @@ import hashlib
 import inspect
 import json
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -592,16 +593,26 @@ def _sharded(base: dict[str, Any] | None, items: np.ndarray, shard_size: int,
              compute: Callable[[np.ndarray], dict[str, np.ndarray]], *, refresh: bool = False
              ) -> dict[str, np.ndarray]:
     """Run ``compute`` shard by shard over ``items``, caching each shard under ``base`` + the
-    hash of its item indices (so runs with different limits share their common shards)."""
+    hash of its item indices (so runs with different limits share their common shards).
+
+    Each item also gets ``compute_s``: its share of the seconds its shard took to compute, kept in
+    the cache, so what scoring costs per item is known on a warm rerun too (notebook 05 prices the
+    item counts a benchmark verdict would need with it)."""
+    def timed(shard: np.ndarray) -> dict[str, np.ndarray]:
+        t0 = time.perf_counter()
+        out = compute(shard)
+        out["compute_s"] = np.full(len(shard), (time.perf_counter() - t0) / max(1, len(shard)))
+        return out
+
     parts = []
     for start in range(0, len(items), shard_size):
         shard = np.asarray(items[start : start + shard_size])
         if base is None:
-            parts.append(compute(shard))
+            parts.append(timed(shard))
             continue
         digest = hashlib.sha256(shard.astype(np.int64).tobytes()).hexdigest()[:16]
         config = {**base, "items": digest, "n_items": int(len(shard))}
-        parts.append(_cache.cached(f"eval-{base['task']}", config, lambda: compute(shard), code=_sharded,
+        parts.append(_cache.cached(f"eval-{base['task']}", config, lambda: timed(shard), code=_sharded,
                                    refresh=refresh))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 

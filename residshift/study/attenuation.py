@@ -57,6 +57,7 @@ LENS_METRICS = ("logprob", "logrank", "top1")  # what the misalignment rule read
 LENS_SPLIT = "test"  # the lens windows: disjoint from the sweep's (validation) windows
 LOSS_SPLIT = "test"  # notebook 05's loss comparison: the best fixed cut was chosen on validation
 BENCH_TASKS = ("lambada", "piqa", "arc-easy", "arc-challenge")
+BENCH_SECONDS = "seconds per item"  # benchmarks()[model][BENCH_SECONDS]: {task: s per item and configuration}
 VARIANT_STYLE = {"unmodified": ("k", "-", None), "fixed cut": ("#0173b2", "--", "o"),
                  "scalar": ("#0173b2", "--", "o"), "token": ("#cc78bc", ":", "s")}
 
@@ -664,15 +665,19 @@ def gate_misalignment_rows(runs: Mapping[str, Mapping[str, Any]], P) -> list:
 def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verbose: bool = True) -> dict[str, dict]:
     """Per-item correctness before (unmodified) and after (each fit's gates), on the same items
     (``evaluate.run_task``, cached per item shard): ``{model: {"before": {task: [n]},
-    "<kind> gates": {task: [n_seeds, n]}}}``."""
+    "<kind> gates": {task: [n_seeds, n]}}}``. What scoring cost is kept apart, in
+    ``BENCH_SECONDS`` of the returned dict's models: ``{task: seconds per item and configuration}``
+    (mean of ``evaluate``'s per-item ``compute_s`` over every configuration scored, measured when
+    the items were first scored; :func:`benchmark_power` prices the item counts a verdict needs)."""
     cfg = evaluate.EvalConfig.from_profile(P)
     out = {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()
-        before, items = {}, {}
+        before, items, seconds = {}, {}, {t: [] for t in BENCH_TASKS}
         for task in BENCH_TASKS:
             res = evaluate.run_task(lm, info, task, tokenizer=tok, limit=P.eval_items, config=cfg)
             before[task], items[task] = evaluate.item_correct(res), np.asarray(res.details["items"])
+            seconds[task].append(float(np.mean(res.details["compute_s"])))
         out[name] = {"before": before}
         for kind in P.gate_kinds:
             after = {t: [] for t in BENCH_TASKS}
@@ -685,7 +690,9 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verb
                     if not np.array_equal(np.asarray(res.details["items"]), items[task]):
                         raise RuntimeError(f"{task}: the items after differ from the items before")
                     after[task].append(evaluate.item_correct(res))
+                    seconds[task].append(float(np.mean(res.details["compute_s"])))
             out[name][f"{kind} gates"] = {t: np.stack(v) for t, v in after.items()}
+        out[name][BENCH_SECONDS] = {t: float(np.mean(v)) for t, v in seconds.items()}
         if verbose:
             print(f"{name}: {len(BENCH_TASKS)} tasks x {len(before[BENCH_TASKS[0]])} items, unmodified and "
                   f"{len(P.gate_kinds) * len(P.gate_seeds)} gate fits; {time.perf_counter() - t0:.0f} s")
@@ -697,7 +704,7 @@ def benchmark_rows(bench: Mapping[str, dict], P) -> list:
     rows = []
     for name, b in bench.items():
         for label, after in b.items():
-            if label == "before":
+            if label in ("before", BENCH_SECONDS):
                 continue
             rows += verdicts.c3_benchmarks(b["before"], after, model=name, variant=label, n_boot=P.atten_boot,
                                            seed=P.seed, source=f"{NAME05}-benchmarks")
@@ -711,24 +718,36 @@ def benchmark_table(bench: Mapping[str, dict]) -> pd.DataFrame:
         for task, x in b["before"].items():
             row = {"model": name, "task": task, "items": len(x), "unmodified": x.mean()}
             for label, after in b.items():
-                if label != "before":
+                if label not in ("before", BENCH_SECONDS):
                     row[label] = after[task].mean()
                     row[f"{label}: changed items"] = float(np.mean([(a != x).sum() for a in after[task]]))
             rows.append(row)
     return pd.DataFrame(rows).set_index(["model", "task"]).round(3)
 
 
-def benchmark_power(rows) -> list[str]:
+def benchmark_power(rows, bench: Mapping[str, dict] | None = None) -> list[str]:
     """Per benchmark row: the largest per-task minimum detectable drop at this n, and roughly how
-    many items per task would bring it to the rule's margin (``verdicts.benchmark_items_needed``)."""
+    many items per task would bring it to the rule's margin (``verdicts.benchmark_items_needed``);
+    with ``bench`` (:func:`benchmarks`), what scoring that many items would cost on this machine:
+    per task, the items times the configurations the row compares (unmodified + each seed's gates)
+    times the measured seconds per item and configuration."""
     lines = []
     for r in rows:
         if r.claim_id != "C3.benchmarks":
             continue
         worst, need = verdicts.benchmark_items_needed(r)
-        lines.append(f"{r.model} · {r.variant}: largest detectable drop {worst['mde']:.3f} accuracy at "
-                     f"{worst['n']} items (changed-answer rate <= {worst['discordance_upper']:.3f}); "
-                     f"a {r.details['margin']:g} drop needs about {need} items per task")
+        line = (f"{r.model} · {r.variant}: largest detectable drop {worst['mde']:.3f} accuracy at "
+                f"{worst['n']} items (changed-answer rate <= {worst['discordance_upper']:.3f}); "
+                f"a {r.details['margin']:g} drop needs about {need} items per task")
+        cost = (bench or {}).get(r.model, {}).get(BENCH_SECONDS)
+        after = (bench or {}).get(r.model, {}).get(r.variant)
+        if cost and after is not None:
+            configs = 1 + int(np.atleast_2d(next(iter(after.values()))).shape[0])
+            minutes = sum(need * configs * cost[t] for t in r.details["tasks"]) / 60
+            per_item = ", ".join(f"{t} {cost[t]:.2f} s" for t in r.details["tasks"])
+            line += (f": {need} items x {len(r.details['tasks'])} tasks x {configs} configurations, about "
+                     f"{minutes:.0f} min at the measured cost per item and configuration ({per_item})")
+        lines.append(line)
     for line in lines:
         print(line)
     return lines
