@@ -100,7 +100,9 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     lm, tok, info = load_model(args.model)
     config = ev.EvalConfig()
-    out: dict = {"model": args.model, "items": args.items, "rounds": args.rounds,
+    from residshift.train.trainer import cpu_facts
+
+    out: dict = {"model": args.model, "items": args.items, "rounds": args.rounds, "cpu": cpu_facts(),
                  "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
                  "batch_size": config.batch_size, "load_at_start": load1(), "tasks": {}}
     modes = [("bare", None)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..analysis import verdicts
 from ..analysis.verdicts import is_verdict_layout, rows_from_json
@@ -216,9 +216,24 @@ def section_provenance(fig: Path, bench: Path) -> str:
             + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "results written", "slowest cell",
                       "run at commit", "outputs", "outputs' commits", "profile"], rows)
             + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes, of which notebooks 00–05 "
-            f"{_num(first_half / 60, 1)}. "
+            f"{_num(first_half / 60, 1)}. " + _grid_time_note(fig, runs)
             + ("Every output comes from committed code." if not problems else
                f"**{len(problems)} outputs do not come from committed code** (first: {problems[0]})."))
+
+
+def _grid_time_note(fig: Path, runs: Mapping[str, Any]) -> str:
+    """How the training grid's time enters the total: inside notebook 06's minutes when 06 trained it,
+    beside them when the runs were trained before (``train-grid``; 06 then only reads them)."""
+    g = _load(fig / "06-training-with-attenuation-grid.json")
+    r06 = next((r for k, r in runs.items() if k.startswith("06")), None)
+    if g is None or not r06:
+        return ""
+    grid_min = g["train_seconds"] / 60
+    if r06["wall_s"] >= g["train_seconds"]:
+        return (f"Notebook 06's time includes training the grid ({_num(grid_min, 1)} minutes of training time). ")
+    return (f"The grid's runs existed when notebook 06 ran (trained before it, e.g. by `python -m residshift "
+            f"train-grid`): a study from a fresh clone adds their {_num(grid_min, 1)} minutes of training time, "
+            f"{_num((sum(x.get('wall_s') or 0.0 for x in runs.values()) / 60) + grid_min, 1)} minutes in all. ")
 
 
 def section_verdicts(fig: Path, bench: Path) -> str:
@@ -456,6 +471,7 @@ def _train_benchmark(b: dict, name_: str = "bench-train.json") -> str:
 
 def _harness_benchmark(b: dict) -> str:
     rows = []
+    auto = any("auto_s" in t[m] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
     for task, t in b["tasks"].items():
         for mode in ("bare", "attenuated"):
             if mode not in t:
@@ -464,17 +480,25 @@ def _harness_benchmark(b: dict) -> str:
             rows.append([task, mode, str(t["questions"]), _num(t["choices_per_question"], 1),
                          f"{t['tokens_plain']:,} → {t['tokens_prefix']:,}",
                          " / ".join(_num(x, 1) for x in m["plain_s"]), " / ".join(_num(x, 1) for x in m["prefix_s"]),
-                         f"**{_num(m['speedup'], 2)}×**", f"{m['max_abs_diff_ll']:.1e}",
-                         str(m["pred_differ"] + m["pred_norm_differ"])])
+                         f"**{_num(m['speedup'], 2)}×**"]
+                        + ([f"{t.get('questions_shared_by_auto', '–')} of {t['questions']}",
+                            " / ".join(_num(x, 1) for x in m.get("auto_s", [])) or "–",
+                            f"**{_num(m.get('speedup_auto'), 2)}×**"] if auto else [])
+                        + [f"{m['max_abs_diff_ll']:.1e}", str(m["pred_differ"] + m["pred_norm_differ"])])
+    head = (["task", "edit", "questions", "choices", "tokens through the model (plain → prefix)", "plain s",
+             "prefix s", "speed-up"] + (["shared by auto", "auto s", "auto speed-up"] if auto else [])
+            + ["max abs ΔLL", "answers changed"])
     lo = min(t[m]["load"][0] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
     hi = max(t[m]["load"][1] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
     return (f"**Multiple-choice prefix reuse** (`benchmarks/bench_harness.py`, {b['model']}, the harness's "
-            f"first {b['items']} items per task, batch {b['batch_size']}, {b['rounds']} rounds alternating "
+            f"first {b['items']} items per task, batch {b['batch_size']}, {b['rounds']} rounds rotating "
             f"which path goes first, speed-up = median of the per-round ratios; 1-min load average "
-            f"{_num(lo, 1)}–{_num(hi, 1)} on {b.get('cpu_count', '?')} cores): each question's context runs "
-            "once with a KV cache expanded across its choices, instead of once per choice.\n\n"
-            + _table(["task", "edit", "questions", "choices", "tokens through the model (plain → prefix)",
-                      "plain s", "prefix s", "speed-up", "max abs ΔLL", "answers changed"], rows)
+            f"{_num(lo, 1)}–{_num(hi, 1)} on {b.get('cpu_count', '?')} cores"
+            + (f"; {b['cpu']['cpu']}" if isinstance(b.get("cpu"), dict) else "") + "): each question's context runs "
+            "once with a KV cache expanded across its choices, instead of once per choice"
+            + (" (prefix); auto, the harness's default, does so only for the questions where the context tokens "
+               "saved exceed the choices' own tokens (`evaluate.reuse_saves`) and runs the rest whole" if auto else "")
+            + ".\n\n" + _table(head, rows)
             + "\n\nThe time falls far less than the tokens through the model ("
             + "; ".join(f"{task}: {t['tokens_plain'] / t['tokens_prefix']:.1f}× fewer tokens, "
                         f"speed-up {_num(t['bare']['speedup'], 2)}×" for task, t in b["tasks"].items() if "bare" in t)
