@@ -222,18 +222,15 @@ def section_provenance(fig: Path, bench: Path) -> str:
 
 
 def _grid_time_note(fig: Path, runs: Mapping[str, Any]) -> str:
-    """How the training grid's time enters the total: inside notebook 06's minutes when 06 trained it,
-    beside them when the runs were trained before (``train-grid``; 06 then only reads them)."""
+    """Where the training grid's time goes in the table: into whichever notebook first needed runs
+    that did not exist yet (06 on a fresh clone), into none when they were trained beforehand."""
     g = _load(fig / "06-training-with-attenuation-grid.json")
-    r06 = next((r for k, r in runs.items() if k.startswith("06")), None)
-    if g is None or not r06:
+    if g is None:
         return ""
-    grid_min = g["train_seconds"] / 60
-    if r06["wall_s"] >= g["train_seconds"]:
-        return (f"Notebook 06's time includes training the grid ({_num(grid_min, 1)} minutes of training time). ")
-    return (f"The grid's runs existed when notebook 06 ran (trained before it, e.g. by `python -m residshift "
-            f"train-grid`): a study from a fresh clone adds their {_num(grid_min, 1)} minutes of training time, "
-            f"{_num((sum(x.get('wall_s') or 0.0 for x in runs.values()) / 60) + grid_min, 1)} minutes in all. ")
+    return (f"Training the grid took {_num(g['train_seconds'] / 60, 1)} minutes of training time "
+            f"({g['runs']} runs, `figures/06-training-with-attenuation-grid.json`). A notebook that trains runs "
+            "(06 on a fresh clone, or a later one after the training code changed) counts that time in its "
+            "minutes; runs trained beforehand by `python -m residshift train-grid` count in none. ")
 
 
 def section_verdicts(fig: Path, bench: Path) -> str:
