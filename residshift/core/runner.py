@@ -458,8 +458,8 @@ def slowest_cells(executed: Path, k: int = SLOWEST_CELLS) -> list[dict[str, Any]
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
                load: float | None, profile_values: dict[str, Any], written: int | None = None,
                executed: Path | None = None) -> dict[str, Any]:
-    from ..train.trainer import cpu_facts  # lazy: torch ~1 s; not for notes or `run` usage errors
-    from .cache import code_state
+    from .cache import code_state  # lazy: torch ~1 s; not for notes or `run` usage errors
+    from .machine import cpu_facts
 
     state = code_state()
     cpu = cpu_facts()

@@ -81,7 +81,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -98,6 +97,7 @@ from ..core import fitting, profiles, unembed
 from ..core.cache import _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint, config_key
 from ..core.data import tokenizer_fingerprint
 from ..core.fitting import FORMAT, FitConfig, FitError, fit
+from ..core.machine import cpu_facts  # re-exported: every speed figure names its CPU
 from ..core.paths import cache_dir, results_dir
 from ..core.runner import parse_overrides
 from ..core.unembed import next_token_losses
@@ -347,19 +347,6 @@ def training_code_fingerprint() -> str:
     another code produced."""
     own = _module_entry(__name__)[0]  # this module as imported (the code that runs), not its imports
     return hashlib.sha256((code_fingerprint(gpt, D, fitting, unembed) + own).encode()).hexdigest()[:20]
-
-
-def cpu_facts() -> dict[str, Any]:
-    """The CPU a speed figure was measured on: model name, native bf16 flags, threads, 1-min load."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    names = [l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")]
-    flags = next((set(l.split(":", 1)[1].split()) for l in lines if l.startswith("flags")), set())
-    name = names[0] if names else platform.processor() or platform.machine()
-    return {"cpu": name, "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
-            "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
 
 
 def _cpu_has_bf16() -> bool:
