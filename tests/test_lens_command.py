@@ -52,6 +52,10 @@ def test_lens_on_a_local_folder_writes_every_output(tmp_path, capsys):
     meta = json.loads((out / "request.json").read_text())
     assert meta["corpus_windows"] == 3 and meta["decoder"] == "tied"
     assert "raw_text_check" in meta["seconds"] and "preprocessing check reran the first 3 windows" in summary
+    # never more check windows than the main pass read (the rule compares the first windows of one draw)
+    P = lc.check_request(lc.LensRequest("m", profile="default", windows=4))[1]
+    assert P.lens_check_windows > 4 and lc.check_windows(P) == 4 and lc.preprocessing_checked(P)
+    assert lc.check_windows(lc.check_request(lc.LensRequest("m", profile="default", windows=2))[1]) == 2
     assert f"wrote {len(list(out.iterdir()))} files to {out}" in cap.out  # where everything went
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "no temporary folders left"
 

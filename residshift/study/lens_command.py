@@ -214,12 +214,18 @@ def decoder_label(info) -> str:
     return "logit lens" if info.decoder == "tied" else f"logit lens via {info.decoder} matrix"
 
 
+def check_windows(P) -> int:
+    """How many of the main pass's first windows the preprocessing check reruns: the profile's
+    ``lens_check_windows``, at most the windows the main pass read (the rule compares the same draw)."""
+    return min(int(P.lens_check_windows or 0), int(P.lens_windows))
+
+
 def preprocessing_checked(P) -> bool:
     """Whether C1.depth gets notebook 03's preprocessing check: the corpus is WikiText (the one with a
-    raw, word-tokenized form beside our detokenized text) and the profile asks for check windows."""
+    raw, word-tokenized form beside our detokenized text) and at least 2 check windows (a bootstrap)."""
     from ..core.data import get_corpus
 
-    return bool(get_corpus(P.lens_corpus).wikitext) and int(P.lens_check_windows or 0) >= 2
+    return bool(get_corpus(P.lens_corpus).wikitext) and check_windows(P) >= 2
 
 
 def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
@@ -280,9 +286,9 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
             if preprocessing_checked(P):
                 t1 = time.perf_counter()
                 prep = {alignment.PREPROCESSING: alignment.lens_pass(
-                    loaded, P, metrics=alignment.SENSITIVITY_METRICS, detokenize=False, n=P.lens_check_windows)}
+                    loaded, P, metrics=alignment.SENSITIVITY_METRICS, detokenize=False, n=check_windows(P))}
                 seconds["raw_text_check"] = time.perf_counter() - t1
-                say(f"C1.depth's preprocessing check: {P.lens_check_windows} windows on raw text in "
+                say(f"C1.depth's preprocessing check: {check_windows(P)} windows on raw text in "
                     f"{seconds['raw_text_check']:.0f} s")
             rows = alignment.c1_rows(result, baseline, P, model=req.model, decoder=label, preprocessing=prep)
             fig, numbers = alignment.c1_panel({label: {req.model: result}}, {req.model: baseline}, rows, P)
@@ -355,7 +361,7 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
         lines += ["", "## C1's rules on this model", "",
                   "Each rule in full is in `c1.json` (`rows[].rule`) and in `residshift/analysis/verdicts.py` "
                   "(`c1_regimes`, `c1_depth`). " + (
-                      f"As in notebook 03, C1.depth's preprocessing check reran the first {P.lens_check_windows} "
+                      f"As in notebook 03, C1.depth's preprocessing check reran the first {check_windows(P)} "
                       "windows on raw (word-tokenized) text: a depth that moves by more than its interval is "
                       "inconclusive." if preprocessing_checked(P) else
                       f"{P.lens_corpus} has no raw / detokenized variant, so C1.depth here has no preprocessing "
