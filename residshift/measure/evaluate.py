@@ -370,7 +370,8 @@ def reuse_saves(n_ctx: int, continuations: Sequence[int]) -> bool:
     ``n_ctx * (k - 1) > sum(continuations)`` for ``k`` choices. The shared path costs two forwards
     (the context, then the continuations attending to an expanded cache), and attention over the
     cache is not free, so a context that saves fewer tokens than the continuations cost runs
-    whole (measured: PIQA, 0.59x with reuse; ARC, 1.35-1.41x; ``benchmarks/bench_harness.py``)."""
+    whole (PIQA's short goals and long solutions run slower with reuse, ARC's long questions and short
+    answers faster: ``benchmarks/bench-harness.json``, made by ``benchmarks/bench_harness.py``)."""
     return n_ctx * (len(continuations) - 1) > sum(continuations)
 
 
