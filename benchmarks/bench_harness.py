@@ -100,7 +100,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.threads)
     lm, tok, info = load_model(args.model)
     config = ev.EvalConfig()
-    from residshift.train.trainer import cpu_facts
+    from residshift.core.machine import cpu_facts
 
     out: dict = {"model": args.model, "items": args.items, "rounds": args.rounds, "cpu": cpu_facts(),
                  "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
@@ -135,7 +135,7 @@ def main(argv=None) -> dict:
                     res[which] = s
                     print(f"[bench_harness] {task} {mode} {which} round {r}: {sec} s, load {load}", flush=True)
             diff = np.abs(res["plain"]["logprob"] - res["prefix"]["logprob"])
-            picks = [choices(res[w], questions, items, spans) for w in ("plain", "prefix")]
+            picks = [choices(res[w], questions, items, spans) for w in ("plain", "prefix", "auto")]
             entry[mode] = {
                 "plain_s": times["plain"], "prefix_s": times["prefix"], "auto_s": times["auto"],
                 "speedup": round(statistics.median(a / b for a, b in zip(times["plain"], times["prefix"])), 2),
@@ -146,6 +146,8 @@ def main(argv=None) -> dict:
                 "greedy_differ": int((res["plain"]["greedy"] != res["prefix"]["greedy"]).sum()),
                 "pred_differ": int((picks[0][:, 0] != picks[1][:, 0]).sum()),
                 "pred_norm_differ": int((picks[0][:, 1] != picks[1][:, 1]).sum()),
+                "pred_differ_auto": int((picks[0][:, 0] != picks[2][:, 0]).sum()),
+                "pred_norm_differ_auto": int((picks[0][:, 1] != picks[2][:, 1]).sum()),
                 "load": [min(loads), max(loads)],
             }
         out["tasks"][task] = entry
@@ -155,7 +157,8 @@ def main(argv=None) -> dict:
         from residshift.core.cache import atomic_write_text
 
         atomic_write_text(args.json, json.dumps(out, indent=2) + "\n")
-    worst = max(e[m]["max_abs_diff_ll"] for e in out["tasks"].values() for m, _ in modes)
+    worst = max(max(e[m]["max_abs_diff_ll"], e[m]["max_abs_diff_ll_auto"]) for e in out["tasks"].values()
+                for m, _ in modes)
     if worst > 1e-3:
         raise SystemExit(f"prefix reuse changes a log-likelihood by {worst:.3g} nats (> 1e-3)")
     return out

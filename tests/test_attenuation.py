@@ -4,6 +4,7 @@ summary of a fit, the gated lens with a subset of positions (gates)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 
 import matplotlib
@@ -14,6 +15,7 @@ import torch
 matplotlib.use("Agg")
 
 from residshift.core import forward
+from residshift.measure import evaluate
 from residshift.analysis import verdicts  # noqa: E402
 from residshift.attenuate import gates as G  # noqa: E402
 from residshift.core import profiles, runner  # noqa: E402
@@ -356,18 +358,29 @@ def test_gate_glue_on_fixed_gates(tiny, sweeps, P):
     assert {r.variant for r in mis} == {"scalar gates", "token gates"} and len(mis) == 6
     bench = A.benchmarks(models, fits, P2, verbose=False)
     b = bench["tiny-llama"]
-    assert set(b) == {"before", "scalar gates", "token gates", A.BENCH_SECONDS}
-    assert all(b["scalar gates"][t].shape == (1, len(b["before"][t])) for t in A.BENCH_TASKS)
-    assert set(b[A.BENCH_SECONDS]) == set(A.BENCH_TASKS) and all(v > 0 for v in b[A.BENCH_SECONDS].values())
+    assert set(b.after) == {"scalar gates", "token gates"}
+    assert all(b.after["scalar gates"][t].shape == (1, len(b.before[t])) for t in A.BENCH_TASKS)
+    # one cost per configuration scored: unmodified + 2 kinds x 1 seed
+    assert set(b.seconds) == set(A.BENCH_TASKS) and all(len(v) == 3 and min(v) > 0 for v in b.seconds.values())
+    assert b.task_items == {t: evaluate.task_size(t) for t in A.BENCH_TASKS}
     brows = A.benchmark_rows(bench, P2)
     assert len(brows) == 2 and all(r.details["mde"] > 0 for r in brows)
     assert len(A.benchmark_power(brows)) == 2 and not A.benchmark_table(bench).empty
-    # priced: items needed x tasks x (unmodified + 1 seed's gates) x the measured seconds per item
+    # priced: items needed (capped at the task's size) x (unmodified + 1 seed's gates) x seconds per item
     priced = A.benchmark_power(brows, bench)
     _, need = verdicts.benchmark_items_needed(brows[0])
-    cost = b[A.BENCH_SECONDS]
-    want = sum(need * 2 * cost[t] for t in A.BENCH_TASKS) / 60
-    assert f"{need} items x {len(A.BENCH_TASKS)} tasks x 2 configurations, about {want:.0f} min" in priced[0]
+    want = {f: sum(min(need, b.task_items[t]) * 2 * f(b.seconds[t]) for t in A.BENCH_TASKS) / 60
+            for f in (np.mean, np.min, np.max)}
+    assert (f"x 2 configurations would take about {want[np.mean]:.0f} min ({want[np.min]:.0f}–"
+            f"{want[np.max]:.0f} at the cheapest" in priced[0])
+    # a task smaller than the items needed is named, and priced at its size
+    small = dataclasses.replace(b, task_items={**b.task_items, "piqa": 5})
+    line, = A.benchmark_power(brows[:1], {"tiny-llama": small})
+    assert "piqa (5)" in line and "fewer, so there even every item leaves that margin out of reach" in line
+    assert f"scoring {min(need, b.task_items['lambada'])} + 5 + " in line
+    # a task with enough items is not named
+    big = dataclasses.replace(b, task_items={t: 10 * need for t in A.BENCH_TASKS})
+    assert "fewer" not in A.benchmark_power(brows[:1], {"tiny-llama": big})[0]
     A.fit_history_panel(fits)
     assert list(A.fit_table(fits)["ended by"]) == ["patience", "step cap"]
     plt.close("all")

@@ -8,6 +8,7 @@ import torch
 from residshift.analysis.stats import binomial_se
 from residshift.measure import evaluate as ev
 from residshift.core.interventions import attenuate
+from residshift.core.data import load_corpus
 from residshift.core.models import load_model
 
 CFG = ev.EvalConfig(context=16, stride=8, batch_size=3, max_batch_tokens=64, shard_size=4)
@@ -483,3 +484,11 @@ def ev_lambada_texts():
     from residshift.core.data import load_corpus
 
     return load_corpus("lambada", "test")["text"]
+
+
+def test_task_size_counts_every_item_of_the_task_and_names_the_item_tasks():
+    assert ev.task_size("piqa") == len(ev.piqa_questions())
+    assert ev.task_size("arc-challenge") == len(ev.arc_questions("arc-challenge")) > 0
+    assert ev.task_size("lambada") == len(load_corpus("lambada", "test"))
+    with pytest.raises(KeyError, match="item tasks are lambada, piqa"):
+        ev.task_size("wikitext-2-test")

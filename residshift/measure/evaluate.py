@@ -884,8 +884,17 @@ def _wikitext_task(corpus: str, split: str):
     return run
 
 
+_ITEMS: dict[str, Callable[[], Sequence]] = {
+    "lambada": lambda: load_corpus("lambada", "test")["text"],
+    "piqa": piqa_questions,
+    "arc-easy": lambda: arc_questions("arc-easy"),
+    "arc-challenge": lambda: arc_questions("arc-challenge"),
+}
+"""The items of each zero-shot task: LAMBADA's passages, the multiple-choice tasks' questions."""
+
+
 def _lambada_task(model, info, tokenizer, **kw):
-    return lambada_score(model, info, tokenizer, load_corpus("lambada", "test")["text"], **kw)
+    return lambada_score(model, info, tokenizer, _ITEMS["lambada"](), **kw)
 
 
 def _mc_task(name: str, questions: Callable[[], list[Question]]):
@@ -900,12 +909,20 @@ TASKS: dict[str, Callable[..., TaskResult]] = {
     "wikitext-103-validation": _wikitext_task("wikitext-103", "validation"),
     "wikitext-103-test": _wikitext_task("wikitext-103", "test"),
     "lambada": _lambada_task,
-    "piqa": _mc_task("piqa", piqa_questions),
-    "arc-easy": _mc_task("arc-easy", lambda: arc_questions("arc-easy")),
-    "arc-challenge": _mc_task("arc-challenge", lambda: arc_questions("arc-challenge")),
+    "piqa": _mc_task("piqa", _ITEMS["piqa"]),
+    "arc-easy": _mc_task("arc-easy", _ITEMS["arc-easy"]),
+    "arc-challenge": _mc_task("arc-challenge", _ITEMS["arc-challenge"]),
 }
 
 DEFAULT_TASKS = ("wikitext-103-validation", "lambada", "piqa", "arc-easy", "arc-challenge")
+
+
+def task_size(task: str) -> int:
+    """How many items a zero-shot task has in all (what ``limit=None`` scores): a sample size
+    computed for a task can then be checked against what the task can give."""
+    if task not in _ITEMS:
+        raise KeyError(f"{task!r} has no items to count; the item tasks are {', '.join(_ITEMS)}")
+    return len(_ITEMS[task]())
 
 
 def run_task(model, info: ModelInfo, task: str, *, tokenizer=None, **kwargs) -> TaskResult:

@@ -57,7 +57,6 @@ LENS_METRICS = ("logprob", "logrank", "top1")  # what the misalignment rule read
 LENS_SPLIT = "test"  # the lens windows: disjoint from the sweep's (validation) windows
 LOSS_SPLIT = "test"  # notebook 05's loss comparison: the best fixed cut was chosen on validation
 BENCH_TASKS = ("lambada", "piqa", "arc-easy", "arc-challenge")
-BENCH_SECONDS = "seconds per item"  # benchmarks()[model][BENCH_SECONDS]: {task: s per item and configuration}
 VARIANT_STYLE = {"unmodified": ("k", "-", None), "fixed cut": ("#0173b2", "--", "o"),
                  "scalar": ("#0173b2", "--", "o"), "token": ("#cc78bc", ":", "s")}
 
@@ -662,13 +661,27 @@ def gate_misalignment_rows(runs: Mapping[str, Mapping[str, Any]], P) -> list:
     return rows
 
 
-def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verbose: bool = True) -> dict[str, dict]:
-    """Per-item correctness before (unmodified) and after (each fit's gates), on the same items
-    (``evaluate.run_task``, cached per item shard): ``{model: {"before": {task: [n]},
-    "<kind> gates": {task: [n_seeds, n]}}}``. What scoring cost is kept apart, in
-    ``BENCH_SECONDS`` of the returned dict's models: ``{task: seconds per item and configuration}``
-    (mean of ``evaluate``'s per-item ``compute_s`` over every configuration scored, measured when
-    the items were first scored; :func:`benchmark_power` prices the item counts a verdict needs)."""
+@dataclasses.dataclass
+class Benchmarks:
+    """One model's benchmark items scored unmodified and with each gate fit, the same items in the
+    same order (what :func:`benchmarks` returns per model).
+
+    ``before``: task -> ``[n]`` 0/1 correctness of the unmodified model; ``after``: ``"<kind> gates"``
+    -> task -> ``[n_seeds, n]``; ``seconds``: task -> seconds per item, one value per configuration
+    scored (the unmodified model, then every fit; ``evaluate``'s per-item ``compute_s``, measured
+    when the items were first scored, so a warm rerun knows them too); ``task_items``: task -> how
+    many items the task has in all (``evaluate.task_size``)."""
+
+    before: dict[str, np.ndarray]
+    after: dict[str, dict[str, np.ndarray]]
+    seconds: dict[str, list[float]]
+    task_items: dict[str, int]
+
+
+def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *,
+               verbose: bool = True) -> dict[str, Benchmarks]:
+    """Per model, the benchmark items scored before (unmodified) and after (each fit's gates)
+    (``evaluate.run_task``, cached per item shard): ``{model: Benchmarks}``."""
     cfg = evaluate.EvalConfig.from_profile(P)
     out = {}
     for name, (lm, tok, info) in models.items():
@@ -678,9 +691,9 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verb
             res = evaluate.run_task(lm, info, task, tokenizer=tok, limit=P.eval_items, config=cfg)
             before[task], items[task] = evaluate.item_correct(res), np.asarray(res.details["items"])
             seconds[task].append(float(np.mean(res.details["compute_s"])))
-        out[name] = {"before": before}
+        after = {}
         for kind in P.gate_kinds:
-            after = {t: [] for t in BENCH_TASKS}
+            per_task = {t: [] for t in BENCH_TASKS}
             for s in P.gate_seeds:
                 r = fits[(name, kind, s)]
                 tag = f"{kind}-gates-{cache.config_key(r['config'])}"
@@ -689,48 +702,52 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *, verb
                                             intervene=gates.gate_intervention(gates.fitted(r, info)), cache_tag=tag)
                     if not np.array_equal(np.asarray(res.details["items"]), items[task]):
                         raise RuntimeError(f"{task}: the items after differ from the items before")
-                    after[task].append(evaluate.item_correct(res))
+                    per_task[task].append(evaluate.item_correct(res))
                     seconds[task].append(float(np.mean(res.details["compute_s"])))
-            out[name][f"{kind} gates"] = {t: np.stack(v) for t, v in after.items()}
-        out[name][BENCH_SECONDS] = {t: float(np.mean(v)) for t, v in seconds.items()}
+            after[f"{kind} gates"] = {t: np.stack(v) for t, v in per_task.items()}
+        out[name] = Benchmarks(before, after, seconds, {t: evaluate.task_size(t) for t in BENCH_TASKS})
         if verbose:
             print(f"{name}: {len(BENCH_TASKS)} tasks x {len(before[BENCH_TASKS[0]])} items, unmodified and "
                   f"{len(P.gate_kinds) * len(P.gate_seeds)} gate fits; {time.perf_counter() - t0:.0f} s")
     return out
 
 
-def benchmark_rows(bench: Mapping[str, dict], P) -> list:
+def benchmark_rows(bench: Mapping[str, Benchmarks], P) -> list:
     """``verdicts.c3_benchmarks`` per model and gate kind (McNemar per task, Holm, MDE, per seed)."""
     rows = []
     for name, b in bench.items():
-        for label, after in b.items():
-            if label in ("before", BENCH_SECONDS):
-                continue
-            rows += verdicts.c3_benchmarks(b["before"], after, model=name, variant=label, n_boot=P.atten_boot,
+        for label, after in b.after.items():
+            rows += verdicts.c3_benchmarks(b.before, after, model=name, variant=label, n_boot=P.atten_boot,
                                            seed=P.seed, source=f"{NAME05}-benchmarks")
     return rows
 
 
-def benchmark_table(bench: Mapping[str, dict]) -> pd.DataFrame:
+def benchmark_table(bench: Mapping[str, Benchmarks]) -> pd.DataFrame:
     """Accuracy per task before and after (seed-averaged), items, and items whose correctness changed."""
     rows = []
     for name, b in bench.items():
-        for task, x in b["before"].items():
+        for task, x in b.before.items():
             row = {"model": name, "task": task, "items": len(x), "unmodified": x.mean()}
-            for label, after in b.items():
-                if label not in ("before", BENCH_SECONDS):
-                    row[label] = after[task].mean()
-                    row[f"{label}: changed items"] = float(np.mean([(a != x).sum() for a in after[task]]))
+            for label, after in b.after.items():
+                row[label] = after[task].mean()
+                row[f"{label}: changed items"] = float(np.mean([(a != x).sum() for a in after[task]]))
             rows.append(row)
     return pd.DataFrame(rows).set_index(["model", "task"]).round(3)
 
 
-def benchmark_power(rows, bench: Mapping[str, dict] | None = None) -> list[str]:
+def _and(parts: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list[str]:
     """Per benchmark row: the largest per-task minimum detectable drop at this n, and roughly how
-    many items per task would bring it to the rule's margin (``verdicts.benchmark_items_needed``);
-    with ``bench`` (:func:`benchmarks`), what scoring that many items would cost on this machine:
-    per task, the items times the configurations the row compares (unmodified + each seed's gates)
-    times the measured seconds per item and configuration."""
+    many items per task would bring it to the rule's margin (``verdicts.benchmark_items_needed``, an
+    upper-bound estimate: the changed-answer rate is held at its upper bound); the tasks that do not
+    have that many items. With ``bench`` (:func:`benchmarks`), what scoring that many items would
+    cost on this machine: per task, the items times the configurations the row compares (unmodified
+    + each seed's gates) times the measured seconds per item and configuration, at their mean and
+    between the cheapest and the dearest configuration measured."""
     lines = []
     for r in rows:
         if r.claim_id != "C3.benchmarks":
@@ -739,14 +756,20 @@ def benchmark_power(rows, bench: Mapping[str, dict] | None = None) -> list[str]:
         line = (f"{r.model} · {r.variant}: largest detectable drop {worst['mde']:.3f} accuracy at "
                 f"{worst['n']} items (changed-answer rate <= {worst['discordance_upper']:.3f}); "
                 f"a {r.details['margin']:g} drop needs about {need} items per task")
-        cost = (bench or {}).get(r.model, {}).get(BENCH_SECONDS)
-        after = (bench or {}).get(r.model, {}).get(r.variant)
-        if cost and after is not None:
-            configs = 1 + int(np.atleast_2d(next(iter(after.values()))).shape[0])
-            minutes = sum(need * configs * cost[t] for t in r.details["tasks"]) / 60
-            per_item = ", ".join(f"{t} {cost[t]:.2f} s" for t in r.details["tasks"])
-            line += (f": {need} items x {len(r.details['tasks'])} tasks x {configs} configurations, about "
-                     f"{minutes:.0f} min at the measured cost per item and configuration ({per_item})")
+        b = (bench or {}).get(r.model)
+        if b is not None and r.variant in b.after:
+            tasks = list(r.details["tasks"])
+            short = [f"{t} ({b.task_items[t]:,})" for t in tasks if b.task_items[t] < need]
+            if short:
+                line += (f"; {_and(short)} {'has' if len(short) == 1 else 'have'} fewer, so there even every "
+                         "item leaves that margin out of reach")
+            configs = 1 + int(np.atleast_2d(next(iter(b.after[r.variant].values()))).shape[0])
+            items = {t: min(need, b.task_items[t]) for t in tasks}
+            cost = {f: sum(items[t] * configs * f(b.seconds[t]) for t in tasks) / 60 for f in (np.mean, np.min, np.max)}
+            per_item = ", ".join(f"{t} {np.min(b.seconds[t]):.2f}–{np.max(b.seconds[t]):.2f} s" for t in tasks)
+            line += (f": scoring {' + '.join(str(items[t]) for t in tasks)} items x {configs} configurations "
+                     f"would take about {cost[np.mean]:.0f} min ({cost[np.min]:.0f}–{cost[np.max]:.0f} at the "
+                     f"cheapest and dearest configuration's seconds per item: {per_item})")
         lines.append(line)
     for line in lines:
         print(line)

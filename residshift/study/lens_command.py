@@ -203,13 +203,6 @@ def _progress_bar(desc: str) -> tuple[Callable[[int, int], None], Callable[[], N
     return update, close
 
 
-def machine() -> dict[str, Any]:
-    """The CPU (model, native bf16 flags, threads) and the 1-minute load average, beside every time."""
-    from ..train.trainer import cpu_facts
-
-    return cpu_facts()
-
-
 def decoder_label(info) -> str:
     return "logit lens" if info.decoder == "tied" else f"logit lens via {info.decoder} matrix"
 
@@ -231,6 +224,7 @@ def preprocessing_checked(P) -> bool:
 def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     """Compute everything ``residshift lens`` writes (see the module docstring) and move it into place."""
     from ..core.cache import atomic_dir
+    from ..core.machine import cpu_facts
     from ..measure import lens
     from ..study import alignment, plotting, tour
 
@@ -308,7 +302,7 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
                 "decoder": info.decoder, "corpus_windows": result.n_seq,
                 "analysed_positions": int(result.tokens["cur"].numel()), "seconds": seconds,
                 # the corpus pass's own compute time, also when this call read it from the cache
-                "corpus_compute_s": round(float(result.seconds), 1), "machine": machine()}
+                "corpus_compute_s": round(float(result.seconds), 1), "machine": cpu_facts()}
         (tmp / "request.json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
         files.append("request.json")
         (tmp / "summary.md").write_text(summary_markdown(req, info, P, rows, transitions, files, seconds,

@@ -481,10 +481,14 @@ def _harness_benchmark(b: dict) -> str:
                         + ([f"{t.get('questions_shared_by_auto', '–')} of {t['questions']}",
                             " / ".join(_num(x, 1) for x in m.get("auto_s", [])) or "–",
                             f"**{_num(m.get('speedup_auto'), 2)}×**"] if auto else [])
-                        + [f"{m['max_abs_diff_ll']:.1e}", str(m["pred_differ"] + m["pred_norm_differ"])])
+                        + [f"{m['max_abs_diff_ll']:.1e}", str(m["pred_differ"] + m["pred_norm_differ"])]
+                        + ([f"{m['max_abs_diff_ll_auto']:.1e}" if "max_abs_diff_ll_auto" in m else "–",
+                            str(m["pred_differ_auto"] + m["pred_norm_differ_auto"]) if "pred_differ_auto" in m
+                            else "not recorded"] if auto else []))
     head = (["task", "edit", "questions", "choices", "tokens through the model (plain → prefix)", "plain s",
              "prefix s", "speed-up"] + (["shared by auto", "auto s", "auto speed-up"] if auto else [])
-            + ["max abs ΔLL", "answers changed"])
+            + ["max abs ΔLL (prefix)", "answers changed (prefix)"]
+            + (["max abs ΔLL (auto)", "answers changed (auto)"] if auto else []))
     lo = min(t[m]["load"][0] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
     hi = max(t[m]["load"][1] for t in b["tasks"].values() for m in ("bare", "attenuated") if m in t)
     return (f"**Multiple-choice prefix reuse** (`benchmarks/bench_harness.py`, {b['model']}, the harness's "
