@@ -64,8 +64,11 @@ lens-example: models
 	for m in smollm2-135m gemma3-270m; do d=$$(mktemp -d); HF_HUB_OFFLINE=1 RESIDSHIFT_RESULTS=$$d \
 	  $(PY) -m residshift lens $$m --out docs/lens-example/$$m; rc=$$?; rm -rf $$d; [ $$rc = 0 ] || exit $$rc; done
 
+# Two worker processes (pytest-xdist): much of the suite is single-threaded (kernel start-up, imports,
+# tokenizing), so two cores finish it sooner side by side; PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 test: setup browser-auto
-	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check residshift tests benchmarks
 
 # The corpora into data/ from the hub sources the loaders fall back to (residshift/core/fetch.py):

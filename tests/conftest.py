@@ -11,6 +11,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+SMOKE_FIXTURES = {"smoke_study", "smoke_site"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that reads the smoke study goes to one pytest-xdist worker (``--dist loadgroup``),
+    so the study (every notebook at the smoke profile, minutes) runs once, not once per worker."""
+    for item in items:
+        if SMOKE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("smoke-study"))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_outputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("residshift-outputs")
