@@ -14,6 +14,26 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 SMOKE_FIXTURES = {"smoke_study", "smoke_site"}
 
 
+def pytest_collection_finish(session):
+    """Under pytest-xdist, each worker that will run slow tests first makes sure the embedded models
+    are prepared (dequantized into data/cache/models), one worker at a time under a file lock: the
+    second finds them ready. Without it two workers could prepare the same model at once, and the
+    later rename would replace (delete) the folder the other one is reading."""
+    if not hasattr(session.config, "workerinput") or not any(i.get_closest_marker("slow") for i in session.items):
+        return
+    import fcntl
+
+    from residshift.core.models import EMBEDDED, prepare_embedded
+    from residshift.core.paths import cache_dir
+
+    lock = cache_dir() / "models" / ".prepare.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        for name in EMBEDDED:
+            prepare_embedded(name)
+
+
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the smoke study goes to one pytest-xdist worker (``--dist loadgroup``),
     so the study (every notebook at the smoke profile, minutes) runs once, not once per worker."""
