@@ -376,7 +376,7 @@ def test_gate_glue_on_fixed_gates(tiny, sweeps, P):
     # a task smaller than the items needed is named, and priced at its size
     small = dataclasses.replace(b, task_items={**b.task_items, "piqa": 5})
     line, = A.benchmark_power(brows[:1], {"tiny-llama": small})
-    assert "piqa (5)" in line and "fewer, so there even every item leaves that margin out of reach" in line
+    assert "piqa (5)" in line and "fewer, so at that rate even every item there would not reach it" in line
     assert f"scoring {min(need, b.task_items['lambada'])} + 5 + " in line
     # a task with enough items is not named
     big = dataclasses.replace(b, task_items={t: 10 * need for t in A.BENCH_TASKS})

@@ -761,8 +761,8 @@ def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list
             tasks = list(r.details["tasks"])
             short = [f"{t} ({b.task_items[t]:,})" for t in tasks if b.task_items[t] < need]
             if short:
-                line += (f"; {_and(short)} {'has' if len(short) == 1 else 'have'} fewer, so there even every "
-                         "item leaves that margin out of reach")
+                line += (f"; {_and(short)} {'has' if len(short) == 1 else 'have'} fewer, so at that rate even "
+                         "every item there would not reach it")
             configs = 1 + int(np.atleast_2d(next(iter(b.after[r.variant].values()))).shape[0])
             items = {t: min(need, b.task_items[t]) for t in tasks}
             cost = {f: sum(items[t] * configs * f(b.seconds[t]) for t in tasks) / 60 for f in (np.mean, np.min, np.max)}
