@@ -112,3 +112,14 @@ def test_before_after_pairs_rows_across_a_rule_change():
     lines = R.before_after(old, new)
     assert [l[3] for l in lines] == [V.REPRODUCED, V.REPRODUCED, V.NOT_REPRODUCED, "–"]
     assert lines[1][-1].endswith("(changed)") and lines[3][-1].endswith("(new row)") and "(" not in lines[0][-1]
+
+
+def test_item_scoring_benchmark_shows_each_models_ratios_to_the_bare_forward(tmp_path):
+    b = {"cpu": {"cpu": "Test CPU"}, "items_per_task": 12, "rounds": 3, "batch_size": 16,
+         "models": {"m": {"layers": 4, "s_per_item": {"bare": 0.2, "traced": 0.21, "gates": 0.25},
+                          "traced_over_bare": 1.05, "gates_over_bare": 1.25, "load": [1.0, 1.4]}}}
+    (tmp_path / "bench-item-scoring.json").write_text(json.dumps(b))
+    part = report._item_scoring_benchmark(b)
+    assert "| m | 4 | 0.200 | 0.210 | 0.250 | **1.05×** | **1.25×** | 1.0–1.4 |" in part
+    assert "Test CPU" in part and "12 items per task" in part
+    assert part in report.section_benchmarks(tmp_path, tmp_path)

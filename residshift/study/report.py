@@ -332,6 +332,9 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
     harness_b = _load(bench / "bench-harness.json")
     if harness_b is not None:
         parts.append(_harness_benchmark(harness_b))
+    items_b = _load(bench / "bench-item-scoring.json")
+    if items_b is not None:
+        parts.append(_item_scoring_benchmark(items_b))
     for path in sorted(bench.glob("bench-train*.json")):  # one file per machine measured
         parts.append(_train_benchmark(_load(path), path.name))
     tuned_b = _load(bench / "bench-tuned-lens.json")
@@ -464,6 +467,24 @@ def _train_benchmark(b: dict, name_: str = "bench-train.json") -> str:
         text += (" Calibration of the `default` training size: " + "; ".join(lines)
                  + f"; a grid cutting every block would be {c['grid_runs']} runs (~{c['grid_minutes']:.0f} min).")
     return text
+
+
+def _item_scoring_benchmark(b: dict) -> str:
+    """``benchmarks/bench_item_scoring.py``: one benchmark item's cost per configuration, and the share
+    above the model's own forward (the most that batching configurations into one call could save)."""
+    rows = [[name, str(m["layers"]), _num(m["s_per_item"]["bare"], 3), _num(m["s_per_item"]["traced"], 3),
+             _num(m["s_per_item"]["gates"], 3), f"**{_num(m['traced_over_bare'], 2)}×**",
+             f"**{_num(m['gates_over_bare'], 2)}×**", f"{_num(m['load'][0], 1)}–{_num(m['load'][1], 1)}"]
+            for name, m in b["models"].items()]
+    return ("**What one benchmark item costs** (`benchmarks/bench_item_scoring.py`, notebook 05's tasks, "
+            f"{b['items_per_task']} items per task, batch {b['batch_size']}, median of {b['rounds']} rotated rounds"
+            + (f"; {b['cpu']['cpu']}" if isinstance(b.get("cpu"), dict) else "") + "): seconds per item with the "
+            "module's own forward (bare), inside an nnsight trace that edits nothing (traced), and with token "
+            "gates on every block (gates); the ratios are to bare. Batching configurations into one call, or "
+            "scoring several from one forward, can save at most the part above 1: the gates edit every block, "
+            "so no two configurations share a block's computation.\n\n"
+            + _table(["model", "blocks", "bare s/item", "traced s/item", "gates s/item", "traced / bare",
+                      "gates / bare", "load"], rows))
 
 
 def _harness_benchmark(b: dict) -> str:
