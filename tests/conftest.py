@@ -9,6 +9,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # Under pytest-xdist: the cores shared among the workers, so two workers on two cores do not each
+    # run two torch threads (set before torch is imported; notebook kernels inherit it).
+    _per_worker = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_per_worker))
 
 
 SMOKE_FIXTURES = {"smoke_study", "smoke_site"}
