@@ -68,7 +68,7 @@ lens-example: models
 # tokenizing), so two cores finish it sooner side by side; PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 test: setup browser-auto
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check residshift tests benchmarks
 
 # The corpora into data/ from the hub sources the loaders fall back to (residshift/core/fetch.py):

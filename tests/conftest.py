@@ -16,9 +16,6 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", str(_per_worker))
 
 
-SMOKE_FIXTURES = {"smoke_study", "smoke_site"}
-
-
 def pytest_collection_finish(session):
     """Under pytest-xdist, each worker that will run slow tests first makes sure the embedded models
     are prepared (dequantized into data/cache/models), one worker at a time under a file lock: the
@@ -37,14 +34,6 @@ def pytest_collection_finish(session):
         fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         for name in EMBEDDED:
             prepare_embedded(name)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Every test that reads the smoke study goes to one pytest-xdist worker (``--dist loadgroup``),
-    so the study (every notebook at the smoke profile, minutes) runs once, not once per worker."""
-    for item in items:
-        if SMOKE_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("smoke-study"))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -86,29 +75,44 @@ def random_windows(n, length, seed):
 
 
 @pytest.fixture(scope="session")
-def smoke_study(tmp_path_factory):
+def smoke_study(tmp_path_factory, request):
     """Every notebook run once at the smoke profile, shared by the notebook and book tests.
 
     Returns ``(executed folder, figures folder, {notebook stem: failure message or None})``; one
-    notebook's failure is recorded, not raised, so the others' tests still run.
+    notebook's failure is recorded, not raised, so the others' tests still run. Under pytest-xdist the
+    study runs once per session, not once per worker: the first worker that needs it runs it under a
+    file lock in the folder all workers share, and the others wait for it and read what it wrote.
     """
-    from residshift.core import runner
+    import fcntl
+    import json
 
-    root = tmp_path_factory.mktemp("smoke-study")
-    executed, figures = root / "smoke", root / "smoke" / "figures"
-    old = os.environ.get("RESIDSHIFT_FIGURES")
-    os.environ["RESIDSHIFT_FIGURES"] = str(figures)  # as a plain smoke run writes them
-    failures = {}
-    try:
-        for book in runner.list_notebooks():
+    from residshift.core import runner
+    from residshift.core.cache import atomic_write_text
+
+    base = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        base = base.parent  # the session's folder, above each worker's own
+    root = base / "smoke-study"
+    executed, figures, done = root / "smoke", root / "smoke" / "figures", root / "failures.json"
+    root.mkdir(parents=True, exist_ok=True)
+    with open(base / "smoke-study.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            old = os.environ.get("RESIDSHIFT_FIGURES")
+            os.environ["RESIDSHIFT_FIGURES"] = str(figures)  # as a plain smoke run writes them
+            failures = {}
             try:
-                runner.run_notebooks("smoke", only=[book.stem], output_dir=executed, log=lambda *a, **k: None)
-                failures[book.stem] = None
-            except runner.RunFailed as err:
-                failures[book.stem] = str(err)
-    finally:
-        if old is None:
-            os.environ.pop("RESIDSHIFT_FIGURES", None)
-        else:
-            os.environ["RESIDSHIFT_FIGURES"] = old
-    return executed, figures, failures
+                for book in runner.list_notebooks():
+                    try:
+                        runner.run_notebooks("smoke", only=[book.stem], output_dir=executed,
+                                             log=lambda *a, **k: None)
+                        failures[book.stem] = None
+                    except runner.RunFailed as err:
+                        failures[book.stem] = str(err)
+            finally:
+                if old is None:
+                    os.environ.pop("RESIDSHIFT_FIGURES", None)
+                else:
+                    os.environ["RESIDSHIFT_FIGURES"] = old
+            atomic_write_text(done, json.dumps(failures))
+    return executed, figures, json.loads(done.read_text())
