@@ -16,6 +16,21 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.setdefault("OMP_NUM_THREADS", str(_per_worker))
 
 
+SMOKE_FIXTURES = {"smoke_study", "smoke_site"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist: the first test that reads the smoke study goes first, so one worker starts
+    the study at once; the other such tests go last, so the other worker runs everything else
+    meanwhile instead of waiting for the study (every worker reorders alike, as xdist requires)."""
+    if not hasattr(config, "workerinput"):
+        return
+    smoke = [i for i in items if SMOKE_FIXTURES & set(getattr(i, "fixturenames", ()))]
+    if smoke:
+        rest = [i for i in items if i not in set(smoke)]
+        items[:] = smoke[:1] + rest + smoke[1:]
+
+
 def pytest_collection_finish(session):
     """Under pytest-xdist, each worker that will run slow tests first makes sure the embedded models
     are prepared (dequantized into data/cache/models), one worker at a time under a file lock: the
