@@ -28,7 +28,7 @@ from residshift.core.forward import collect_residuals  # noqa: E402
 from residshift.core.models import load_model  # noqa: E402
 from residshift.core.unembed import Unembed  # noqa: E402
 from residshift.measure import lens  # noqa: E402
-from residshift.train.trainer import cpu_facts  # noqa: E402
+from residshift.core.machine import cpu_facts  # noqa: E402
 
 
 def old_path(info, hs, k):

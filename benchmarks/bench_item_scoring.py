@@ -65,7 +65,7 @@ def main(argv=None) -> dict:
                 else:
                     ev.multiple_choice_score(lm, info, tok, data[task], task=task, **kw)
 
-        data = {t: ev._ITEMS[t]() for t in BENCH_TASKS}  # read once: the timed part is the scoring
+        data = {t: ev.task_items(t) for t in BENCH_TASKS}  # read once: the timed part is the scoring
         for p in paths.values():  # warm-up, not timed (first traces, allocator)
             score(p)
         times = {p: [] for p in paths}

@@ -33,22 +33,15 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_collection_finish(session):
     """Under pytest-xdist, each worker that will run slow tests first makes sure the embedded models
-    are prepared (dequantized into data/cache/models), one worker at a time under a file lock: the
-    second finds them ready. Without it two workers could prepare the same model at once, and the
-    later rename would replace (delete) the folder the other one is reading."""
+    are prepared (dequantized into data/cache/models). ``prepare_embedded`` takes a lock per model
+    (``core.models.preparing``), so the second worker waits and finds them ready; doing it here, before
+    any test, keeps that wait out of the tests' own durations."""
     if not hasattr(session.config, "workerinput") or not any(i.get_closest_marker("slow") for i in session.items):
         return
-    import fcntl
-
     from residshift.core.models import EMBEDDED, prepare_embedded
-    from residshift.core.paths import cache_dir
 
-    lock = cache_dir() / "models" / ".prepare.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
-        for name in EMBEDDED:
-            prepare_embedded(name)
+    for name in EMBEDDED:
+        prepare_embedded(name)
 
 
 @pytest.fixture(autouse=True, scope="session")

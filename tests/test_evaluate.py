@@ -490,5 +490,6 @@ def test_task_size_counts_every_item_of_the_task_and_names_the_item_tasks():
     assert ev.task_size("piqa") == len(ev.piqa_questions())
     assert ev.task_size("arc-challenge") == len(ev.arc_questions("arc-challenge")) > 0
     assert ev.task_size("lambada") == len(load_corpus("lambada", "test"))
-    with pytest.raises(KeyError, match="item tasks are lambada, piqa"):
+    assert ev.task_items("piqa")[:3] == ev.piqa_questions()[:3], "the items in the order the task scores them"
+    with pytest.raises(KeyError, match="scores windows.*item tasks are lambada, piqa"):
         ev.task_size("wikitext-2-test")

@@ -315,6 +315,42 @@ def test_a_gguf_file_loads_dequantized_and_cached_by_its_hash(tmp_path, monkeypa
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")], "no temporary folders"
 
 
+def test_two_processes_preparing_one_gguf_dequantize_it_once(tmp_path, monkeypatch):
+    """The second waits on the first's lock, then finds the folder ready (flock excludes two opens of
+    the lock file even within one process, so threads stand in for processes here)."""
+    import threading
+    import time
+
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    model, tok = models.build_tiny("tiny-llama", seed=5)
+    path = tmp_path / "tiny-q8.gguf"
+    write_gguf(path, model, tok)
+    calls, real = [], models._dequantize_gguf
+
+    def slow(*a):
+        calls.append(a)
+        time.sleep(0.5)  # long enough that the second thread arrives while the first is writing
+        return real(*a)
+
+    monkeypatch.setattr(models, "_dequantize_gguf", slow)
+    folders, errors = [], []
+
+    def prepare():
+        try:
+            folders.append(models.prepare_gguf(path))
+        except Exception as err:  # noqa: BLE001 -- surfaced by the assertion below
+            errors.append(err)
+
+    threads = [threading.Thread(target=prepare) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(calls) == 1 and folders[0] == folders[1]
+    assert (folders[0] / "residshift.json").is_file()
+    assert not [p for p in folders[0].parent.iterdir() if p.name.startswith(".")], "no lock or temporary folder left"
+
+
 def test_gguf_errors_name_the_problem(tmp_path, monkeypatch):
     monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ModelNotAvailableError, match="no GGUF file at"):

@@ -68,11 +68,33 @@ def test_provenance_names_commits_run_times_and_uncommitted_outputs(tmp_path):
     assert "| `04-…` | – |" in text and "def5678-dirty" in text
     assert "**1 outputs do not come from committed code**" in text
     assert "Total of the last runs: 2.0 minutes, of which notebooks 00–05 1.5" in text
+    assert "No run from an empty results cache (a fresh clone's cost, training included) is recorded yet" in text
     (fig / "MANIFEST.json").write_text(json.dumps({"03-a.png": entry}))
     assert "Every output comes from committed code." in report.section_provenance(fig, tmp_path)
     # the grid's training time, and where it goes in the table
     (fig / "06-training-with-attenuation-grid.json").write_text(json.dumps({"train_seconds": 600.0, "runs": 70}))
     assert "Training the grid took 10.0 minutes of training time (70 runs" in report.section_provenance(fig, tmp_path)
+
+
+def test_provenance_states_the_last_run_from_empty_caches_through_later_reruns(tmp_path):
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    (fig / "MANIFEST.json").write_text(json.dumps({"00-a.png": {"profile": "default", "commit": "abc1234"}}))
+    inv = {"started": "2026-12-02T10:00:00Z", "notebooks": ["00", "06", "09"], "from_empty_caches": True,
+           "models_prepared_at_start": []}
+    cold = {s: {"wall_s": w, "commit": "abc1234", "code_dirty": False, "invocation": inv}
+            for s, w in (("00-a", 120.0), ("06-b", 3600.0))}
+    warm = {"wall_s": 6.0, "commit": "abc1234", "code_dirty": False, "cold_run": cold["00-a"],
+            "invocation": {**inv, "started": "2026-12-02T14:00:00Z", "from_empty_caches": False}}
+    (fig / "RUNS.json").write_text(json.dumps({"default": cold}))
+    text = report.section_provenance(fig, tmp_path)
+    assert "(as on a fresh clone; models prepared before it: none, 00 prepared them)" in text
+    assert ("the run started 2026-12-02T10:00:00Z at commit abc1234 took 62.0 minutes for notebooks 00–06 "
+            "(2.0 for 00–05; 00 2.0; 06 60.0); 09 did not finish in it. The table above is that run." in text)
+    (fig / "RUNS.json").write_text(json.dumps({"default": {**cold, "00-a": warm}}))
+    text = report.section_provenance(fig, tmp_path)
+    assert "took 62.0 minutes" in text and "The table above shows later reruns where they replaced it." in text
+    assert "Total of the last runs: 60.1 minutes" in text
 
 
 def test_every_image_the_readme_shows_is_committed():

@@ -201,6 +201,7 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     _notebook(folder / "01-small.ipynb", 'profile = "default"', body.format(1))
     monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
     monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))  # no prepared model: a fresh clone
     runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
     runs = runner.load_runs(tmp_path / "figures" / "RUNS.json")
     big, small = runs["default"]["00-big"], runs["default"]["01-small"]
@@ -213,6 +214,28 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     assert len(big["slowest_cells"]) <= runner.SLOWEST_CELLS
     assert big["device"] == profiles.get("default")["device"]  # the profile's, though undeclared
     assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]
+    # both ran in one invocation that started from empty caches
+    assert big["invocation"] == small["invocation"] and runner.is_cold(big)
+    assert big["invocation"]["notebooks"] == ["00", "01"] and "cold_run" not in big
+    assert big["invocation"]["models_prepared_at_start"] == []
+    # a later partial rerun (the results cache now holds 00's result) replaces the entry but keeps the cold one
+    runner.run_notebooks("default", only=["01"], folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
+    again = runner.load_runs(tmp_path / "figures" / "RUNS.json")["default"]
+    assert not runner.is_cold(again["01-small"]) and again["01-small"]["cold_run"] == small
+    assert again["00-big"] == big
+
+
+def test_the_last_run_from_empty_caches_survives_warm_reruns(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    cold = lambda s: {"wall_s": s, "invocation": {"from_empty_caches": True}}  # noqa: E731
+    warm = lambda s: {"wall_s": s, "invocation": {"from_empty_caches": False}}  # noqa: E731
+    runner.record_run("default", "00-x", cold(100.0))
+    runner.record_run("default", "00-x", warm(5.0))
+    runner.record_run("default", "00-x", warm(6.0))
+    e = runner.load_runs()["default"]["00-x"]
+    assert e["wall_s"] == 6.0 and e["cold_run"] == cold(100.0), "kept through two warm reruns"
+    runner.record_run("default", "00-x", cold(90.0))
+    assert runner.load_runs()["default"]["00-x"] == cold(90.0), "a newer cold run replaces it"
 
 
 def test_dry_run_estimates_without_running(books, tmp_path, capsys):

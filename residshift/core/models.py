@@ -41,6 +41,8 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -568,20 +570,50 @@ def _atomic_save_pretrained(model, tokenizer, target: Path, meta: dict) -> None:
         (tmp / "residshift.json").write_text(json.dumps(meta, indent=2))
 
 
+@contextlib.contextmanager
+def preparing(target: Path):
+    """Hold an exclusive lock on ``.<target name>.lock`` beside ``target`` for the block, waiting
+    for it when another process holds it. Preparation checks, then writes, inside the lock: two
+    processes preparing the same model at once (a ``make study`` and a ``residshift lens``, two test
+    workers) would otherwise both dequantize it, and the later rename would delete the folder, or
+    the assembled GGUF copy, that the other is reading. The holder removes the file on release (the
+    next process locks a fresh one, as ``residshift.train.lock`` does); ``flock`` is per host."""
+    lock = target.parent / f".{target.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits for the holder
+        try:  # the holder that released just now removed the file: lock the current one
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # while still held
+        os.close(fd)  # releases the lock
+
+
 def prepare_embedded(name: str, *, force: bool = False) -> Path:
-    """Dequantize an embedded GGUF model once and cache it as safetensors; return the folder."""
+    """Dequantize an embedded GGUF model once and cache it as safetensors; return the folder
+    (one process at a time per model: :func:`preparing`)."""
     if name not in EMBEDDED:
         raise UnknownModelError(f"{name!r} is not an embedded model; known: {sorted(EMBEDDED)}")
     spec = EMBEDDED[name]
     target = embedded_cache_path(name)
     if (target / "residshift.json").is_file() and not force:
         return target
-    gguf_path = spec.locate(spec)
-    model, tokenizer = _dequantize_gguf(gguf_path, name)
-    meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
-    _atomic_save_pretrained(model, tokenizer, target, meta)
-    if gguf_path.is_relative_to(cache_dir()):
-        gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
+    with preparing(target):
+        if (target / "residshift.json").is_file() and not force:
+            return target  # another process prepared it while this one waited
+        gguf_path = spec.locate(spec)
+        model, tokenizer = _dequantize_gguf(gguf_path, name)
+        meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
+        _atomic_save_pretrained(model, tokenizer, target, meta)
+        if gguf_path.is_relative_to(cache_dir()):
+            gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
     return target
 
 
@@ -666,12 +698,15 @@ def prepare_gguf(path: str | Path, *, force: bool = False) -> Path:
     target = gguf_cache_path(digest)
     if (target / "residshift.json").is_file() and not force:
         return target
-    try:
-        model, tokenizer = _dequantize_gguf(path, path.name)
-    except (ValueError, KeyError, OSError) as err:
-        raise ModelError(f"transformers could not load {path} ({arch}): {type(err).__name__}: {err}") from err
-    meta = {"name": path.name, "gguf": str(path.resolve()), "sha256": digest, "architecture": arch}
-    _atomic_save_pretrained(model, tokenizer, target, meta)
+    with preparing(target):
+        if (target / "residshift.json").is_file() and not force:
+            return target  # another process prepared it while this one waited
+        try:
+            model, tokenizer = _dequantize_gguf(path, path.name)
+        except (ValueError, KeyError, OSError) as err:
+            raise ModelError(f"transformers could not load {path} ({arch}): {type(err).__name__}: {err}") from err
+        meta = {"name": path.name, "gguf": str(path.resolve()), "sha256": digest, "architecture": arch}
+        _atomic_save_pretrained(model, tokenizer, target, meta)
     return target
 
 

@@ -394,12 +394,28 @@ def runs_path() -> Path:
     return figures_dir() / "RUNS.json"
 
 
+def is_cold(entry: dict[str, Any]) -> bool:
+    """Whether a recorded run belongs to a ``run`` invocation that started from an empty results
+    cache (nothing computed or trained to reuse): the cost a fresh clone pays, training included.
+    Its ``invocation`` also names the embedded models already prepared when it started (a fresh
+    clone's ``make study`` prepares them just before, in about a minute or two each)."""
+    return bool((entry.get("invocation") or {}).get("from_empty_caches"))
+
+
 def record_run(profile: str, notebook: str, entry: dict[str, Any]) -> Path:
-    """Record one notebook's measured run under ``RUNS.json[profile][notebook]`` (atomic write)."""
+    """Record one notebook's measured run under ``RUNS.json[profile][notebook]`` (atomic write).
+    The last run from empty caches survives a later warm or partial rerun: the new entry keeps it
+    under ``"cold_run"`` (until another run from empty caches replaces it)."""
     from .cache import _canonical, atomic_write_text  # lazy: torch ~1 s; not for notes or `run` usage errors
 
     path = runs_path()
     runs = json.loads(path.read_text()) if path.is_file() else {}
+    old = runs.get(profile, {}).get(notebook) or {}
+    entry = {k: v for k, v in entry.items() if k != "cold_run"}
+    if not is_cold(entry):
+        kept = {k: v for k, v in old.items() if k != "cold_run"} if is_cold(old) else old.get("cold_run")
+        if kept:
+            entry["cold_run"] = kept
     runs.setdefault(profile, {})[notebook] = _canonical(entry)
     runs = {p: dict(sorted(v.items())) for p, v in sorted(runs.items())}
     atomic_write_text(path, json.dumps(runs, indent=2) + "\n")
@@ -455,9 +471,16 @@ def slowest_cells(executed: Path, k: int = SLOWEST_CELLS) -> list[dict[str, Any]
     return sorted(cells, key=lambda c: -c["s"])[:k]
 
 
+def models_prepared() -> list[str]:
+    """The embedded models already dequantized into the model cache."""
+    from .models import EMBEDDED, embedded_cache_path  # lazy: torch ~1 s
+
+    return [n for n in EMBEDDED if (embedded_cache_path(n) / "residshift.json").is_file()]
+
+
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
                load: float | None, profile_values: dict[str, Any], written: int | None = None,
-               executed: Path | None = None) -> dict[str, Any]:
+               executed: Path | None = None, invocation: dict[str, Any] | None = None) -> dict[str, Any]:
     from .cache import code_state  # lazy: torch ~1 s; not for notes or `run` usage errors
     from .machine import cpu_facts
 
@@ -475,6 +498,7 @@ def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dic
                     "cpu": cpu["cpu"], "native_bf16": cpu["native_bf16"],
                     "load_1min_at_start": None if load is None else round(load, 2)},
         "slowest_cells": [] if executed is None else slowest_cells(executed),
+        "invocation": invocation or {},
     }
 
 
@@ -521,6 +545,11 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     if profile == "smoke" and "RESIDSHIFT_FIGURES" not in os.environ:
         os.environ["RESIDSHIFT_FIGURES"] = str(out_dir / "figures")
     done = []
+    # which `run` this notebook was part of, and whether that run started from empty caches
+    invocation = {"started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                  "notebooks": [b.stem[:2] for b in books],
+                  "from_empty_caches": not results_snapshot() if record else None,
+                  "models_prepared_at_start": models_prepared() if record else None}
     try:
         for i, book in enumerate(books, 1):
             params = parameters_for(book, profile, overrides)
@@ -544,7 +573,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             if record:
                 record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
                                                           values, results_written(before, results_snapshot()),
-                                                          executed=target))
+                                                          executed=target, invocation=invocation))
             done.append(target)
     finally:
         for k, v in env_before.items():

@@ -917,12 +917,19 @@ TASKS: dict[str, Callable[..., TaskResult]] = {
 DEFAULT_TASKS = ("wikitext-103-validation", "lambada", "piqa", "arc-easy", "arc-challenge")
 
 
+def task_items(task: str) -> Sequence:
+    """Every item of a zero-shot task, in the order the task scores them (``limit=n`` scores the
+    first ``n``): LAMBADA's passages, the multiple-choice tasks' :class:`Question` s."""
+    if task not in _ITEMS:
+        raise KeyError(f"{task!r} has no items (a perplexity task scores windows); the item tasks are "
+                       f"{', '.join(_ITEMS)}")
+    return _ITEMS[task]()
+
+
 def task_size(task: str) -> int:
     """How many items a zero-shot task has in all (what ``limit=None`` scores): a sample size
     computed for a task can then be checked against what the task can give."""
-    if task not in _ITEMS:
-        raise KeyError(f"{task!r} has no items to count; the item tasks are {', '.join(_ITEMS)}")
-    return len(_ITEMS[task]())
+    return len(task_items(task))
 
 
 def run_task(model, info: ModelInfo, task: str, *, tokenizer=None, **kwargs) -> TaskResult:

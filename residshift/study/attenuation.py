@@ -667,14 +667,15 @@ class Benchmarks:
     same order (what :func:`benchmarks` returns per model).
 
     ``before``: task -> ``[n]`` 0/1 correctness of the unmodified model; ``after``: ``"<kind> gates"``
-    -> task -> ``[n_seeds, n]``; ``seconds``: task -> seconds per item, one value per configuration
-    scored (the unmodified model, then every fit; ``evaluate``'s per-item ``compute_s``, measured
-    when the items were first scored, so a warm rerun knows them too); ``task_items``: task -> how
+    -> task -> ``[n_seeds, n]``; ``seconds``: task -> ``"unmodified"`` or ``"<kind> gates"`` -> seconds
+    per item, one value per configuration scored (the unmodified model; each seed's fit;
+    ``evaluate``'s per-item ``compute_s``, measured when the items were first scored, so a warm
+    rerun knows them too); ``task_items``: task -> how
     many items the task has in all (``evaluate.task_size``)."""
 
     before: dict[str, np.ndarray]
     after: dict[str, dict[str, np.ndarray]]
-    seconds: dict[str, list[float]]
+    seconds: dict[str, dict[str, list[float]]]
     task_items: dict[str, int]
 
 
@@ -686,11 +687,11 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *,
     out = {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()
-        before, items, seconds = {}, {}, {t: [] for t in BENCH_TASKS}
+        before, items, seconds = {}, {}, {t: {"unmodified": []} for t in BENCH_TASKS}
         for task in BENCH_TASKS:
             res = evaluate.run_task(lm, info, task, tokenizer=tok, limit=P.eval_items, config=cfg)
             before[task], items[task] = evaluate.item_correct(res), np.asarray(res.details["items"])
-            seconds[task].append(float(np.mean(res.details["compute_s"])))
+            seconds[task]["unmodified"].append(float(np.mean(res.details["compute_s"])))
         after = {}
         for kind in P.gate_kinds:
             per_task = {t: [] for t in BENCH_TASKS}
@@ -703,7 +704,7 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *,
                     if not np.array_equal(np.asarray(res.details["items"]), items[task]):
                         raise RuntimeError(f"{task}: the items after differ from the items before")
                     per_task[task].append(evaluate.item_correct(res))
-                    seconds[task].append(float(np.mean(res.details["compute_s"])))
+                    seconds[task].setdefault(f"{kind} gates", []).append(float(np.mean(res.details["compute_s"])))
             after[f"{kind} gates"] = {t: np.stack(v) for t, v in per_task.items()}
         out[name] = Benchmarks(before, after, seconds, {t: evaluate.task_size(t) for t in BENCH_TASKS})
         if verbose:
@@ -746,8 +747,8 @@ def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list
     upper-bound estimate: the changed-answer rate is held at its upper bound); the tasks that do not
     have that many items. With ``bench`` (:func:`benchmarks`), what scoring that many items would
     cost on this machine: per task, the items times the configurations the row compares (unmodified
-    + each seed's gates) times the measured seconds per item and configuration, at their mean and
-    between the cheapest and the dearest configuration measured."""
+    + each seed's gates of the row's kind) times the measured seconds per item of those
+    configurations, at their mean and between the cheapest and the dearest of them."""
     lines = []
     for r in rows:
         if r.claim_id != "C3.benchmarks":
@@ -765,11 +766,12 @@ def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list
                          "every item there would not reach it")
             configs = 1 + int(np.atleast_2d(next(iter(b.after[r.variant].values()))).shape[0])
             items = {t: min(need, b.task_items[t]) for t in tasks}
-            cost = {f: sum(items[t] * configs * f(b.seconds[t]) for t in tasks) / 60 for f in (np.mean, np.min, np.max)}
-            per_item = ", ".join(f"{t} {np.min(b.seconds[t]):.2f}–{np.max(b.seconds[t]):.2f} s" for t in tasks)
+            secs = {t: b.seconds[t]["unmodified"] + b.seconds[t][r.variant] for t in tasks}  # this row's configurations
+            cost = {f: sum(items[t] * configs * f(secs[t]) for t in tasks) / 60 for f in (np.mean, np.min, np.max)}
+            per_item = ", ".join(f"{t} {np.min(secs[t]):.2f}–{np.max(secs[t]):.2f} s" for t in tasks)
             line += (f": scoring {' + '.join(str(items[t]) for t in tasks)} items x {configs} configurations "
                      f"would take about {cost[np.mean]:.0f} min ({cost[np.min]:.0f}–{cost[np.max]:.0f} at the "
-                     f"cheapest and dearest configuration's seconds per item: {per_item})")
+                     f"cheapest and dearest of these configurations' seconds per item: {per_item})")
         lines.append(line)
     for line in lines:
         print(line)

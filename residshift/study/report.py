@@ -17,7 +17,7 @@ from ..core.cache import atomic_write_text
 from ..core.outputs import load_manifest, manifest_problems
 from ..core import profiles
 from ..core.paths import REPO_ROOT
-from ..core.runner import load_runs
+from ..core.runner import is_cold, load_runs
 from . import tables
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -216,9 +216,42 @@ def section_provenance(fig: Path, bench: Path) -> str:
             + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "results written", "slowest cell",
                       "run at commit", "outputs", "outputs' commits", "profile"], rows)
             + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes, of which notebooks 00–05 "
-            f"{_num(first_half / 60, 1)}. " + _grid_time_note(fig, runs)
+            f"{_num(first_half / 60, 1)}. " + _cold_run_note(runs) + _grid_time_note(fig, runs)
             + ("Every output comes from committed code." if not problems else
                f"**{len(problems)} outputs do not come from committed code** (first: {problems[0]})."))
+
+
+def _cold_run_note(runs: Mapping[str, Any]) -> str:
+    """The last ``run`` that started from an empty results cache (what a fresh clone pays, the grid's
+    training included): its notebooks and their total, kept in RUNS.json through later warm or
+    partial reruns (``runner.record_run``), and whether the models were prepared before it."""
+    by_start: dict[str, dict[str, dict[str, Any]]] = {}
+    for stem, r in runs.items():
+        c = r if is_cold(r) else r.get("cold_run")
+        if c:
+            by_start.setdefault(c["invocation"].get("started", "?"), {})[stem] = c
+    if not by_start:
+        return ("No run from an empty results cache (a fresh clone's cost, training included) is recorded yet: "
+                "`python -m residshift run` records one when it starts with no cached results. ")
+    started = max(by_start)
+    cold = by_start[started]
+    asked = next(iter(cold.values()))["invocation"].get("notebooks") or []
+    missing = [n for n in asked if not any(s.startswith(n) for s in cold)]
+    total = sum(c["wall_s"] for c in cold.values())
+    first = sum(c["wall_s"] for s, c in cold.items() if s[:2] <= "05")
+    stems = sorted(cold)
+    commits = sorted({str(c.get("commit")) + ("-dirty" if c.get("code_dirty") else "") for c in cold.values()})
+    same = all(runs[s] is c for s, c in cold.items())
+    ready = next(iter(cold.values()))["invocation"].get("models_prepared_at_start")
+    return ("From an empty results cache (as on a fresh clone"
+            + ("" if ready is None else f"; models prepared before it: {', '.join(ready) or 'none, 00 prepared them'}")
+            + f"): the run started "
+            f"{started} at commit {', '.join(commits)} took {_num(total / 60, 1)} minutes for notebooks "
+            f"{stems[0][:2]}–{stems[-1][:2]} ({_num(first / 60, 1)} for 00–05; "
+            + "; ".join(f"{s[:2]} {_num(cold[s]['wall_s'] / 60, 1)}" for s in stems) + ")"
+            + (f"; {', '.join(missing)} did not finish in it" if missing else "")
+            + (". The table above is that run. " if same else
+               ". The table above shows later reruns where they replaced it. "))
 
 
 def _grid_time_note(fig: Path, runs: Mapping[str, Any]) -> str:
