@@ -90,7 +90,10 @@ def test_provenance_states_the_last_run_from_empty_caches_through_later_reruns(t
     text = report.section_provenance(fig, tmp_path)
     assert "(as on a fresh clone; models prepared before it: none, 00 prepared them)" in text
     assert ("the run started 2026-12-02T10:00:00Z at commit abc1234 took 62.0 minutes for notebooks 00–06 "
-            "(2.0 for 00–05; 00 2.0; 06 60.0); 09 did not finish in it. The table above is that run." in text)
+            "(2.0 for 00–05; 00 2.0; 06 60.0); 09 did not finish in it. " in text)
+    assert "come from other runs" not in text and "later reruns" not in text
+    (fig / "RUNS.json").write_text(json.dumps({"default": {**cold, "09-c": {"wall_s": 6.0, "commit": "abc1234"}}}))
+    assert "The table's rows for 09 come from other runs." in report.section_provenance(fig, tmp_path)
     (fig / "RUNS.json").write_text(json.dumps({"default": {**cold, "00-a": warm}}))
     text = report.section_provenance(fig, tmp_path)
     assert "took 62.0 minutes" in text and "The table above shows later reruns where they replaced it." in text

@@ -250,8 +250,9 @@ def _cold_run_note(runs: Mapping[str, Any]) -> str:
             f"{stems[0][:2]}–{stems[-1][:2]} ({_num(first / 60, 1)} for 00–05; "
             + "; ".join(f"{s[:2]} {_num(cold[s]['wall_s'] / 60, 1)}" for s in stems) + ")"
             + (f"; {', '.join(missing)} did not finish in it" if missing else "")
-            + (". The table above is that run. " if same else
-               ". The table above shows later reruns where they replaced it. "))
+            + (". " if same else ". The table above shows later reruns where they replaced it. ")
+            + ("" if set(cold) >= set(runs) else
+               f"The table's rows for {', '.join(s[:2] for s in sorted(set(runs) - set(cold)))} come from other runs. "))
 
 
 def _grid_time_note(fig: Path, runs: Mapping[str, Any]) -> str:
