@@ -98,6 +98,10 @@ def test_provenance_states_the_last_run_from_empty_caches_through_later_reruns(t
     text = report.section_provenance(fig, tmp_path)
     assert "took 62.0 minutes" in text and "The table above shows later reruns where they replaced it." in text
     assert "Total of the last runs: 60.1 minutes" in text
+    # a cold run holding none of 00-05 names no 00-05 subtotal (it would print 0.0)
+    (fig / "RUNS.json").write_text(json.dumps({"default": {"06-b": cold["06-b"]}}))
+    text = report.section_provenance(fig, tmp_path)
+    assert "took 60.0 minutes for notebook 06 (06 60.0)" in text and "for 00–05;" not in text
 
 
 def test_every_image_the_readme_shows_is_committed():

@@ -246,8 +246,11 @@ def _cold_run_note(runs: Mapping[str, Any]) -> str:
     return ("From an empty results cache (as on a fresh clone"
             + ("" if ready is None else f"; models prepared before it: {', '.join(ready) or 'none, 00 prepared them'}")
             + f"): the run started "
-            f"{started} at commit {', '.join(commits)} took {_num(total / 60, 1)} minutes for notebooks "
-            f"{stems[0][:2]}–{stems[-1][:2]} ({_num(first / 60, 1)} for 00–05; "
+            f"{started} at commit {', '.join(commits)} took {_num(total / 60, 1)} minutes for "
+            + (f"notebooks {stems[0][:2]}–{stems[-1][:2]}" if len(stems) > 1 else f"notebook {stems[0][:2]}")
+            + " ("
+            + (f"{_num(first / 60, 1)} for 00–05; " if any(s[:2] <= "05" for s in stems) and stems[-1][:2] > "05"
+               else "")
             + "; ".join(f"{s[:2]} {_num(cold[s]['wall_s'] / 60, 1)}" for s in stems) + ")"
             + (f"; {', '.join(missing)} did not finish in it" if missing else "")
             + (". " if same else ". The table above shows later reruns where they replaced it. ")
