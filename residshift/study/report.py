@@ -249,8 +249,7 @@ def _cold_run_note(runs: Mapping[str, Any]) -> str:
             f"{started} at commit {', '.join(commits)} took {_num(total / 60, 1)} minutes for "
             + (f"notebooks {stems[0][:2]}–{stems[-1][:2]}" if len(stems) > 1 else f"notebook {stems[0][:2]}")
             + " ("
-            + (f"{_num(first / 60, 1)} for 00–05; " if any(s[:2] <= "05" for s in stems) and stems[-1][:2] > "05"
-               else "")
+            + (f"{_num(first / 60, 1)} for 00–05; " if stems[0][:2] <= "05" < stems[-1][:2] else "")
             + "; ".join(f"{s[:2]} {_num(cold[s]['wall_s'] / 60, 1)}" for s in stems) + ")"
             + (f"; {', '.join(missing)} did not finish in it" if missing else "")
             + (". " if same else ". The table above shows later reruns where they replaced it. ")
