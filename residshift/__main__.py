@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="for an untied model: read the layers through its output head or its input embedding")
     ln.add_argument("--device", default="cpu", help="cpu | cuda")
     ln.add_argument("--profile", default="default", help="smoke | default | paper (the lens_* sizes)")
-    ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>)")
+    ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>); an "
+                    "existing one must be empty or one this command wrote")
+    ln.add_argument("--force", action="store_true", help="replace --out even if it is a folder of yours "
+                    "(everything in it is deleted)")
     sub.add_parser("data", help="fetch the corpora from the Hugging Face hub into data/ (sha256 printed); "
                    "`residshift data --help` for its options", add_help=False)
     prep = sub.add_parser("prepare", help="dequantize and cache the embedded models")
@@ -52,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
     book.add_argument("--profile", default="default", help="smoke | default | paper")
     book.add_argument("--executed", default=None, help="executed notebooks (default build/<profile>)")
-    book.add_argument("--out", default=None, help="site folder (default build/book/<profile>)")
+    book.add_argument("--out", default=None, help="site folder (default build/book/<profile>); an existing "
+                      "one must be empty or a site this command wrote")
+    book.add_argument("--force", action="store_true", help="replace --out even if it is a folder of yours "
+                      "(everything in it is deleted)")
     tr = sub.add_parser("train", help="train a small GPT with residual attenuation (torchrun -m residshift "
                         "train ... for several processes)")
     tr.add_argument("--profile", default="default", help="smoke | default | paper (the train_* sizes)")
@@ -110,16 +116,25 @@ def main(argv: list[str] | None = None) -> int:
 
         req = LensRequest(model=args.model, texts=tuple(args.text) if args.text is not None else None,
                           corpus=args.corpus, split=args.split, windows=args.windows, window=args.window,
-                          decoder=args.decoder, device=args.device, profile=args.profile, out=args.out)
+                          decoder=args.decoder, device=args.device, profile=args.profile, out=args.out,
+                          force=args.force)
+        from .core.data import DataNotFoundError
+
         try:
             run(req)
-        except LensCommandError as err:
+        except (LensCommandError, DataNotFoundError) as err:
             print(f"residshift lens: error: {err}", file=sys.stderr)
             return 2
         return 0
     if args.cmd == "prepare":
         from .core.models import EMBEDDED, prepare_embedded  # lazy: torch, ~1 s
 
+        unknown = [n for n in args.names or [] if n not in EMBEDDED]
+        if unknown:
+            print(f"residshift prepare: error: {', '.join(map(repr, unknown))} "
+                  f"{'is not an embedded model' if len(unknown) == 1 else 'are not embedded models'}; "
+                  f"choose from {', '.join(EMBEDDED)} (or none for all)", file=sys.stderr)
+            return 2
         for name in args.names or list(EMBEDDED):
             t0 = time.perf_counter()
             path = prepare_embedded(name)
@@ -142,10 +157,14 @@ def main(argv: list[str] | None = None) -> int:
         print("README updated" if update_readme() else "README already up to date")
         return 0
     if args.cmd == "book":
+        from .core.cache import OutputDirError
         from .study.book import BookError, build_book  # lazy: torch, scipy, pandas, nbconvert: ~3.3 s
 
         try:
-            build_book(args.profile, executed=args.executed, out=args.out)
+            build_book(args.profile, executed=args.executed, out=args.out, force=args.force)
+        except OutputDirError as err:  # a bad request: one line, exit status 2
+            print(f"residshift book: error: {err}", file=sys.stderr)
+            return 2
         except BookError as err:
             print(f"\nFAILED: {err}", file=sys.stderr)
             return 1
@@ -171,5 +190,24 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """:func:`main` as a command: Ctrl-C ends in one line (exit status 130; what was written is whole,
+    and interrupted long work resumes), and a closed output pipe (``residshift profiles | head``) ends
+    quietly (exit status 141, as a process killed by SIGPIPE)."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        print("\nresidshift: interrupted; nothing half-written is left, and the same command resumes long work "
+              "(training, fits) where it stopped", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away: point stdout at /dev/null so the interpreter's final flush says nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

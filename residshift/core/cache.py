@@ -74,7 +74,7 @@ def _canonical(value: Any) -> Any:
 
 @contextlib.contextmanager
 def atomic_path(path: Path, *, suffix: str = ".tmp") -> Iterator[Path]:
-    """Yield a new empty file beside ``path`` (``.<name>.XXXXXXXX<suffix>``, mode 0600) to write;
+    """Yield a new empty file beside ``path`` (``.<name>.XXXXXXXX<suffix>``, the umask's mode) to write;
     when the block ends it replaces ``path`` in one rename, so readers never see half a file. On any
     exception it is removed and ``path`` is left as it was. ``path``'s folder is created if missing.
 
@@ -86,6 +86,7 @@ def atomic_path(path: Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(name)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the file we publish gets the usual mode
     try:
         yield tmp
         os.replace(tmp, path)
@@ -95,7 +96,8 @@ def atomic_path(path: Path, *, suffix: str = ".tmp") -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_dir(target: Path, *, move_aside: bool = False) -> Iterator[Path]:
+def atomic_dir(target: Path, *, move_aside: bool = False,
+               before_swap: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Yield a new empty folder beside ``target`` (``.<name>.XXXXXXXX``) to fill; when the block
     ends it takes ``target``'s place in one rename. On any exception it is removed and ``target``
     is left as it was. ``target``'s folder is created if missing.
@@ -103,13 +105,17 @@ def atomic_dir(target: Path, *, move_aside: bool = False) -> Iterator[Path]:
     An existing ``target`` is deleted just before the rename (``shutil.rmtree``; its errors
     propagate), or with ``move_aside=True`` renamed to ``.<name>.old-XXXXXXXX`` first and deleted
     (errors ignored) once the new folder is in place, so it is never half deleted where readers look
-    (it is renamed back when the final rename fails).
+    (it is renamed back when the final rename fails). ``before_swap(tmp)``, when given, runs once
+    the block is done and before anything is replaced; what it raises propagates, ``target``
+    untouched.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = _new_dir(target)
     try:
         yield tmp
+        if before_swap is not None:
+            before_swap(tmp)
         if not target.exists():
             os.replace(tmp, target)
         elif not move_aside:
@@ -127,6 +133,79 @@ def atomic_dir(target: Path, *, move_aside: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system allows (Linux: /proc), else
+    by setting and restoring it."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# --------------------------------------------------------------------------------------------
+# Folders a command writes for the user (--out): never one the user made
+# --------------------------------------------------------------------------------------------
+
+OUTPUT_MARKER = ".residshift-output"  # in every folder a command writes with output_dir()
+
+
+class OutputDirError(ValueError):
+    """``--out`` names a file, or a non-empty folder residshift did not make; the message names the fix."""
+
+
+def check_output_dir(target: str | Path, *, force: bool = False, option: str = "--out") -> Path:
+    """``target`` if a command may write its folder there, else :class:`OutputDirError`.
+
+    Allowed: a path that does not exist, an empty folder, or a folder that holds
+    :data:`OUTPUT_MARKER` (one residshift wrote, which a rerun replaces). Refused: a file, and a
+    non-empty folder without the marker (it is the user's: replacing it would delete their files),
+    unless ``force``.
+    """
+    target = Path(target).expanduser()
+    if target.exists() and not target.is_dir():
+        raise OutputDirError(f"{option} {target} is a file: give the path of a folder (it is created)")
+    if force or not target.is_dir() or (target / OUTPUT_MARKER).is_file() or not any(target.iterdir()):
+        return target
+    raise OutputDirError(
+        f"{option} {target} is a folder that residshift did not make and it is not empty: give a new "
+        f"or empty folder, or add --force to replace it (everything in it is deleted)")
+
+
+@contextlib.contextmanager
+def output_dir(target: str | Path, *, force: bool = False, option: str = "--out",
+               made_by: str = PACKAGE) -> Iterator[Path]:
+    """Write a command's output folder: :func:`check_output_dir`, then :func:`atomic_dir` (the old
+    folder stays whole until the new one is complete), with :data:`OUTPUT_MARKER` inside, so the
+    next run knows the folder is its own. ``target`` is checked again just before the swap (the
+    user may have put files there meanwhile); if it is refused then, the finished folder is kept
+    beside it and the error names it.
+
+    >>> with output_dir(args.out, force=args.force) as tmp:
+    ...     (tmp / "summary.md").write_text(text)
+    """
+    target = check_output_dir(target, force=force, option=option)
+    marker = json.dumps({"made_by": made_by,
+                         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+
+    def recheck(tmp: Path) -> None:
+        try:
+            check_output_dir(target, force=force, option=option)
+        except OutputDirError as err:
+            kept = target.parent / f"{target.name}.new-{tmp.name.rpartition('.')[2]}"
+            os.replace(tmp, kept)
+            raise OutputDirError(f"{err}; the finished output is in {kept}") from None
+
+    with atomic_dir(target, move_aside=True, before_swap=recheck) as tmp:
+        (tmp / OUTPUT_MARKER).write_text(marker + "\n")
+        yield tmp
 
 
 def _new_dir(target: Path) -> Path:

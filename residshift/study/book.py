@@ -71,7 +71,7 @@ from nbconvert.preprocessors import ExtractOutputPreprocessor
 from PIL import Image
 
 from ..core import profiles
-from ..core.cache import atomic_dir
+from ..core.cache import check_output_dir, output_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
 from . import report
 
@@ -472,18 +472,24 @@ def _fmt_run(entry: dict | None) -> str:
 
 
 def build_book(profile: str = "default", *, executed: str | Path | None = None,
-               figures: str | Path | None = None, out: str | Path | None = None, log=print) -> Path:
+               figures: str | Path | None = None, out: str | Path | None = None, force: bool = False,
+               log=print) -> Path:
     """Render the executed notebooks of ``profile`` into a static site; return its ``index.html``.
 
     ``executed`` (default ``build/<profile>``) holds the executed ``NN-name.ipynb``; ``figures`` the
     figures, numbers and ``MANIFEST.json`` they saved (default: ``<executed>/figures`` when it has a
     manifest, which the smoke run writes, else ``figures/``); ``out`` defaults to
-    ``build/book/<profile>``. The site is built beside ``out`` and moved into place when complete."""
+    ``build/book/<profile>``. The site is built beside ``out`` and moved into place when complete.
+    A given ``out`` that exists must be empty or a site residshift wrote (``core.cache.output_dir``):
+    a folder of the user's raises ``core.cache.OutputDirError`` before anything is rendered, unless
+    ``force``."""
     t0 = time.perf_counter()
     try:
         profiles.get(profile)
     except (KeyError, ValueError) as err:  # an unknown profile: the message names the known ones
         raise BookError(str(err).strip("'\"")) from None
+    if out is not None:
+        check_output_dir(out, force=force)  # before any notebook is read: a user's folder is never replaced
     executed = Path(executed) if executed else build_dir() / profile
     books = sorted(p for p in executed.glob("*.ipynb") if NOTEBOOK.match(p.name)) if executed.is_dir() else []
     if not books:
@@ -492,8 +498,9 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
     fig_src = Path(figures) if figures else _figures_source(executed, profile)
     manifest_path = fig_src / "MANIFEST.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    out = Path(out) if out else build_dir() / "book" / profile
-    with atomic_dir(out, move_aside=True) as tmp:  # the old site stays whole until the new one is in
+    # the default folder (build/book/<profile>) is the book's own: a rebuild replaces it
+    out, force = (Path(out).expanduser(), force) if out else (build_dir() / "book" / profile, True)
+    with output_dir(out, force=force, made_by="residshift book") as tmp:  # the old site stays whole until the new one is in
         _build(profile, books, fig_src, manifest, tmp, executed, nbformat, report, log)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     log(f"book: {len(books)} notebooks -> {out}/index.html ({size / 2**20:.1f} MiB) in "

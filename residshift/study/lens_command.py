@@ -14,11 +14,14 @@ request, so two requests never share a folder and a repeated one replaces its ow
 - ``summary.md``: one page linking all of it, with the tied check, the decoder, sizes and times.
 
 Everything goes into a temporary folder beside the target that is renamed into place at the end, so
-an interrupted or failed run leaves nothing half-written. The corpus pass is the lens's cached
+an interrupted or failed run leaves nothing half-written. An ``--out`` folder that exists must be
+empty or one residshift wrote (it holds ``.residshift-output``): a folder of the user's is refused
+before anything is loaded, unless ``--force``. The corpus pass is the lens's cached
 ``run_lens``: a repeated request recomputes nothing.
 
 Bad input (a path that is not a model, a ``.gguf`` transformers cannot read, a hub id offline, an
-untied model without ``--decoder``, an empty ``--text``, an unknown corpus, ``--windows 0``) raises
+untied model without ``--decoder``, an empty or too short ``--text``, an unknown corpus, ``--windows 0``,
+a device torch does not know or does not have, a non-empty ``--out`` folder of the user's) raises
 :class:`LensCommandError` with one line naming the problem and the fix; the command line prints it
 and exits with status 2.
 """
@@ -53,12 +56,13 @@ class LensRequest:
     device: str = "cpu"
     profile: str = "default"
     out: str | None = None
+    force: bool = False  # replace an ``out`` folder residshift did not make (its files are deleted)
 
     def key(self) -> str:
-        """A short hash of everything that changes the outputs (not ``out``)."""
+        """A short hash of everything that changes the outputs (not ``out`` or ``force``)."""
         import hashlib
 
-        fields = {k: v for k, v in asdict(self).items() if k != "out"}
+        fields = {k: v for k, v in asdict(self).items() if k not in ("out", "force")}
         return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
@@ -66,6 +70,7 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
     """Validate ``req`` before anything is loaded; return it with the profile's values filled in,
     and the resolved profile namespace the lens functions read."""
     from ..core import profiles
+    from ..core.cache import OutputDirError, check_output_dir
     from ..core.data import CORPORA
     from ..core.models import DECODERS
 
@@ -79,6 +84,12 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
         if empty:
             raise LensCommandError(f"--text number {empty[0] + 1} is empty: give a sentence, e.g. "
                                    "--text \"The Eiffel Tower is in Paris.\"")
+    check_device(req.device)
+    if req.out is not None:  # before anything is loaded: a user's folder is never replaced (core.cache)
+        try:
+            check_output_dir(req.out, force=req.force)
+        except OutputDirError as err:
+            raise LensCommandError(str(err)) from None
     if req.corpus is not None and req.corpus not in CORPORA:
         raise LensCommandError(f"unknown corpus {req.corpus!r}: use --corpus one of {', '.join(CORPORA)}")
     for what, value, least in (("--windows", req.windows, 2), ("--window", req.window, 4)):
@@ -100,6 +111,32 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
                      corpus=P.lens_corpus, split=P.lens_split, windows=int(P.lens_windows),
                      window=int(P.lens_window))
     return filled, P
+
+
+def check_device(device: str) -> None:
+    """Refuse a device torch does not know, or CUDA on a machine without it, with the fix."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise LensCommandError(f"--device {device!r} is not a torch device: use cpu or cuda (cuda:N for one GPU)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise LensCommandError(f"--device {device}: this machine has no CUDA GPU torch can use; use --device cpu")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise LensCommandError(f"--device {device!r}: the lens runs on cpu or cuda (cuda:N for one GPU)")
+
+
+def check_texts(loaded, texts: Sequence[str]) -> None:
+    """Each ``--text`` encodes to enough tokens for a trajectory map (before the corpus pass runs)."""
+    from ..measure.lens import LensError, encode
+
+    _, tok, info = loaded
+    for i, text in enumerate(texts, start=1):
+        try:
+            encode(tok, info, text)
+        except LensError as err:
+            raise LensCommandError(f"--text number {i}: {err}") from None
 
 
 def load(req: LensRequest):
@@ -130,6 +167,23 @@ def load(req: LensRequest):
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise LensCommandError(f"cannot load {req.model}: {first} (is it a causal LM saved with "
                                "save_pretrained?)") from err
+
+
+def _output(output_dir, target: Path, *, force: bool):
+    """``core.cache.output_dir`` with its refusal as a LensCommandError (one line, exit status 2)."""
+    import contextlib
+
+    from ..core.cache import OutputDirError
+
+    @contextlib.contextmanager
+    def wrapped():
+        try:
+            with output_dir(target, force=force) as tmp:
+                yield tmp
+        except OutputDirError as err:
+            raise LensCommandError(str(err)) from None
+
+    return wrapped()
 
 
 def tied_line(lm, info) -> str:
@@ -223,7 +277,7 @@ def preprocessing_checked(P) -> bool:
 
 def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     """Compute everything ``residshift lens`` writes (see the module docstring) and move it into place."""
-    from ..core.cache import atomic_dir
+    from ..core.cache import output_dir
     from ..core.machine import cpu_facts
     from ..measure import lens
     from ..study import alignment, plotting, tour
@@ -231,19 +285,19 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     t_all = time.perf_counter()
     req, P = check_request(req)
     target = Path(req.out).expanduser() if req.out else default_out(req)
-    if target.exists() and not target.is_dir():
-        raise LensCommandError(f"--out {target} is a file: give a folder (it is created, or replaced)")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     loaded = load(req)
     lm, tok, info = loaded
+    check_texts(loaded, req.texts)
     seconds["load"] = time.perf_counter() - t0
     say(f"{req.model}: {info.n_layers} layers, d {info.d_model}, vocab {info.vocab_size} ({info.source}); "
         f"loaded in {seconds['load']:.1f} s")
     say(tied_line(lm, info))
     plotting.set_theme()
     label = decoder_label(info)
-    with atomic_dir(target, move_aside=True) as tmp:
+    # the default folder is this request's own (results/lens/<model>-<key>): a rerun replaces it
+    with _output(output_dir, target, force=req.force or req.out is None) as tmp:
         files: list[str] = []
         t0 = time.perf_counter()
         cut = []

@@ -401,7 +401,11 @@ def _device(device: str | None, ddp: Dist | None = None) -> str:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and ddp is not None and ddp.world > 1:
         device = f"cuda:{ddp.local_rank}"
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise TrainError(f"device {device!r} is not a torch device: use cpu or cuda (cuda:N for one GPU)") from None
+    if kind == "cuda" and not torch.cuda.is_available():
         raise TrainError(f"device {device!r} asked for but torch sees no CUDA device; use device='cpu'")
     return device
 
@@ -562,6 +566,11 @@ def train(cfg: TrainConfig, out_dir: str | Path | None = None, *, device: str | 
     t_start = time.perf_counter()
     if not isinstance(cfg, TrainConfig):
         raise TrainError(f"train() takes a TrainConfig, got {type(cfg).__name__}")
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after < 1):
+        raise TrainError(f"stop_after (--stop-after) must be a positive number of steps, got {stop_after!r}; "
+                         "leave it out to train to the end")
+    if out_dir is not None and Path(out_dir).expanduser().exists() and not Path(out_dir).expanduser().is_dir():
+        raise TrainError(f"out_dir (--out) {out_dir} is a file: give the path of a run folder (it is created)")
     ddp = _dist(_device(device))
     try:
         return _train(cfg, out_dir, device=_device(device, ddp), ddp=ddp, stop_after=stop_after,
