@@ -24,3 +24,18 @@ def cpu_facts() -> dict[str, Any]:
     name = names[0] if names else platform.processor() or platform.machine()
     return {"cpu": name, "native_bf16": sorted(flags & {"avx512_bf16", "amx_bf16"}),
             "threads": torch.get_num_threads(), "load_1min": os.getloadavg()[0]}
+
+
+def device_problem(device: str) -> str | None:
+    """Why ``device`` cannot run here (a phrase to follow the device's name), or None when it can:
+    a string torch does not parse as a device, CUDA on a machine without it, or a kind of device
+    this package does not run on (it runs on cpu, cuda and mps)."""
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        return "is not a torch device: use cpu or cuda (cuda:N for one GPU)"
+    if kind == "cuda" and not torch.cuda.is_available():
+        return "asked for, but torch sees no CUDA GPU on this machine: use cpu"
+    if kind not in ("cpu", "cuda", "mps"):
+        return "is not a device this package runs on: use cpu or cuda (cuda:N for one GPU)"
+    return None

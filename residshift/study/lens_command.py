@@ -114,17 +114,12 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
 
 
 def check_device(device: str) -> None:
-    """Refuse a device torch does not know, or CUDA on a machine without it, with the fix."""
-    import torch
+    """Refuse a device torch does not know, or does not have here, with the fix (``core.machine``)."""
+    from ..core.machine import device_problem
 
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError):
-        raise LensCommandError(f"--device {device!r} is not a torch device: use cpu or cuda (cuda:N for one GPU)") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise LensCommandError(f"--device {device}: this machine has no CUDA GPU torch can use; use --device cpu")
-    if kind not in ("cpu", "cuda", "mps"):
-        raise LensCommandError(f"--device {device!r}: the lens runs on cpu or cuda (cuda:N for one GPU)")
+    why = device_problem(device)
+    if why is not None:
+        raise LensCommandError(f"--device {device!r} {why}")
 
 
 def check_texts(loaded, texts: Sequence[str]) -> None:

@@ -97,7 +97,7 @@ from ..core import fitting, profiles, unembed
 from ..core.cache import _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint, config_key
 from ..core.data import tokenizer_fingerprint
 from ..core.fitting import FORMAT, FitConfig, FitError, fit
-from ..core.machine import cpu_facts  # re-exported: every speed figure names its CPU
+from ..core.machine import cpu_facts, device_problem  # cpu_facts re-exported: every speed figure names its CPU
 from ..core.paths import cache_dir, results_dir
 from ..core.runner import parse_overrides
 from ..core.unembed import next_token_losses
@@ -401,12 +401,9 @@ def _device(device: str | None, ddp: Dist | None = None) -> str:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and ddp is not None and ddp.world > 1:
         device = f"cuda:{ddp.local_rank}"
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError):
-        raise TrainError(f"device {device!r} is not a torch device: use cpu or cuda (cuda:N for one GPU)") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise TrainError(f"device {device!r} asked for but torch sees no CUDA device; use device='cpu'")
+    why = device_problem(device)
+    if why is not None:
+        raise TrainError(f"device {device!r} {why}")
     return device
 
 
