@@ -6,8 +6,10 @@ import struct
 
 import pytest
 import torch
+from torch import nn
 
 from residshift.core import cache
+from residshift.core import fitting as F
 
 
 def _replace_once(path, old: bytes, new: bytes):
@@ -176,6 +178,62 @@ def test_a_legacy_cache_entry_is_reused_and_adopted(tmp_path, monkeypatch):
     (path.parent / (path.name + ".sha256")).unlink()  # as an older version left it
     assert torch.equal(cache.cached("toy", {"n": 1}, compute, code=compute)["loss"], torch.tensor([1.5, 2.5, 3.25]))
     assert len(calls) == 1 and (path.parent / (path.name + ".sha256")).is_file()
+
+
+# ------------------------------------------------------------------------------------------
+# Fit checkpoints: damage is refused, naming the file and the fix
+# ------------------------------------------------------------------------------------------
+
+
+def _fit(tmp_path, steps, stop_after=None):
+    torch.manual_seed(0)
+    net = nn.Linear(6, 200)
+    X = torch.randn(32, 6, generator=torch.Generator().manual_seed(1))
+
+    def step(s, micro, backward):
+        loss = net(X[F.epoch_batch(32, 8, s, 0)]).pow(2).mean()
+        backward(loss)
+        return loss.detach()
+
+    r = F.fit(net, F.FitConfig(steps=steps, lr=0.01), step_fn=step, checkpoint=tmp_path / "ck.pt",
+              stop_after=stop_after)
+    return net, r
+
+
+def test_bytes_flipped_inside_a_fit_checkpoint_are_refused_naming_the_file_and_the_fix(tmp_path):
+    net, r = _fit(tmp_path, steps=6, stop_after=3)
+    ck = tmp_path / "ck.pt"
+    assert not r.finished and (tmp_path / "ck.pt.sha256").is_file()
+    weights = net.weight.detach().numpy().tobytes()
+    data = bytearray(ck.read_bytes())
+    at = data.find(weights)
+    assert at > 0
+    data[at + 1000:at + 1400] = bytes(b ^ 0xFF for b in data[at + 1000:at + 1400])  # 400 bytes of weights
+    ck.write_bytes(bytes(data))
+    assert torch.load(ck, weights_only=False)["state"]["step"] == 3  # torch alone would resume from it
+    with pytest.raises(F.FitError, match=rf"checkpoint {ck} is damaged \(sha256 mismatch: the file changed after "
+                                         r"it was written.*\); delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+
+
+def test_a_truncated_fit_checkpoint_is_refused(tmp_path):
+    _fit(tmp_path, steps=6, stop_after=3)
+    ck = tmp_path / "ck.pt"
+    ck.write_bytes(ck.read_bytes()[:2000])
+    with pytest.raises(F.FitError, match=rf"checkpoint {ck} is damaged .*delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+    (tmp_path / "ck.pt.sha256").unlink()  # without its digest file: unreadable all the same
+    with pytest.raises(F.FitError, match=r"is damaged \(cannot be read.*delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+
+
+def test_a_legacy_fit_checkpoint_resumes_and_is_adopted(tmp_path):
+    full, _ = _fit(tmp_path / "full", steps=6)
+    _fit(tmp_path, steps=6, stop_after=3)
+    (tmp_path / "ck.pt.sha256").unlink()  # a checkpoint written before digests existed
+    net, r = _fit(tmp_path, steps=6)
+    assert r.finished and torch.equal(net.weight, full.weight)
+    assert (tmp_path / "ck.pt.sha256").is_file()  # adopted when it was read, rewritten since
 
 
 # ------------------------------------------------------------------------------------------
