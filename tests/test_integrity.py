@@ -2,7 +2,9 @@
 ``load_verified``), damaged cache entries recomputed with a warning naming the file, damaged
 checkpoints refused naming the file and the fix, legacy files adopted, a kill at any point of a
 save leaving a loadable file, and the digest manifest of trained model folders."""
+import os
 import struct
+from pathlib import Path
 
 import pytest
 import torch
@@ -75,32 +77,33 @@ def test_adoption_never_replaces_a_digest_file_written_meanwhile(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "a.pt.sha256"]
 
 
-def _save_killed_at(monkeypatch, obj, path, write: int):
-    """``save_verified(obj, path)`` killed at its ``write``-th atomic write (1: the first digest
-    file, 2: the payload, 3: the final digest file): that write and everything after never happen."""
-    real, calls = cache.atomic_write_bytes, []
+def _save_killed_at(monkeypatch, obj, path, rename: int):
+    """``save_verified(obj, path)`` killed just before its ``rename``-th rename (1: the first digest
+    file, 2: the payload, 3: the final digest file): that rename and everything after never happen."""
+    real, calls = os.replace, []
 
-    def killed(p, data):
-        calls.append(p)
-        if len(calls) == write:
+    def killed(src, dst):
+        calls.append(dst)
+        if len(calls) == rename:
             raise KeyboardInterrupt
-        real(p, data)
+        real(src, dst)
 
-    monkeypatch.setattr(cache, "atomic_write_bytes", killed)
+    monkeypatch.setattr(os, "replace", killed)
     with pytest.raises(KeyboardInterrupt):
         cache.save_verified(obj, path)
-    monkeypatch.setattr(cache, "atomic_write_bytes", real)
+    monkeypatch.setattr(os, "replace", real)
+    assert [Path(p).name for p in calls] == ["a.pt.sha256", "a.pt", "a.pt.sha256"][:rename]
 
 
 @pytest.mark.parametrize("legacy", [False, True])
-@pytest.mark.parametrize("write, expect", [(1, "old"), (2, "old"), (3, "new")])
-def test_a_kill_at_any_point_of_a_save_leaves_a_file_that_loads(tmp_path, monkeypatch, write, expect, legacy):
+@pytest.mark.parametrize("rename, expect", [(1, "old"), (2, "old"), (3, "new")])
+def test_a_kill_at_any_point_of_a_save_leaves_a_file_that_loads(tmp_path, monkeypatch, rename, expect, legacy):
     path = tmp_path / "a.pt"
     if legacy:
         cache.atomic_torch_save("old", path)
     else:
         cache.save_verified("old", path)
-    _save_killed_at(monkeypatch, "new", path, write)
+    _save_killed_at(monkeypatch, "new", path, rename)
     assert cache.load_verified(path) == expect
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
     cache.save_verified("newer", path)  # and the next save starts clean

@@ -42,7 +42,6 @@ import datetime as _dt
 import functools
 import hashlib
 import inspect
-import io
 import json
 import os
 import secrets
@@ -236,45 +235,60 @@ def _listed_digests(path: Path) -> set[str] | None:
     return digests
 
 
+class _HashingWriter:
+    """A file-like writer that hashes what it writes (torch.save writes its zip sequentially)."""
+
+    def __init__(self, f):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def save_verified(obj: Any, path: Path) -> Path:
     """``torch.save(obj)`` to ``path`` atomically, with its sha256 in ``<path>.sha256``; read it back
     with :func:`load_verified`.
 
-    The object is serialized into memory once, hashed, and written with :func:`atomic_write_bytes`
-    (so the payload is never half written). The payload and its digest file are two renames, so
-    the digest file is written first listing the new digest *and* the ones it listed before (or,
-    for a file without one, the digest of the payload being replaced), then the payload is renamed
-    into place, then the digest file is rewritten with the new digest alone: a kill at any point
-    leaves a payload whose digest is listed. Concurrent writers of one path: one complete write
-    wins; an unlucky interleaving can at worst make the file read as damaged, never as wrong.
-    Costs one extra copy of the serialized bytes in memory (benchmarks/bench_integrity.py).
+    The object is serialized into a temporary file beside ``path`` and hashed as it is written (one
+    pass, no copy in memory). The payload and its digest file are two renames, so the digest file
+    is written first listing the new digest *and* the ones it listed before (or, for a file without
+    one, the digest of the payload being replaced), then the payload is renamed into place, then
+    the digest file is rewritten with the new digest alone: a kill at any point leaves a payload
+    whose digest is listed. Concurrent writers of one path: one complete write wins; an unlucky
+    interleaving can at worst make the file read as damaged, never as wrong. What it costs:
+    ``benchmarks/bench_integrity.py``.
     """
     path = Path(path)
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    data = buf.getbuffer()
-    new = hashlib.sha256(data).hexdigest()
-    try:
-        before = _listed_digests(path) or set()
-    except DamagedFileError:  # a garbled digest file: it is about to be replaced anyway
-        before = set()
-    if not before and path.is_file():  # a file of an older version: keep it loadable until replaced
-        before = {_sha256_file(path)}
     side = digest_path(path)
-    atomic_write_text(side, _digest_lines([new, *sorted(before - {new})], path.name))
-    atomic_write_bytes(path, data)
-    atomic_write_text(side, _digest_lines([new], path.name))
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(obj, writer)
+        new = writer.sha.hexdigest()
+        try:
+            before = _listed_digests(path) or set()
+        except DamagedFileError:  # a garbled digest file: it is about to be replaced anyway
+            before = set()
+        if not before and path.is_file():  # a file of an older version: keep it loadable until replaced
+            before = {_sha256_file(path)}
+        atomic_write_text(side, _digest_lines([new, *sorted(before - {new})], path.name))
+    atomic_write_text(side, _digest_lines([new], path.name))  # the payload is in place: only its digest
     return path
 
 
 def load_verified(path: Path, *, map_location: Any = None, adopt: bool = True) -> Any:
     """``torch.load`` of a file written by :func:`save_verified`, after checking its sha256.
 
-    The file is read once; the bytes are hashed and must be one of the digests its ``.sha256``
-    file lists, then unpickled from memory (``weights_only=False``: our own files hold arbitrary
-    objects). Raises :class:`DamagedFileError` (naming the file and why) when the digest differs,
-    the digest file is garbled, or the bytes cannot be unpickled (truncated, foreign); raises
-    FileNotFoundError when ``path`` does not exist.
+    The file is opened once; its bytes are hashed and must be one of the digests its ``.sha256``
+    file lists, then ``torch.load`` reads the same open file (so a file renamed over it meanwhile
+    is not mixed in; ``weights_only=False``: our own files hold arbitrary objects). Raises
+    :class:`DamagedFileError` (naming the file and why) when the digest differs, the digest file
+    is garbled, or the bytes cannot be unpickled (truncated, foreign); raises FileNotFoundError
+    when ``path`` does not exist.
 
     A file with no digest file (written before residshift verified its files) is loaded without a
     check and, when it loads and ``adopt`` is true, adopted: its digest is written beside it (only
@@ -283,18 +297,18 @@ def load_verified(path: Path, *, map_location: Any = None, adopt: bool = True) -
     """
     path = Path(path)
     with open(path, "rb") as f:
-        data = f.read()
-    listed = _listed_digests(path)
-    digest = hashlib.sha256(data).hexdigest()
-    if listed is not None and digest not in listed:
-        listed_short = ", ".join(sorted(d[:12] for d in listed))
-        raise DamagedFileError(path, f"sha256 mismatch: the file changed after it was written; its "
-                                     f"sha256 starts {digest[:12]}, {digest_path(path).name} lists {listed_short}")
-    try:
-        obj = torch.load(io.BytesIO(data), weights_only=False, map_location=map_location)
-    except Exception as err:  # truncated, garbled or not a torch file
-        first = (str(err).splitlines() or [""])[0]
-        raise DamagedFileError(path, f"cannot be read: {type(err).__name__}: {first}") from err
+        listed = _listed_digests(path)
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if listed is not None and digest not in listed:
+            listed_short = ", ".join(sorted(d[:12] for d in listed))
+            raise DamagedFileError(path, f"sha256 mismatch: the file changed after it was written; its "
+                                         f"sha256 starts {digest[:12]}, {digest_path(path).name} lists {listed_short}")
+        f.seek(0)
+        try:
+            obj = torch.load(f, weights_only=False, map_location=map_location)
+        except Exception as err:  # truncated, garbled or not a torch file
+            first = (str(err).splitlines() or [""])[0]
+            raise DamagedFileError(path, f"cannot be read: {type(err).__name__}: {first}") from err
     if listed is None and adopt:
         _adopt(path, digest)
     return obj
@@ -329,12 +343,9 @@ def discard_verified(path: Path) -> None:
     digest_path(path).unlink(missing_ok=True)
 
 
-def _sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
+def _sha256_file(path: Path) -> str:
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def write_manifest(folder: Path) -> Path:
