@@ -191,7 +191,7 @@ class DamagedFileError(RuntimeError):
     """A verified file (or folder) whose bytes are not the ones written, or that cannot be read.
 
     ``path`` is the file, ``reason`` says what is wrong (``sha256 mismatch: ...``, ``cannot be
-    read (...)``); callers turn it into a recomputation (cache entries, partial results) or a
+    read: ...``, ``its digest file ... is garbled``); callers turn it into a recomputation (cache entries, partial results) or a
     refusal that names the fix (checkpoints, trained models)."""
 
     def __init__(self, path: Path, reason: str):
@@ -236,7 +236,9 @@ def _listed_digests(path: Path) -> set[str] | None:
 
 
 class _HashingWriter:
-    """A file-like writer that hashes what it writes (torch.save writes its zip sequentially)."""
+    """A file-like writer that hashes what it writes. torch.save writes its zip sequentially; this
+    writer has no ``seek``, so a torch that needed one would fail loudly rather than hash other
+    bytes than the file holds (the tests compare the digest with the file's)."""
 
     def __init__(self, f):
         self.f, self.sha = f, hashlib.sha256()

@@ -128,7 +128,7 @@ PROFILE_KEYS = {  # profile key (section "train" of residshift.core.profiles) ->
     "train_compile": "compile", "train_checkpoint_every": "checkpoint_every",
     "train_embedding": "embedding", "train_gate_lr": "gate_lr",
 }
-RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "model", "summary.json")
+RUN_FILES = ("config.json", "checkpoint.pt", "checkpoint.pt.sha256", "log.jsonl", "model", "summary.json")
 LOCKED_EXIT = 75  # `residshift train` exit status when another process trains the run (EX_TEMPFAIL)
 
 
