@@ -106,6 +106,9 @@ def test_gate_file_from_another_model_is_refused(tiny, tmp_path):
         G.gates_from_state({"model": "x"}, info)
     with pytest.raises(FileNotFoundError, match="fit one"):
         G.load_gates(tmp_path / "missing.pt", info)
+    path.write_bytes(path.read_bytes()[:-40])  # damaged (sha256 mismatch): refused, naming the fix
+    with pytest.raises(G.GateFileError, match=rf"gate file {path} is damaged \(sha256 mismatch.*fit the gates again"):
+        G.load_gates(path, info)
 
 
 def test_errors_name_the_fix(tiny):

@@ -89,14 +89,26 @@ def test_sweep_resumes_from_partial_layers(tmp_path, monkeypatch):
     w = torch.randint(0, 259, (4, 10), generator=torch.Generator().manual_seed(2))
     cfg = sweep.SweepConfig(model=info.name, batch_size=4, alphas=(0.0, 1.0))
     full = sweep.sweep_windows(lm, info, w, cfg, partial_dir=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"layer-{l:03d}.pt" for l in range(4)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"layer-{l:03d}.pt{s}" for l in range(4)
+                                                                for s in ("", ".sha256"))
     # Tamper with a stored layer: a rerun must reuse the stored file, not recompute it.
     marker = torch.full_like(full["dloss"][1], 123.0)
-    cache.atomic_torch_save(marker, tmp_path / "layer-001.pt")
+    cache.save_verified(marker, tmp_path / "layer-001.pt")
     (tmp_path / "layer-002.pt").unlink()
     again = sweep.sweep_windows(lm, info, w, cfg, partial_dir=tmp_path)
     assert torch.equal(again["dloss"][1], marker)
     assert torch.equal(again["dloss"][2], full["dloss"][2])
+    # A row whose bytes changed after it was written (one float) is recomputed, with a warning naming it.
+    row = tmp_path / "layer-003.pt"
+    value = full["dloss"][3][0, 0].numpy().tobytes()
+    data = row.read_bytes()
+    assert data.count(value) == 1
+    row.write_bytes(data.replace(value, torch.tensor(9.0).numpy().tobytes()))
+    with pytest.warns(cache.DamagedFileWarning, match=rf"partial sweep row {row} is damaged \(sha256 mismatch.*"
+                                                      "recomputing layer 3"):
+        again = sweep.sweep_windows(lm, info, w, cfg, partial_dir=tmp_path)
+    assert torch.equal(again["dloss"][3], full["dloss"][3])
+    assert torch.equal(cache.load_verified(row), full["dloss"][3])
 
 
 def test_run_sweep_is_cached(tmp_path, monkeypatch):

@@ -291,16 +291,60 @@ def test_corrupt_checkpoint_and_vocabulary_mismatch_are_refused(tmp_path):
     with pytest.raises(T.TrainError, match="vocabulary of 259 tokens but this run's is 300"):
         T.train(c.with_(vocab=300), run, progress=False)
     (run / "checkpoint.pt").write_bytes(b"garbage")
-    with pytest.raises(T.TrainError, match="corrupt.*delete it"):
+    with pytest.raises(T.TrainError, match="damaged.*delete it to start the run over"):
         T.train(c, run, progress=False)
     # nothing half-written: no model, no summary, no temporary files
-    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "config.json", "log.jsonl"]
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoint.pt", "checkpoint.pt.sha256", "config.json",
+                                                     "log.jsonl"]
     with pytest.raises(T.TrainError, match="smaller than the tokenizer"):
         T.train(c.with_(vocab=100), tmp_path / "v", progress=False)
     assert not (tmp_path / "v").exists()
     other = T.train(c.with_(seed=5), tmp_path / "o", progress=False, stop_after=1)
     with pytest.raises(T.TrainError, match="another configuration"):
         T.train(c, other, progress=False)
+
+
+def _flip(path, start, n):
+    data = bytearray(path.read_bytes())
+    data[start:start + n] = bytes(b ^ 0xFF for b in data[start:start + n])
+    path.write_bytes(bytes(data))
+
+
+def test_bytes_flipped_inside_a_training_checkpoint_are_refused_in_one_cli_line(tmp_path, capsys):
+    from residshift.__main__ import main
+
+    c = cfg()
+    out = tmp_path / "cli"
+    base = ["train", "--profile", "smoke", *cli_args(c), "--out", str(out), "--no-progress"]
+    assert main(base + ["--stop-after", "2"]) == 0
+    ck = out / "checkpoint.pt"
+    assert (out / "checkpoint.pt.sha256").is_file()
+    emb = torch.load(ck, weights_only=False)["module"]["transformer.wte.weight"].numpy().tobytes()
+    at = ck.read_bytes().find(emb)
+    assert at > 0
+    _flip(ck, at + 4000, 400)  # the reported case: 400 bytes inside the weights; torch reads them
+    assert torch.load(ck, weights_only=False)["state"]["step"] == 2
+    capsys.readouterr()
+    assert main(base) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"residshift train: error: checkpoint {ck} is damaged (sha256 mismatch: the file "
+                          "changed after it was written") and err.endswith("delete it to start the run over")
+    assert not (out / "summary.json").exists()
+
+
+def test_a_trained_model_carries_a_manifest_checked_when_the_run_is_reused(tmp_path):
+    c = cfg(tokens=32 * 8 * 2, eval_every=0)
+    run = T.train(c, tmp_path / "r", progress=False)
+    names = [line.split("  ")[1] for line in (run / "model" / "SHA256SUMS").read_text().splitlines()]
+    assert "model.safetensors" in names and "config.json" in names and "SHA256SUMS" not in names
+    (run / "model" / "SHA256SUMS").unlink()  # a model saved by an older version: reused and adopted
+    assert T.train(c, run, progress=False) == run and (run / "model" / "SHA256SUMS").is_file()
+    weights = run / "model" / "model.safetensors"
+    _flip(weights, weights.stat().st_size // 2, 4)
+    with pytest.raises(T.TrainError, match=rf"the trained model of {run} is damaged: .*model\.safetensors is "
+                                           rf"damaged \(sha256 mismatch.*delete {run} to train the run again"):
+        T.train(c, run, progress=False)
 
 
 @pytest.mark.parametrize("args, match", [

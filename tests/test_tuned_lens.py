@@ -127,6 +127,11 @@ def test_save_load_round_trip_and_wrong_model_refusal(tiny, tmp_path):
         lens.decode(other, 0, torch.randn(2, other.d_model))
     with pytest.raises(FileNotFoundError, match="fit_cached"):
         T.TunedLens.load(tmp_path / "missing.pt", info)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit flipped: refused, naming the file and the fix
+    path.write_bytes(bytes(data))
+    with pytest.raises(T.TunedLensError, match=rf"tuned lens {path} is damaged \(.*fit one with fit_cached"):
+        T.TunedLens.load(path, info)
 
 
 def test_out_of_range_layer_and_bad_config(tiny):
@@ -158,6 +163,10 @@ def test_resume_after_interruption_equals_uninterrupted(tiny, tmp_path):
     # a checkpoint from another configuration is refused
     with pytest.raises(FitError, match="another fit"):
         T.fit(lm, info, T.TunedLensConfig(window=16, steps=7, batch=3), train=train, es=None, checkpoint=ckpt)
+    # a damaged checkpoint is refused before anything is read from it (the counted bests included)
+    ckpt.write_bytes(ckpt.read_bytes()[:-10])
+    with pytest.raises(FitError, match=rf"checkpoint {ckpt} is damaged \(sha256 mismatch.*start the fit over"):
+        T.fit(lm, info, cfg, train=train, es=es, checkpoint=ckpt)
 
 
 def test_fit_cached_uses_the_corpus_and_caches(tiny, tmp_path, monkeypatch):
@@ -168,7 +177,8 @@ def test_fit_cached_uses_the_corpus_and_caches(tiny, tmp_path, monkeypatch):
     lens, report = T.fit_cached(lm, info, cfg, tok)
     assert report["kl_logit"].shape == (2, info.n_layers + 1)
     assert report["vocab_size"] == 16 and 0 <= report["outside_mass"] < 1
-    assert not T.checkpoint_path(info, cfg).exists()
+    ckpt = T.checkpoint_path(info, cfg)
+    assert not ckpt.exists() and not ckpt.with_name(ckpt.name + ".sha256").exists()
     again, report2 = T.fit_cached(lm, info, cfg, tok)
     assert torch.equal(report2["kl_tuned"], report["kl_tuned"])
     for a, b in zip(lens.state_dict().values(), again.state_dict().values()):

@@ -191,7 +191,7 @@ def gates_from_state(state: dict[str, Any], info: ModelInfo):
 
 def save_gates(path, gates, info: ModelInfo) -> Path:
     path = Path(path)
-    cache.atomic_torch_save(gate_state(gates, info), path)
+    cache.save_verified(gate_state(gates, info), path)  # with its sha256 beside it (<path>.sha256)
     return path
 
 
@@ -199,7 +199,14 @@ def load_gates(path, info: ModelInfo):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no gate file at {path}; fit one with gates.fit_gates")
-    return gates_from_state(torch.load(path, weights_only=False), info)
+    try:
+        state = cache.load_verified(path)
+    except cache.DamagedFileError as err:
+        raise GateFileError(f"gate file {path} is damaged ({err.reason}); delete it, fit the gates again with "
+                            "gates.fit_gates and save them with gates.save_gates") from err
+    if not isinstance(state, dict):
+        raise GateFileError(f"{path} is not a gate file; write one with gates.save_gates")
+    return gates_from_state(state, info)
 
 
 # ------------------------------------------------------------------------------------------

@@ -19,11 +19,14 @@ needs no replay at all (it is the unmodified model; its dloss is exactly 0). The
 this path equals the plain nnsight ``attenuate`` path; ``benchmarks/bench_sweep.py`` times both.
 
 Resumable: the per-layer results are written atomically under
-``results/sweep-partial/<config key>/layer-XX.pt`` as they complete, and the assembled result goes
-through ``cache.cached``.
+``results/sweep-partial/<config key>/layer-XX.pt`` as they complete (with their sha256,
+``cache.save_verified``: a row whose bytes changed or that cannot be read is deleted and
+recomputed with a DamagedFileWarning naming it), and the assembled result goes through
+``cache.cached``.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -124,8 +127,13 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
     for layer in it:
         path = None if partial_dir is None else partial_dir / f"layer-{layer:03d}.pt"
         if path is not None and path.is_file():
-            rows.append(torch.load(path))
-            continue
+            try:
+                rows.append(cache.load_verified(path))
+                continue
+            except cache.DamagedFileError as err:  # a damaged partial row is recomputed, not reused
+                cache.discard_verified(path)
+                warnings.warn(f"partial sweep row {path} is damaged ({err.reason}): deleted it; recomputing "
+                              f"layer {layer}", cache.DamagedFileWarning, stacklevel=2)
         row = torch.zeros(len(cfg.alphas), len(windows))
         for ai, alpha in enumerate(cfg.alphas):
             if alpha == 1.0:
@@ -134,7 +142,7 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
                    for c in caps]
             row[ai] = torch.cat(per) - base
         if path is not None:
-            cache.atomic_torch_save(row, path)
+            cache.save_verified(row, path)
         rows.append(row)
     return {"base": base, "base_tokens": base_tok, "dloss": torch.stack(rows), "layers": layers,
             "n_layers": info.n_layers, "model": info.name,

@@ -8,8 +8,20 @@ modules and of every residshift module they import, directly or not (found stati
 ``ast``; blank lines and comment lines do not count). So a changed configuration never reuses a
 stale result, and neither does a fix to the code that computed it. Each entry is
 ``results/<kind>/<key>.pt`` (torch.save of any picklable object of tensors, numbers, lists and
-dicts) with ``<key>.json`` beside it holding the configuration and the code fingerprint (with the
-modules it covers), for a reader who wants to know what produced a file.
+dicts), ``<key>.pt.sha256`` (its sha256, ``sha256sum`` format) and ``<key>.json`` holding the
+configuration and the code fingerprint (with the modules it covers), for a reader who wants to
+know what produced a file.
+
+Nothing lost and nothing silently wrong: every file is written to a temporary name and renamed
+into place (:func:`atomic_path`, :func:`atomic_dir`), and torch files of results and checkpoints
+go through :func:`save_verified` / :func:`load_verified`, which check the sha256 written with the
+file on every load. A cache entry whose bytes changed, or that cannot be read (truncated,
+garbled), is a miss: :func:`cached` deletes it, warns (:class:`DamagedFileWarning`, naming the
+file and why; notebooks show it) and recomputes it; :func:`load` returns None with the same
+warning. Checkpoints instead refuse with an error naming the file and the fix (``core.fitting``,
+``train.trainer``). An entry written before the digests existed loads unchecked once and is then
+adopted (its digest is written). Trained model folders carry a ``SHA256SUMS`` manifest
+(:func:`write_manifest`, :func:`verify_manifest`).
 
 ``code=`` takes residshift modules (objects or dotted names), functions, methods, classes or
 instances; anything defined outside the package (a notebook's lambda) counts by its own source.
@@ -38,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import types
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -242,6 +255,214 @@ def atomic_save_npy(path: Path, array: np.ndarray) -> None:
     """``np.save`` of ``array`` to ``path`` atomically (see :func:`atomic_path`)."""
     with atomic_path(path, suffix=".npy") as tmp, open(tmp, "wb") as f:
         np.save(f, array)
+
+
+# --------------------------------------------------------------------------------------------
+# Verified torch files: a sha256 written with the file, checked on every load
+# --------------------------------------------------------------------------------------------
+
+DIGEST_SUFFIX = ".sha256"
+MANIFEST = "SHA256SUMS"  # a folder's digest manifest (write_manifest / verify_manifest)
+_HEX = frozenset("0123456789abcdef")
+
+
+class DamagedFileError(RuntimeError):
+    """A verified file (or folder) whose bytes are not the ones written, or that cannot be read.
+
+    ``path`` is the file, ``reason`` says what is wrong (``sha256 mismatch: ...``, ``cannot be
+    read: ...``, ``its digest file ... is garbled``); callers turn it into a recomputation (cache entries, partial results) or a
+    refusal that names the fix (checkpoints, trained models)."""
+
+    def __init__(self, path: Path, reason: str):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"{path} is damaged ({reason})")
+
+
+class DamagedFileWarning(UserWarning):
+    """A damaged cached result was deleted and is being recomputed (the message names the file)."""
+
+
+def digest_path(path: Path) -> Path:
+    """The digest file of ``path``: ``<path>.sha256`` beside it."""
+    path = Path(path)
+    return path.with_name(path.name + DIGEST_SUFFIX)
+
+
+def _digest_lines(digests: Iterable[str], name: str) -> str:
+    """``sha256sum`` format: one ``<hex>  <name>`` line per digest (so ``sha256sum -c`` reads it)."""
+    return "".join(f"{d}  {name}\n" for d in dict.fromkeys(digests))
+
+
+def _listed_digests(path: Path) -> set[str] | None:
+    """The digests the digest file of ``path`` lists; None when there is none. A digest file that
+    exists but holds no well-formed line raises DamagedFileError."""
+    side = digest_path(path)
+    try:
+        text = side.read_text(encoding="ascii")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise DamagedFileError(path, f"its digest file {side.name} cannot be read: {err}") from err
+    digests = set()
+    for line in text.splitlines():
+        word = line.split(" ", 1)[0].lower()
+        if len(word) != 64 or not set(word) <= _HEX:
+            raise DamagedFileError(path, f"its digest file {side.name} is garbled")
+        digests.add(word)
+    if not digests:
+        raise DamagedFileError(path, f"its digest file {side.name} is empty")
+    return digests
+
+
+class _HashingWriter:
+    """A file-like writer that hashes what it writes. torch.save writes its zip sequentially; this
+    writer has no ``seek``, so a torch that needed one would fail loudly rather than hash other
+    bytes than the file holds (the tests compare the digest with the file's)."""
+
+    def __init__(self, f):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def save_verified(obj: Any, path: Path) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically, with its sha256 in ``<path>.sha256``; read it back
+    with :func:`load_verified`.
+
+    The object is serialized into a temporary file beside ``path`` and hashed as it is written (one
+    pass, no copy in memory). The payload and its digest file are two renames, so the digest file
+    is written first listing the new digest *and* the ones it listed before (or, for a file without
+    one, the digest of the payload being replaced), then the payload is renamed into place, then
+    the digest file is rewritten with the new digest alone: a kill at any point leaves a payload
+    whose digest is listed. Concurrent writers of one path: one complete write wins; an unlucky
+    interleaving can at worst make the file read as damaged, never as wrong. What it costs:
+    ``benchmarks/bench_integrity.py``.
+    """
+    path = Path(path)
+    side = digest_path(path)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(obj, writer)
+        new = writer.sha.hexdigest()
+        try:
+            before = _listed_digests(path) or set()
+        except DamagedFileError:  # a garbled digest file: it is about to be replaced anyway
+            before = set()
+        if not before and path.is_file():  # a file of an older version: keep it loadable until replaced
+            before = {_sha256_file(path)}
+        atomic_write_text(side, _digest_lines([new, *sorted(before - {new})], path.name))
+    atomic_write_text(side, _digest_lines([new], path.name))  # the payload is in place: only its digest
+    return path
+
+
+def load_verified(path: Path, *, map_location: Any = None, adopt: bool = True) -> Any:
+    """``torch.load`` of a file written by :func:`save_verified`, after checking its sha256.
+
+    The file is opened once; its bytes are hashed and must be one of the digests its ``.sha256``
+    file lists, then ``torch.load`` reads the same open file (so a file renamed over it meanwhile
+    is not mixed in; ``weights_only=False``: our own files hold arbitrary objects). Raises
+    :class:`DamagedFileError` (naming the file and why) when the digest differs, the digest file
+    is garbled, or the bytes cannot be unpickled (truncated, foreign); raises FileNotFoundError
+    when ``path`` does not exist.
+
+    A file with no digest file (written before residshift verified its files) is loaded without a
+    check and, when it loads and ``adopt`` is true, adopted: its digest is written beside it (only
+    if no digest file appeared meanwhile; silently skipped where the folder is read-only), so any
+    later change to it is detected. A legacy file that cannot be unpickled is damaged as above.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        listed = _listed_digests(path)
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        if listed is not None and digest not in listed:
+            listed_short = ", ".join(sorted(d[:12] for d in listed))
+            raise DamagedFileError(path, f"sha256 mismatch: the file changed after it was written; its "
+                                         f"sha256 starts {digest[:12]}, {digest_path(path).name} lists {listed_short}")
+        f.seek(0)
+        try:
+            obj = torch.load(f, weights_only=False, map_location=map_location)
+        except Exception as err:  # truncated, garbled or not a torch file
+            first = (str(err).splitlines() or [""])[0]
+            raise DamagedFileError(path, f"cannot be read: {type(err).__name__}: {first}") from err
+    if listed is None and adopt:
+        _adopt(path, digest)
+    return obj
+
+
+def _adopt(path: Path, digest: str) -> None:
+    """Write ``path``'s digest file unless one exists: a temporary file hard-linked into place,
+    which fails rather than replaces, so a digest written meanwhile by a real save wins. Any
+    OSError (a read-only folder) leaves the file unadopted."""
+    side = digest_path(path)
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{side.name}.", suffix=".tmp", dir=side.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(_digest_lines([digest], path.name))
+        os.link(name, side)
+    except OSError:  # FileExistsError: another digest file is in place; else a read-only folder
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def discard_verified(path: Path) -> None:
+    """Delete ``path`` and then its digest file (in that order: a kill in between leaves a digest
+    file without a payload, harmless, never a damaged payload without a digest, which would load
+    as a legacy file)."""
+    path = Path(path)
+    path.unlink(missing_ok=True)
+    digest_path(path).unlink(missing_ok=True)
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def write_manifest(folder: Path) -> Path:
+    """Write ``folder/SHA256SUMS``: the sha256 of every file under ``folder`` (relative paths,
+    ``sha256sum`` format, sorted), atomically. Write it into a folder before it is renamed into
+    place (:func:`atomic_dir`), so a folder in place always has its manifest."""
+    folder = Path(folder)
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MANIFEST)
+    lines = "".join(f"{_sha256_file(p)}  {p.relative_to(folder).as_posix()}\n" for p in files)
+    target = folder / MANIFEST
+    atomic_write_text(target, lines)
+    return target
+
+
+def verify_manifest(folder: Path) -> bool:
+    """Check every file ``folder/SHA256SUMS`` lists against its digest: True when all match, False
+    when the folder has no manifest (written before residshift wrote them); raises
+    :class:`DamagedFileError` naming the first file that is missing or differs (files the manifest
+    does not list are not checked)."""
+    folder = Path(folder)
+    manifest = folder / MANIFEST
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
+    for line in text.splitlines():
+        digest, sep, name = line.partition("  ")
+        if not sep or len(digest) != 64 or not set(digest) <= _HEX or not name:
+            raise DamagedFileError(manifest, f"line {line[:80]!r} is not '<sha256>  <file>'")
+        file = folder / name
+        if not file.is_file():
+            raise DamagedFileError(file, f"listed in {MANIFEST} but missing")
+        if _sha256_file(file) != digest:
+            raise DamagedFileError(file, f"sha256 mismatch: the file changed after it was written "
+                                         f"(see {MANIFEST})")
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -505,12 +726,24 @@ def entry_path(kind: str, config: dict[str, Any], *, code: Any = None) -> Path:
     return _path(kind, config, _resolve_code(code, 1)[0])
 
 
-def _load(path: Path) -> Any | None:
-    return torch.load(path, weights_only=False) if path.is_file() else None
+def _load(path: Path, then: str) -> Any | None:
+    """The verified entry at ``path``, or None when absent; a damaged one (digest mismatch,
+    unreadable) is deleted with its digest file and its ``.json``, with a DamagedFileWarning that
+    names it, says why and ends with ``then`` (what happens next), and is None too."""
+    if not path.is_file():
+        return None
+    try:
+        return load_verified(path)
+    except DamagedFileError as err:
+        discard_verified(path)
+        path.with_suffix(".json").unlink(missing_ok=True)
+        warnings.warn(f"cached result {path} is damaged ({err.reason}): deleted it; {then}",
+                      DamagedFileWarning, stacklevel=3)
+        return None
 
 
 def _store(path: Path, config: dict[str, Any], value: Any, fingerprint: str, modules: list[str]) -> Path:
-    atomic_torch_save(value, path)
+    save_verified(value, path)
     sidecar = {"config": _canonical(config), "code": {"fingerprint": fingerprint, "modules": modules},
                "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     atomic_write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2))
@@ -518,9 +751,10 @@ def _store(path: Path, config: dict[str, Any], value: Any, fingerprint: str, mod
 
 
 def load(kind: str, config: dict[str, Any], *, code: Any = None) -> Any | None:
-    """The stored result of ``(kind, config)`` computed by ``code``, or None."""
+    """The stored result of ``(kind, config)`` computed by ``code``, or None (also for a damaged
+    entry, which is deleted with a DamagedFileWarning naming it)."""
     _check_kind(kind)
-    return _load(_path(kind, config, _resolve_code(code, 1)[0]))
+    return _load(_path(kind, config, _resolve_code(code, 1)[0]), "load() returns None for it")
 
 
 def store(kind: str, config: dict[str, Any], value: Any, *, code: Any = None) -> Path:
@@ -534,12 +768,14 @@ def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, cod
     """Return the stored result for ``(kind, config, code)``, computing and storing it when absent.
 
     ``code``: what computes the result (see the module docstring); default: the caller's code.
+    A damaged entry is a miss: it is deleted, a DamagedFileWarning names it, and the recomputed
+    result replaces it.
     """
     _check_kind(kind)
     fingerprint, modules = _resolve_code(code, 1, compute)
     path = _path(kind, config, fingerprint)
     if not refresh:
-        hit = _load(path)
+        hit = _load(path, "recomputing it (the new result replaces it)")
         if hit is not None:
             return hit
     value = compute()

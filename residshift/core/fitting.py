@@ -16,9 +16,11 @@ What it does, per optimiser step ``s = 0, 1, ...`` (at most ``cfg.steps``):
    (``best_keys(i)`` names the state-dict entries of part ``i``) and patience counts evaluations in
    which no part improved;
 5. an atomic checkpoint (module, optimiser, RNG state, history) every ``cfg.checkpoint_every``
-   steps, at every evaluation and at the end. A fit started again with the same checkpoint path
-   resumes where the last checkpoint left off and ends exactly where an uninterrupted fit ends
-   (tested); a checkpoint made for another configuration is refused.
+   steps, at every evaluation and at the end, with its sha256 beside it (``<path>.sha256``,
+   ``cache.save_verified``); a checkpoint whose bytes changed or that cannot be read is refused
+   with a FitError naming the file and the fix (:func:`read_checkpoint`). A fit started again
+   with the same checkpoint path resumes where the last checkpoint left off and ends exactly where
+   an uninterrupted fit ends (tested); a checkpoint made for another configuration is refused.
 
 It also writes a JSON-lines log (one record per step: loss, lr, tokens/s, grad norm; one per
 evaluation) and shows a progress bar with the loss and tokens/s. ``stop_after`` ends a call after
@@ -48,7 +50,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .cache import atomic_torch_save, atomic_write_text
+from .cache import DamagedFileError, atomic_write_text, load_verified, save_verified
 
 FORMAT = "residshift-fit/1"
 OPTIMIZERS = ("adam", "adamw")
@@ -204,6 +206,17 @@ def _fresh_state(extra: dict[str, Any] | None) -> dict[str, Any]:
             "bad_evals": 0, "stopped_early": False, "seconds": 0.0, "extra": dict(extra or {})}
 
 
+def read_checkpoint(path: str | Path) -> Any:
+    """The object in checkpoint ``path``, its sha256 checked (``cache.load_verified``: a checkpoint
+    without a digest file, from an older version, loads unchecked and is adopted). A checkpoint
+    whose bytes changed after it was written, or that cannot be read, is refused with a FitError
+    naming the file and the fix: nothing resumes from damaged weights."""
+    try:
+        return load_verified(Path(path), map_location="cpu")
+    except DamagedFileError as err:
+        raise FitError(f"checkpoint {path} is damaged ({err.reason}); delete it to start the fit over") from err
+
+
 class _Checkpoint:
     """Atomic, resumable checkpoints of one fit at ``path`` (None = none); only ``write`` processes save."""
 
@@ -217,11 +230,7 @@ class _Checkpoint:
         if self.path is None or not self.path.is_file():
             return None
         ckpt = self.path
-        try:
-            saved = torch.load(ckpt, weights_only=False, map_location="cpu")
-        except Exception as err:  # a truncated or foreign file
-            raise FitError(f"checkpoint {ckpt} cannot be read ({type(err).__name__}: {err}); delete it "
-                           "to start the fit over") from err
+        saved = read_checkpoint(ckpt)
         if not isinstance(saved, dict) or saved.get("format") != FORMAT:
             raise FitError(f"{ckpt} is not a residshift fit checkpoint; delete it to start over")
         if saved["config"] != self.config:
@@ -237,7 +246,7 @@ class _Checkpoint:
     def save(self, module: nn.Module, opt: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         """Write module, optimiser, RNG and loop state in one atomic replace (a no-op without a path or off main)."""
         if self.path is not None and self.write:
-            atomic_torch_save({"format": FORMAT, "config": self.config, "module": module.state_dict(),
+            save_verified({"format": FORMAT, "config": self.config, "module": module.state_dict(),
                                "opt": opt.state_dict(), "rng": torch.get_rng_state(),
                                "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_initialized() else None,
                                "state": state}, self.path)

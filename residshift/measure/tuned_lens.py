@@ -48,7 +48,7 @@ from torch import nn
 
 from ..core import cache, forward
 from ..core.data import token_windows
-from ..core.fitting import FitConfig, fit as run_fit, random_batch
+from ..core.fitting import FitConfig, fit as run_fit, random_batch, read_checkpoint
 from ..core.unembed import Unembed
 from ..core.models import ModelInfo
 from ..core.paths import results_dir
@@ -178,16 +178,21 @@ class TunedLens(nn.Module):
         payload = {"format": FORMAT, "model": self.model_name, "n_layers": self.n_layers,
                    "d_model": self.d_model, "state": {k: v.detach().cpu() for k, v in self.state_dict().items()},
                    "config": asdict(config) if config is not None else None, "report": report}
-        cache.atomic_torch_save(payload, Path(path))
+        cache.save_verified(payload, Path(path))  # with its sha256 beside it (<path>.sha256)
         return Path(path)
 
     @classmethod
     def load(cls, path: str | Path, info: ModelInfo) -> "TunedLens":
-        """Read a lens saved by :meth:`save`; refuse one fitted on another model."""
+        """Read a lens saved by :meth:`save`, its sha256 checked; refuse one fitted on another model
+        or one whose file is damaged (changed after it was written, or unreadable)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no tuned lens at {path}; fit one with fit_cached(lm, info, config)")
-        payload = torch.load(path, weights_only=False)
+        try:
+            payload = cache.load_verified(path)
+        except cache.DamagedFileError as err:
+            raise TunedLensError(f"tuned lens {path} is damaged ({err.reason}); delete it and save the lens "
+                                 "again, or fit one with fit_cached(lm, info, config)") from err
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise TunedLensError(f"{path} is not a residshift tuned lens (format {FORMAT!r})")
         if (payload["model"], payload["n_layers"], payload["d_model"]) != (info.name, info.n_layers, info.d_model):
@@ -478,7 +483,7 @@ def _checkpoint_best(checkpoint: Path | None) -> list[float] | None:
     """The per-layer counted bests saved in a fitting checkpoint (None: no checkpoint or no evaluation yet)."""
     if checkpoint is None or not Path(checkpoint).is_file():
         return None
-    saved = torch.load(checkpoint, weights_only=False)
+    saved = read_checkpoint(checkpoint)  # sha256 checked: a damaged checkpoint is refused (FitError)
     state = saved.get("state") if isinstance(saved, dict) else None
     return None if not isinstance(state, dict) else state.get("best")
 
@@ -650,7 +655,7 @@ def fit_cached(lm, info: ModelInfo, cfg: TunedLensConfig, tokenizer=None, *, ref
 
     value = cache.cached("tuned-lens", key, compute, code=fit_cached, refresh=refresh)
     ckpt = checkpoint_path(info, cfg)
-    ckpt.unlink(missing_ok=True)  # the cached result supersedes the checkpoint
+    cache.discard_verified(ckpt)  # the cached result supersedes the checkpoint (and its digest file)
     lens = TunedLens(info)
     lens.load_state_dict(value["state"])
     return lens, value["report"]

@@ -16,11 +16,13 @@ tokens/s). What this module adds:
 
 - **Run directories.** One per configuration: ``results_dir()/train/<mode>-s<seed>-<key>/`` with
   ``<key>`` the hash of the (device-resolved) configuration. It holds ``config.json``,
-  ``checkpoint.pt`` while training (deleted once the model is saved), ``log.jsonl`` (one record per
+  ``checkpoint.pt`` and its sha256 ``checkpoint.pt.sha256`` while training (deleted once the model
+  is saved; a damaged checkpoint is refused, naming the fix), ``log.jsonl`` (one record per
   step; one per evaluation with the validation loss and, for the learned modes, every ``alpha/<l>``
-  or ``backout_lambda``), ``model/`` (``save_pretrained`` of the model and the tokenizer, written to
-  a temporary folder and renamed into place) and ``summary.json`` (written last: its presence marks
-  a finished run, which a rerun returns without training). While a process trains the run it holds
+  or ``backout_lambda``), ``model/`` (``save_pretrained`` of the model and the tokenizer with a
+  ``SHA256SUMS`` manifest, written to a temporary folder and renamed into place; checked whenever
+  the run is reused) and ``summary.json`` (written last: its presence marks a finished run, which a
+  rerun returns without training). While a process trains the run it holds
   ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder is
   refused with one line naming the holder (exit status 75). A killed run resumes from its checkpoint
   and ends exactly where an uninterrupted run ends (tested, also across a real process kill).
@@ -94,7 +96,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers.utils import logging as hf_logging
 
 from ..core import fitting, profiles, unembed
-from ..core.cache import _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint, config_key
+from ..core.cache import (DamagedFileError, _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint,
+                          config_key, discard_verified, load_verified, verify_manifest, write_manifest)
 from ..core.data import tokenizer_fingerprint
 from ..core.fitting import FORMAT, FitConfig, FitError, fit
 from ..core.machine import cpu_facts, device_problem  # cpu_facts re-exported: every speed figure names its CPU
@@ -125,7 +128,7 @@ PROFILE_KEYS = {  # profile key (section "train" of residshift.core.profiles) ->
     "train_compile": "compile", "train_checkpoint_every": "checkpoint_every",
     "train_embedding": "embedding", "train_gate_lr": "gate_lr",
 }
-RUN_FILES = ("config.json", "checkpoint.pt", "log.jsonl", "model", "summary.json")
+RUN_FILES = ("config.json", "checkpoint.pt", "checkpoint.pt.sha256", "log.jsonl", "model", "summary.json")
 LOCKED_EXIT = 75  # `residshift train` exit status when another process trains the run (EX_TEMPFAIL)
 
 
@@ -493,14 +496,15 @@ def _autocast(device: str, enabled: bool):
 
 
 def check_checkpoint(path: Path, vocab: int) -> None:
-    """Refuse a checkpoint that cannot be read or whose vocabulary differs, naming the fix."""
+    """Refuse a checkpoint that is damaged (its sha256 differs from the one written with it, or it
+    cannot be read) or whose vocabulary differs, naming the fix (``cache.load_verified``: one from
+    an older version without a digest file is read unchecked and adopted)."""
     if not path.is_file():
         return
     try:
-        saved = torch.load(path, weights_only=False, map_location="cpu")
-    except Exception as err:
-        raise TrainError(f"checkpoint {path} is corrupt ({type(err).__name__}: {err}); delete it to start the run "
-                         "over") from err
+        saved = load_verified(path, map_location="cpu")
+    except DamagedFileError as err:
+        raise TrainError(f"checkpoint {path} is damaged ({err.reason}); delete it to start the run over") from err
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or "module" not in saved:
         raise TrainError(f"{path} is not a residshift training checkpoint; delete it to start the run over")
     emb = saved["module"].get("transformer.wte.weight")
@@ -533,13 +537,16 @@ def read_log(run: str | Path) -> list[dict[str, Any]]:
 
 
 def _save_model(model, tokenizer, target: Path) -> None:
-    """``save_pretrained`` into a temporary folder beside ``target``, then rename it into place."""
+    """``save_pretrained`` into a temporary folder beside ``target``, with a ``SHA256SUMS``
+    manifest of its files (``cache.write_manifest``; checked when the run is reused), then rename
+    it into place."""
     bars = hf_logging.is_progress_bar_enabled()
     try:
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar per run
         with atomic_dir(target) as tmp:
             model.save_pretrained(str(tmp))
             tokenizer.save_pretrained(str(tmp))
+            write_manifest(tmp)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
@@ -609,10 +616,26 @@ def _train(cfg: TrainConfig, out_dir, *, device: str, ddp: Dist, stop_after, pro
 
 
 def _finished(run: Path, key: str) -> bool:
+    """Whether ``run`` holds a finished run of ``key``, its model checked (:func:`check_model`)."""
     if (run / "summary.json").is_file() and (run / "model" / "config.json").is_file():
         _check_run_config(run, key)
+        check_model(run / "model")
         return True
     return False
+
+
+def check_model(folder: Path) -> None:
+    """Check a trained model folder against its ``SHA256SUMS`` manifest; refuse a damaged one with
+    a TrainError naming the file and the fix. A folder from an older version without a manifest
+    is adopted (its manifest is written, unless the folder is read-only), so later damage is found."""
+    try:
+        if not verify_manifest(folder):
+            with contextlib.suppress(OSError):
+                write_manifest(folder)
+    except DamagedFileError as err:
+        run = Path(folder).parent
+        raise TrainError(f"the trained model of {run} is damaged: {err}; delete {run} to train the run "
+                         "again") from err
 
 
 def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, *, device: str, ddp: Dist,
@@ -721,7 +744,7 @@ def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data,
     }
     _save_model(model, tokenizer, run / "model")
     atomic_write_text(run / "summary.json", json.dumps(summary, indent=2))
-    (run / "checkpoint.pt").unlink(missing_ok=True)
+    discard_verified(run / "checkpoint.pt")  # and its digest file
 
 
 # --------------------------------------------------------------------------------------------

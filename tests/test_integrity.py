@@ -1,0 +1,261 @@
+"""Nothing lost and nothing silently wrong (issue 32): verified torch files (``cache.save_verified`` /
+``load_verified``), damaged cache entries recomputed with a warning naming the file, damaged
+checkpoints refused naming the file and the fix, legacy files adopted, a kill at any point of a
+save leaving a loadable file, and the digest manifest of trained model folders."""
+import os
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from residshift.core import cache
+from residshift.core import fitting as F
+
+
+def _replace_once(path, old: bytes, new: bytes):
+    data = path.read_bytes()
+    assert data.count(old) == 1, "the bytes to change must occur once"
+    path.write_bytes(data.replace(old, new))
+
+
+def _f32(*values) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+# ------------------------------------------------------------------------------------------
+# The mechanism
+# ------------------------------------------------------------------------------------------
+
+
+def test_save_verified_writes_the_payload_and_its_sha256_and_loads_it_back(tmp_path):
+    path = cache.save_verified({"x": torch.arange(4.0), "n": 3}, tmp_path / "a.pt")
+    side = tmp_path / "a.pt.sha256"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "a.pt.sha256"]  # no temporary files left
+    digest = side.read_text().split()[0]
+    assert side.read_text() == f"{digest}  a.pt\n" and digest == cache._sha256_file(path)  # sha256sum format
+    back = cache.load_verified(path)
+    assert torch.equal(back["x"], torch.arange(4.0)) and back["n"] == 3
+    with pytest.raises(FileNotFoundError):
+        cache.load_verified(tmp_path / "missing.pt")
+
+
+def test_a_changed_float_garbled_bytes_or_a_garbled_digest_file_are_damaged(tmp_path):
+    path = cache.save_verified({"x": torch.tensor([1.5, 2.5, 3.25])}, tmp_path / "a.pt")
+    _replace_once(path, _f32(2.5), _f32(2.75))
+    assert torch.load(path, weights_only=False)["x"][1] == 2.75  # torch alone reads it silently
+    with pytest.raises(cache.DamagedFileError, match=r"a\.pt is damaged \(sha256 mismatch: the file changed"):
+        cache.load_verified(path)
+    path = cache.save_verified({"x": 1}, tmp_path / "b.pt")
+    (tmp_path / "b.pt.sha256").write_text("not a digest\n")
+    with pytest.raises(cache.DamagedFileError, match="digest file b.pt.sha256 is garbled"):
+        cache.load_verified(path)
+
+
+def test_legacy_file_without_digest_is_loaded_and_adopted_so_later_damage_is_found(tmp_path):
+    path = tmp_path / "old.pt"
+    cache.atomic_torch_save({"x": torch.tensor([1.5, 2.5])}, path)  # as older versions wrote
+    assert not (tmp_path / "old.pt.sha256").exists()
+    assert torch.equal(cache.load_verified(path)["x"], torch.tensor([1.5, 2.5]))
+    assert (tmp_path / "old.pt.sha256").read_text().split()[0] == cache._sha256_file(path)  # adopted
+    _replace_once(path, _f32(2.5), _f32(9.0))
+    with pytest.raises(cache.DamagedFileError, match="sha256 mismatch"):
+        cache.load_verified(path)
+    # a legacy file that cannot be read is damaged, and is not adopted
+    (tmp_path / "cut.pt").write_bytes(path.read_bytes()[:300])
+    with pytest.raises(cache.DamagedFileError, match=r"cut\.pt is damaged \(cannot be read"):
+        cache.load_verified(tmp_path / "cut.pt")
+    assert not (tmp_path / "cut.pt.sha256").exists()
+
+
+def test_adoption_never_replaces_a_digest_file_written_meanwhile(tmp_path):
+    path = cache.save_verified([1, 2], tmp_path / "a.pt")
+    listed = (tmp_path / "a.pt.sha256").read_text()
+    cache._adopt(path, "0" * 64)
+    assert (tmp_path / "a.pt.sha256").read_text() == listed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "a.pt.sha256"]
+
+
+def _save_killed_at(monkeypatch, obj, path, rename: int):
+    """``save_verified(obj, path)`` killed just before its ``rename``-th rename (1: the first digest
+    file, 2: the payload, 3: the final digest file): that rename and everything after never happen."""
+    real, calls = os.replace, []
+
+    def killed(src, dst):
+        calls.append(dst)
+        if len(calls) == rename:
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cache.save_verified(obj, path)
+    monkeypatch.setattr(os, "replace", real)
+    assert [Path(p).name for p in calls] == ["a.pt.sha256", "a.pt", "a.pt.sha256"][:rename]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("rename, expect", [(1, "old"), (2, "old"), (3, "new")])
+def test_a_kill_at_any_point_of_a_save_leaves_a_file_that_loads(tmp_path, monkeypatch, rename, expect, legacy):
+    path = tmp_path / "a.pt"
+    if legacy:
+        cache.atomic_torch_save("old", path)
+    else:
+        cache.save_verified("old", path)
+    _save_killed_at(monkeypatch, "new", path, rename)
+    assert cache.load_verified(path) == expect
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+    cache.save_verified("newer", path)  # and the next save starts clean
+    assert cache.load_verified(path) == "newer" and len((tmp_path / "a.pt.sha256").read_text().splitlines()) == 1
+
+
+def test_the_digest_file_states_between_the_renames_written_by_hand_still_load(tmp_path):
+    path = tmp_path / "a.pt"
+    cache.save_verified("old", path)
+    old = cache._sha256_file(path)
+    side = tmp_path / "a.pt.sha256"
+    new_bytes = tmp_path / "new.pt"
+    torch.save("new", new_bytes)
+    new = cache._sha256_file(new_bytes)
+    side.write_text(f"{new}  a.pt\n{old}  a.pt\n")  # killed after the first digest write
+    assert cache.load_verified(path) == "old"
+    new_bytes.replace(path)  # killed after the payload's rename
+    assert cache.load_verified(path) == "new"
+    side.write_text(f"{old}  a.pt\n")  # a payload whose digest is not listed is damaged
+    with pytest.raises(cache.DamagedFileError, match="sha256 mismatch"):
+        cache.load_verified(path)
+
+
+def test_discard_removes_the_payload_before_its_digest(tmp_path, monkeypatch):
+    path = cache.save_verified(1, tmp_path / "a.pt")
+    cache.discard_verified(path)
+    assert list(tmp_path.iterdir()) == []
+    cache.discard_verified(path)  # nothing there: no error
+
+
+# ------------------------------------------------------------------------------------------
+# Cache entries: damage is a miss, recomputed with a warning naming the file
+# ------------------------------------------------------------------------------------------
+
+
+def _entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"loss": torch.tensor([1.5, 2.5, 3.25])}
+
+    cache.cached("toy", {"n": 1}, compute, code=compute)
+    return compute, calls, cache.entry_path("toy", {"n": 1}, code=compute)
+
+
+def test_one_float_changed_in_a_cached_result_is_recomputed_with_a_warning(tmp_path, monkeypatch):
+    compute, calls, path = _entry(tmp_path, monkeypatch)
+    _replace_once(path, _f32(2.5), _f32(2.75))  # the reported case: one float changed, torch reads it
+    with pytest.warns(cache.DamagedFileWarning, match=rf"cached result {path} is damaged \(sha256 mismatch.*"
+                                                      r"recomputing it \(the new result replaces it\)"):
+        value = cache.cached("toy", {"n": 1}, compute, code=compute)
+    assert torch.equal(value["loss"], torch.tensor([1.5, 2.5, 3.25])) and len(calls) == 2
+    assert torch.equal(cache.load("toy", {"n": 1}, code=compute)["loss"], value["loss"])  # replaced, verified
+    assert path.with_suffix(".json").is_file()
+
+
+def test_a_truncated_cache_entry_is_a_miss_naming_the_file(tmp_path, monkeypatch):
+    compute, calls, path = _entry(tmp_path, monkeypatch)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.warns(cache.DamagedFileWarning, match=rf"{path} is damaged \(.*load\(\) returns None"):
+        assert cache.load("toy", {"n": 1}, code=compute) is None
+    assert sorted(p.name for p in path.parent.iterdir()) == []  # the damaged entry is gone, all of it
+    compute2, calls, path = _entry(tmp_path, monkeypatch)  # stored again
+    path.write_bytes(path.read_bytes()[:100])
+    (path.parent / (path.name + ".sha256")).unlink()  # even without its digest (cannot be read)
+    with pytest.warns(cache.DamagedFileWarning, match=rf"{path} is damaged \(cannot be read"):
+        value = cache.cached("toy", {"n": 1}, compute2, code=compute2)
+    assert torch.equal(value["loss"], torch.tensor([1.5, 2.5, 3.25])) and len(calls) == 2
+
+
+def test_a_legacy_cache_entry_is_reused_and_adopted(tmp_path, monkeypatch):
+    compute, calls, path = _entry(tmp_path, monkeypatch)
+    (path.parent / (path.name + ".sha256")).unlink()  # as an older version left it
+    assert torch.equal(cache.cached("toy", {"n": 1}, compute, code=compute)["loss"], torch.tensor([1.5, 2.5, 3.25]))
+    assert len(calls) == 1 and (path.parent / (path.name + ".sha256")).is_file()
+
+
+# ------------------------------------------------------------------------------------------
+# Fit checkpoints: damage is refused, naming the file and the fix
+# ------------------------------------------------------------------------------------------
+
+
+def _fit(tmp_path, steps, stop_after=None):
+    torch.manual_seed(0)
+    net = nn.Linear(6, 200)
+    X = torch.randn(32, 6, generator=torch.Generator().manual_seed(1))
+
+    def step(s, micro, backward):
+        loss = net(X[F.epoch_batch(32, 8, s, 0)]).pow(2).mean()
+        backward(loss)
+        return loss.detach()
+
+    r = F.fit(net, F.FitConfig(steps=steps, lr=0.01), step_fn=step, checkpoint=tmp_path / "ck.pt",
+              stop_after=stop_after)
+    return net, r
+
+
+def test_bytes_flipped_inside_a_fit_checkpoint_are_refused_naming_the_file_and_the_fix(tmp_path):
+    net, r = _fit(tmp_path, steps=6, stop_after=3)
+    ck = tmp_path / "ck.pt"
+    assert not r.finished and (tmp_path / "ck.pt.sha256").is_file()
+    weights = net.weight.detach().numpy().tobytes()
+    data = bytearray(ck.read_bytes())
+    at = data.find(weights)
+    assert at > 0
+    data[at + 1000:at + 1400] = bytes(b ^ 0xFF for b in data[at + 1000:at + 1400])  # 400 bytes of weights
+    ck.write_bytes(bytes(data))
+    assert torch.load(ck, weights_only=False)["state"]["step"] == 3  # torch alone would resume from it
+    with pytest.raises(F.FitError, match=rf"checkpoint {ck} is damaged \(sha256 mismatch: the file changed after "
+                                         r"it was written.*\); delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+
+
+def test_a_truncated_fit_checkpoint_is_refused(tmp_path):
+    _fit(tmp_path, steps=6, stop_after=3)
+    ck = tmp_path / "ck.pt"
+    ck.write_bytes(ck.read_bytes()[:2000])
+    with pytest.raises(F.FitError, match=rf"checkpoint {ck} is damaged .*delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+    (tmp_path / "ck.pt.sha256").unlink()  # without its digest file: unreadable all the same
+    with pytest.raises(F.FitError, match=r"is damaged \(cannot be read.*delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+
+
+def test_a_legacy_fit_checkpoint_resumes_and_is_adopted(tmp_path):
+    full, _ = _fit(tmp_path / "full", steps=6)
+    _fit(tmp_path, steps=6, stop_after=3)
+    (tmp_path / "ck.pt.sha256").unlink()  # a checkpoint written before digests existed
+    net, r = _fit(tmp_path, steps=6)
+    assert r.finished and torch.equal(net.weight, full.weight)
+    assert (tmp_path / "ck.pt.sha256").is_file()  # adopted when it was read, rewritten since
+
+
+# ------------------------------------------------------------------------------------------
+# Folder manifests (trained models)
+# ------------------------------------------------------------------------------------------
+
+
+def test_manifest_lists_every_file_and_finds_a_changed_or_missing_one(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.bin").write_bytes(b"\x00" * 100)
+    (tmp_path / "sub" / "b.json").write_text("{}")
+    assert cache.verify_manifest(tmp_path) is False  # none yet
+    cache.write_manifest(tmp_path)
+    lines = (tmp_path / "SHA256SUMS").read_text().splitlines()
+    assert [line.split("  ")[1] for line in lines] == ["a.bin", "sub/b.json"]
+    assert cache.verify_manifest(tmp_path) is True
+    (tmp_path / "a.bin").write_bytes(b"\x00" * 99 + b"\x01")
+    with pytest.raises(cache.DamagedFileError, match=r"a\.bin is damaged \(sha256 mismatch"):
+        cache.verify_manifest(tmp_path)
+    (tmp_path / "a.bin").unlink()
+    with pytest.raises(cache.DamagedFileError, match="listed in SHA256SUMS but missing"):
+        cache.verify_manifest(tmp_path)
