@@ -14,6 +14,13 @@ sha256 of the serialized bytes alone is timed apart (MB/s). The CPU, its bf16 fl
 average are recorded beside the times.
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_integrity.py --json benchmarks/bench-integrity.json
+
+``--warm-cache RESULTS --runs RUNS.json`` prices the check on a real warm run instead: every cached
+torch file under ``RESULTS`` (what a run of the notebooks left) is loaded plain and verified, in
+alternating order (``--rounds``, at least 3), and the added seconds are set against the wall time
+of the warm run ``RUNS.json`` records for ``--notebooks`` at ``--profile``. A warm run loads each entry
+about once, so the sum over entries is the check's cost on it. Nothing in ``RESULTS`` is changed (an
+entry without a digest file is hashed as a checked one is, and not adopted).
 """
 from __future__ import annotations
 
@@ -130,12 +137,67 @@ def bench(name: str, obj, folder: Path, rounds: int) -> dict:
     return out
 
 
+def warm_cache(results: Path, rounds: int) -> dict:
+    """Plain vs verified load of every cached torch file under ``results`` (see the module docstring)."""
+    files = sorted(p for p in results.rglob("*.pt") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise SystemExit(f"--warm-cache {results}: no cached .pt files there; run the notebooks first")
+    plain, verified = [], []
+    for r in range(max(3, rounds)):
+        tp = tv = 0.0
+        for path in files:
+            for mode in (("plain", "verified") if r % 2 == 0 else ("verified", "plain")):
+                t0 = time.perf_counter()
+                if mode == "plain":
+                    torch.load(path, weights_only=False)
+                else:
+                    cache.load_verified(path, adopt=False)
+                dt = time.perf_counter() - t0
+                if mode == "plain":
+                    tp += dt
+                else:
+                    tv += dt
+        plain.append(tp)
+        verified.append(tv)
+        print(f"[bench_integrity] warm cache round {r}: plain {tp:.2f} s, verified {tv:.2f} s", flush=True)
+    kinds: dict[str, int] = {}
+    for path in files:
+        kinds[path.parent.name] = kinds.get(path.parent.name, 0) + 1
+    mb = sum(p.stat().st_size for p in files) / 1e6
+    return {"results": str(results), "files": len(files), "mb": round(mb, 1), "kinds": kinds,
+            "plain_load_s": round(statistics.median(plain), 3), "verified_load_s": round(statistics.median(verified), 3),
+            "added_s": round(statistics.median(v - p for v, p in zip(verified, plain)), 3),
+            "plain_all": [round(x, 3) for x in plain], "verified_all": [round(x, 3) for x in verified]}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary folder in the results dir)")
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
+    ap.add_argument("--warm-cache", default=None, metavar="RESULTS",
+                    help="price the check on the cached results a run left in this folder instead")
+    ap.add_argument("--runs", default=None, help="with --warm-cache: the RUNS.json of that warm run")
+    ap.add_argument("--profile", default="default", help="with --runs: the profile of the warm run")
+    ap.add_argument("--notebooks", nargs="*", default=["00", "01", "02", "03", "04", "05"],
+                    help="with --runs: the notebooks of the warm run (numbers)")
     args = ap.parse_args(argv)
+    if args.warm_cache:
+        out = {"cpu": cpu_facts(), "torch": torch.__version__, "rounds": max(3, args.rounds),
+               "warm_cache": warm_cache(Path(args.warm_cache), args.rounds)}
+        if args.runs:
+            runs = json.loads(Path(args.runs).read_text()).get(args.profile, {})
+            picked = {k: v for k, v in runs.items() if k[:2] in args.notebooks}
+            wall = sum(float(v["wall_s"]) for v in picked.values())
+            out["warm_run"] = {"profile": args.profile, "notebooks": sorted(picked), "wall_s": round(wall, 1),
+                               "results_written": sum(int(v.get("results_written") or 0) for v in picked.values()),
+                               "finished": max(str(v.get("finished")) for v in picked.values())}
+            out["added_share_of_warm_run"] = round(out["warm_cache"]["added_s"] / wall, 4)
+        out["load_1min_at_end"] = os.getloadavg()[0]
+        print(json.dumps(out, indent=2))
+        if args.json:
+            cache.atomic_write_text(Path(args.json), json.dumps(out, indent=2) + "\n")
+        return out
     base = Path(args.dir) if args.dir else cache.results_dir()
     base.mkdir(parents=True, exist_ok=True)
     out: dict = {"cpu": cpu_facts(), "torch": torch.__version__, "rounds": args.rounds}
