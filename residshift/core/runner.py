@@ -455,7 +455,6 @@ class PeakMemory:
         self.kernel = kernel
         self.peaks: dict[int, int] = {}
         self.roots: dict[int, str] = {}
-        self._skipped: set[int] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -466,12 +465,14 @@ class PeakMemory:
             return []
         found = []
         for child in direct:
-            if child.pid in self._before or child.pid in self._skipped:
+            if child.pid in self._before:
                 continue
             if child.pid not in self.roots:
+                # Asked again at every poll: between fork and exec a child still shows this process's
+                # command line (and, after vfork, this process's memory), so it is not yet what it
+                # will be.
                 line = _cmdline(child)
-                if self.kernel is not None and self.kernel not in line:
-                    self._skipped.add(child.pid)
+                if not line or line == self._own or (self.kernel is not None and self.kernel not in line):
                     continue
                 self.roots[child.pid] = line
             found.append(child)
@@ -496,7 +497,9 @@ class PeakMemory:
                 return
 
     def __enter__(self) -> "PeakMemory":
-        self._before = {p.pid for p in psutil.Process().children(recursive=False)}
+        me = psutil.Process()
+        self._before = {p.pid for p in me.children(recursive=False)}
+        self._own = _cmdline(me)
         self._rusage0 = _children_maxrss()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
