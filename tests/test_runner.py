@@ -79,6 +79,12 @@ def test_runner_runs_in_order(books, tmp_path):
     done = runner.run_notebooks("smoke", folder=folder, output_dir=tmp_path / "out",
                                 log=lambda *a, **k: None)
     assert [p.name for p in done] == ["00-first.ipynb", "01-second.ipynb"]
+    from residshift.study import book
+
+    for path in done:  # papermill's finished copies are whole runs to the book; no half-run copy is left
+        nb = nbformat.read(path, as_version=4)
+        assert book.unfinished(nb) is None and nb.metadata["papermill"]["output_path"] == str(path)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["00-first.ipynb", "01-second.ipynb"]
 
 
 def test_broken_notebook_fails_loudly_and_keeps_the_copy(books, tmp_path):
@@ -90,6 +96,11 @@ def test_broken_notebook_fails_loudly_and_keeps_the_copy(books, tmp_path):
     text = str(err.value)
     assert "02-broken.ipynb" in text and "cell" in text and "deliberate" in text
     assert (tmp_path / "out" / "02-broken.ipynb").is_file()
+    from residshift.study import book
+
+    nb = nbformat.read(tmp_path / "out" / "02-broken.ipynb", as_version=4)  # marked: the book shows it failed
+    assert "deliberate" in book.execution_error(nb) and book.unfinished(nb) is None
+    assert not runner.partial_path(tmp_path / "out" / "02-broken.ipynb").exists()
 
 
 def test_notebook_without_parameters_cell_is_refused(books, tmp_path):

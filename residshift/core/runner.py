@@ -826,9 +826,13 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 log(f"      done in {seconds:.1f} s, peak memory {mem.peak_bytes / 2**30:.2f} GiB -> {target}",
                     flush=True)
                 if record:
-                    record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
-                                                              values, results_written(before, results_snapshot()),
-                                                              executed=target, invocation=invocation))
+                    entry = _run_entry(seconds, mem.peak_bytes, params, overrides, load, values,
+                                       results_written(before, results_snapshot()), executed=target,
+                                       invocation=invocation)
+                    try:
+                        record_run(profile, book.stem, entry)
+                    except CorruptRecordError as err:  # garbled while this run ran (a merge, say)
+                        raise RunFailed(f"{book.name} finished ({target}) but its run was not recorded: {err}") from None
                 done.append(target)
     finally:
         for k, v in env_before.items():
