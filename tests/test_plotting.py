@@ -85,9 +85,11 @@ def test_manifest_commits_and_problems(tmp_path):
 
 
 def test_committed_figures_come_from_committed_code():
-    from residshift.core.paths import REPO_ROOT
+    """The committed manifest (``git show HEAD:figures/MANIFEST.json``), not the working tree's,
+    which a user's own run from uncommitted code rewrites."""
+    from committed import committed_json
 
-    entries = plotting.load_manifest(REPO_ROOT / "figures")
+    entries = committed_json("figures/MANIFEST.json")
     assert entries, "figures/MANIFEST.json is missing or empty"
     problems = plotting.manifest_problems(entries)
     assert not problems, f"{len(problems)} manifest entries:\n" + "\n".join(problems[:10])

@@ -1,4 +1,6 @@
+import contextlib
 import json
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -77,6 +79,12 @@ def test_runner_runs_in_order(books, tmp_path):
     done = runner.run_notebooks("smoke", folder=folder, output_dir=tmp_path / "out",
                                 log=lambda *a, **k: None)
     assert [p.name for p in done] == ["00-first.ipynb", "01-second.ipynb"]
+    from residshift.study import book
+
+    for path in done:  # papermill's finished copies are whole runs to the book; no half-run copy is left
+        nb = nbformat.read(path, as_version=4)
+        assert book.unfinished(nb) is None and nb.metadata["papermill"]["output_path"] == str(path)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["00-first.ipynb", "01-second.ipynb"]
 
 
 def test_broken_notebook_fails_loudly_and_keeps_the_copy(books, tmp_path):
@@ -88,6 +96,11 @@ def test_broken_notebook_fails_loudly_and_keeps_the_copy(books, tmp_path):
     text = str(err.value)
     assert "02-broken.ipynb" in text and "cell" in text and "deliberate" in text
     assert (tmp_path / "out" / "02-broken.ipynb").is_file()
+    from residshift.study import book
+
+    nb = nbformat.read(tmp_path / "out" / "02-broken.ipynb", as_version=4)  # marked: the book shows it failed
+    assert "deliberate" in book.execution_error(nb) and book.unfinished(nb) is None
+    assert not runner.partial_path(tmp_path / "out" / "02-broken.ipynb").exists()
 
 
 def test_notebook_without_parameters_cell_is_refused(books, tmp_path):
@@ -355,3 +368,175 @@ def test_refresh_readme_runs_the_report_command_and_fails_loudly(monkeypatch):
     result["rc"] = 1
     with pytest.raises(runner.RunFailed, match="regenerating the README failed.*no block"):
         runner.refresh_readme(log=lambda *a, **k: None)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 32: whole-number --only, -p values checked up front, the kernel's own memory, kills
+# --------------------------------------------------------------------------------------------
+
+
+def test_only_picks_whole_numbers_and_names(books):
+    folder, _ = books
+    assert [p.stem for p in runner.list_notebooks(folder, ["01"])] == ["01-second"]
+    assert [p.stem for p in runner.list_notebooks(folder, ["01-second", "00"])] == ["00-first", "01-second"]
+    assert [p.stem for p in runner.list_notebooks(folder, ["00-first.ipynb"])] == ["00-first"]
+    for bad in ("0", "1", "00-fi"):  # a prefix used to pick every notebook it began ("0": all ten)
+        with pytest.raises(runner.UsageError, match=r"no notebook matches .*two-digit numbers \(00, 01\)"):
+            runner.list_notebooks(folder, [bad])
+
+
+@pytest.mark.parametrize("param, says", [
+    ("ppl_windows=0", "-p ppl_windows=0: ppl_windows must be an integer >= 1"),
+    ("ppl_windows=two", '-p ppl_windows="two": ppl_windows must be an integer >= 1'),
+    ("seed=-1", "-p seed=-1: seed must be an integer >= 0"),
+    ("seed=true", "-p seed=true: seed must be an integer >= 0"),
+])
+def test_override_values_are_checked_against_the_profile_before_a_kernel_starts(
+        books, tmp_path, monkeypatch, capsys, param, says):
+    from residshift.__main__ import main
+
+    folder, seen = books
+    monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
+    for argv in (["run", "--profile", "smoke", "--only", "00", "-p", param, "--output-dir", str(tmp_path / "out")],
+                 ["run", "--profile", "smoke", "--only", "00", "-p", param, "--dry-run"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not seen.exists() and not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_override_kinds_follow_every_profile():
+    check = runner.check_override_values
+    check("smoke", {"ppl_windows": 2, "seed": 0, "train_lr": 1, "eval_items": None, "lens_positions": None,
+                    "models": ["tiny-llama"], "causal_alphas": [0, 0.5], "train_corpus": {"path": "x"},
+                    "device": "cpu", "show_solutions": False, "not_a_profile_key": "anything"})
+    for bad, says in [({"models": "tiny-llama"}, "a JSON list of strings"), ({"show_solutions": 1}, "true/false"),
+                      ({"causal_alphas": ["a"]}, "a JSON list of numbers"), ({"device": 3}, "a string"),
+                      ({"train_lr": "fast"}, "a number"), ({"eval_items": 0}, "null or an integer >= 1")]:
+        with pytest.raises(runner.UsageError, match=says):
+            check("smoke", bad)
+
+
+def test_an_output_dir_that_is_a_file_is_a_one_line_usage_error(books, tmp_path, monkeypatch, capsys):
+    from residshift.__main__ import main
+
+    folder, seen = books
+    monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
+    (tmp_path / "a-file").write_text("x")
+    assert main(["run", "--profile", "smoke", "--only", "00", "--output-dir", str(tmp_path / "a-file")]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a folder" in err and len(err.strip().splitlines()) == 1 and not seen.exists()
+
+
+def test_peak_memory_counts_the_kernels_tree_only(monkeypatch):
+    """Under pytest-xdist the small notebook's peak read 3,143 MiB: getrusage(RUSAGE_CHILDREN) counts the
+    worker's own memory, which a child holds between fork and exec, and the poll counted any new
+    descendant. Now: the kernel's tree, by its command line, and its own high-water marks."""
+    import subprocess
+    import sys
+
+    hog = [sys.executable, "-c", "import time; a = bytearray(300 * 2**20); a[::4096] = b'x' * len(a[::4096]); "
+           "time.sleep(1.5)"]
+    grow = iter(range(10**6, 10**9, 10**7))
+    monkeypatch.setattr(runner, "_children_maxrss", lambda: next(grow))  # rises during every block
+    with runner.PeakMemory(interval=0.05, kernel="ipykernel") as mem:
+        subprocess.run(hog, check=True)  # not a kernel: another test's process, say
+    assert mem.peak_bytes == 0 and not mem.roots
+    with runner.PeakMemory(interval=0.05, kernel="bytearray") as mem:  # this one is "the kernel"
+        subprocess.run(hog, check=True)
+    assert 300 * 2**20 <= mem.peak_bytes < 400 * 2**20 and len(mem.roots) == 1
+
+
+def test_a_small_notebook_run_from_a_big_process_reports_its_own_peak(tmp_path, monkeypatch):
+    """The runner's process holds 700 MiB (an xdist worker that loaded models): the kernel's peak is
+    the kernel's (the old measure reported ~990 MiB for a 53 MiB kernel)."""
+    import numpy as np
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder / "00-small.ipynb", 'profile = "default"', "x = 1")
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
+    big = np.ones(700 * 2**17)
+    runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
+    del big
+    peak = runner.load_runs(tmp_path / "figures" / "RUNS.json")["default"]["00-small"]["peak_rss_mib"]
+    assert 10 < peak < 400
+
+
+def _finished_copy(source, target):
+    nb = nbformat.read(source, as_version=4)
+    for i, c in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        c.execution_count = i + 1
+    nbformat.write(nb, target)
+    return target.read_bytes()
+
+
+def test_a_killed_or_stopped_run_keeps_the_last_finished_copy(tmp_path):
+    """SIGKILL mid-notebook: the executed copy of the last finished run is untouched, the half-run
+    copy waits under a hidden name the book does not read, and the next run sweeps the IPython
+    folder left behind. SIGTERM: the runner removes both itself. The book refuses a half-run copy
+    (one the old runner published) with the command that reruns it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from residshift.study import book
+
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    started = tmp_path / "started"
+    _notebook(folder / "00-slow.ipynb", 'profile = "default"',
+              f"open({str(started)!r}, 'w').write('x')\nimport time\ntime.sleep(300)")
+    out, build = tmp_path / "out", tmp_path / "build"
+    out.mkdir()
+    old = _finished_copy(folder / "00-slow.ipynb", out / "00-slow.ipynb")
+    assert book.unfinished(nbformat.read(out / "00-slow.ipynb", as_version=4)) is None
+    env = dict(os.environ, RESIDSHIFT_NOTEBOOKS=str(folder), RESIDSHIFT_BUILD=str(build),
+               RESIDSHIFT_FIGURES=str(tmp_path / "figures"), RESIDSHIFT_RESULTS=str(tmp_path / "results"))
+    partial = runner.partial_path(out / "00-slow.ipynb")
+
+    def start():
+        started.unlink(missing_ok=True)
+        proc = subprocess.Popen([sys.executable, "-m", "residshift", "run", "--profile", "smoke", "--only", "00",
+                                 "--output-dir", str(out)], env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while not (started.exists() and partial.exists()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.1)
+        return proc
+
+    proc = start()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the runner and its kernel
+        proc.wait(30)
+    finally:
+        proc.stderr.close()
+    assert (out / "00-slow.ipynb").read_bytes() == old
+    assert partial.is_file() and [p.name for p in out.iterdir() if book.NOTEBOOK.match(p.name)] == ["00-slow.ipynb"]
+    left = list((build / runner.IPYTHON_DIRS).glob("run-*"))
+    assert len(left) == 1
+    half = tmp_path / "half"  # where the old runner put the half-run copy: the name the book reads
+    half.mkdir()
+    shutil.copyfile(partial, half / "00-slow.ipynb")
+    with pytest.raises(book.BookError, match=r"00-slow.ipynb is half-run \(code cell \d is running, no error "
+                                             r"recorded\): rerun it with `python -m residshift run --profile "
+                                             r"smoke --only 00`"):
+        book.build_book("smoke", executed=half, figures=tmp_path / "figures", out=tmp_path / "site",
+                        log=lambda *a: None)
+    assert not (tmp_path / "site").exists()
+
+    proc = start()  # the next run sweeps the killed one's IPython folder ...
+    try:
+        assert not left[0].exists()
+        proc.send_signal(signal.SIGTERM)  # ... and a stopped run cleans up after itself
+        assert proc.wait(60) == 128 + signal.SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.stderr.close()
+    assert (out / "00-slow.ipynb").read_bytes() == old and not partial.exists()
+    assert not list((build / runner.IPYTHON_DIRS).glob("run-*"))

@@ -199,13 +199,15 @@ def test_c1_across_seeds_is_unanimous():
 
 def test_every_committed_training_rule_can_reach_each_outcome():
     """The committed default grid: at its seeds and the seed-to-seed spread each row measured, each
-    rule could have said reproduced and not reproduced (within a plausible effect)."""
-    from residshift.core.paths import REPO_ROOT
+    rule could have said reproduced and not reproduced (within a plausible effect). Read from the
+    commit (``git show HEAD:figures/...``), not the working tree a user's own run rewrites."""
+    from committed import committed_json
 
     rows = []
     for name in ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
                  "08-misalignment-after-mitigation-verdicts"):
-        rows += [r for r in V.load_verdicts(REPO_ROOT / "figures" / f"{name}.json")
+        path = f"figures/{name}.json"
+        rows += [r for r in V.rows_from_json(committed_json(path), path)
                  if r.details.get("unit") == "seed" and r.details.get("sd")]
     assert len(rows) >= 20  # the committed grid's rows, in the seed-unit layout
     for r in rows:

@@ -1,7 +1,9 @@
 """What the notebooks write besides figures, and the record of where every output came from.
 
 ``save_numbers("03-alignment-curves-ranks", numbers)`` writes ``figures/03-alignment-curves-ranks.json``
-atomically and records in ``figures/MANIFEST.json`` which profile, commit and parameters produced it,
+atomically and records in ``figures/MANIFEST.json`` which profile, commit and parameters produced it
+(under the manifest's lock, atomically: processes saving into one folder at once keep every entry;
+a corrupt manifest is refused with the fix named, never overwritten: ``residshift.core.records``),
 whether the code (package, notebooks, pyproject.toml) differed from that commit (``code_dirty``; the
 outputs being written do not count) and a hash of that code (``code_hash``).
 :func:`manifest_commits` names the commit(s) a set of outputs comes from; :func:`manifest_problems`
@@ -27,6 +29,7 @@ import torch
 
 from .cache import _canonical, atomic_write_text, code_state
 from .paths import REPO_ROOT, figures_dir
+from .records import CorruptRecordError, read_record, updating  # noqa: F401 - CorruptRecordError re-exported
 
 _NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
 
@@ -93,11 +96,13 @@ def git_commit() -> str:
 
 
 def record(filename: str, parameters: dict[str, Any] | None) -> None:
-    folder = figures_dir()
-    manifest = folder / "MANIFEST.json"
-    entries = json.loads(manifest.read_text()) if manifest.is_file() else {}
+    """Record in the figures folder's ``MANIFEST.json`` which profile, commit and parameters made
+    ``filename``. The code state (a ``git status``) is computed first; the read-modify-write runs
+    under the manifest's lock and writes atomically (``core.records.updating``), so processes saving
+    into one folder at once keep every entry. A corrupt manifest raises ``CorruptRecordError`` naming
+    the fix and is left untouched (its other entries are not silently dropped)."""
     state = code_state()
-    entries[filename] = {
+    entry = {
         "profile": os.environ.get("RESIDSHIFT_PROFILE", "interactive"),
         "commit": state["commit"],
         "code_dirty": state["code_dirty"],
@@ -105,13 +110,17 @@ def record(filename: str, parameters: dict[str, Any] | None) -> None:
         "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "parameters": _canonical(parameters or {}),
     }
-    atomic_write_text(manifest, json.dumps(dict(sorted(entries.items())), indent=2) + "\n")
+    with updating(figures_dir() / "MANIFEST.json") as entries:
+        entries[filename] = entry
+        ordered = dict(sorted(entries.items()))
+        entries.clear()
+        entries.update(ordered)
 
 
 def load_manifest(folder: Path | None = None) -> dict[str, dict[str, Any]]:
-    """``{file name: entry}`` from ``MANIFEST.json`` in ``folder`` (default: the figures folder)."""
-    manifest = Path(folder or figures_dir()) / "MANIFEST.json"
-    return json.loads(manifest.read_text()) if manifest.is_file() else {}
+    """``{file name: entry}`` from ``MANIFEST.json`` in ``folder`` (default: the figures folder);
+    ``{}`` when absent, ``CorruptRecordError`` (one line naming the fix) when it is not valid JSON."""
+    return read_record(Path(folder or figures_dir()) / "MANIFEST.json")
 
 
 def manifest_problems(entries: dict[str, dict[str, Any]]) -> list[str]:
@@ -154,9 +163,12 @@ def manifest_commits(names=None, *, folder: Path | None = None) -> list[str]:
 
 
 def save_numbers(name: str, numbers: Any, *, parameters: dict[str, Any] | None = None) -> Path:
-    """Save the numbers behind a figure or table as ``figures/<name>.json`` (same name rule)."""
+    """Save the numbers behind a figure or table as ``figures/<name>.json`` (same name rule) and
+    record it in the manifest (:func:`record`); a corrupt manifest raises ``CorruptRecordError``
+    before anything is written."""
     check_name(name)
     target = figures_dir() / f"{name}.json"
+    read_record(target.parent / "MANIFEST.json")  # a corrupt manifest: refused before anything is written
     atomic_write_text(target, json.dumps(_canonical(numbers), indent=2) + "\n")
     record(target.name, parameters)
     return target

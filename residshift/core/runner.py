@@ -2,19 +2,32 @@
 
 ``python -m residshift run --profile smoke --only 00 -p ppl_windows=2``
 
-Every notebook in ``notebooks/`` named ``NN-name.ipynb`` runs in order. The profile's value of each
-parameter the notebook's tagged ``parameters`` cell declares is injected, then ``-p`` overrides.
-Parameters are strict: ``-p`` with a key that no selected notebook declares, an unknown profile or
-an unknown notebook is a :class:`UsageError` (the command line exits with status 2) before anything
-runs. Executed copies go to ``build/<profile>/``. Figures go to ``figures/``, except for the smoke
-profile, whose figures go to ``build/smoke/figures`` so a test run never overwrites the committed
-ones. On a failure the runner names the notebook and the failing cell, keeps the executed copy,
-and raises :class:`RunFailed`.
+Every notebook in ``notebooks/`` named ``NN-name.ipynb`` runs in order; ``--only`` picks by whole
+two-digit number (``03``) or whole name (``03-alignment``), never by prefix. The profile's value of
+each parameter the notebook's tagged ``parameters`` cell declares is injected, then ``-p``
+overrides. Parameters are strict, and checked before any kernel starts: ``-p`` with a key that no
+selected notebook declares, a value of another kind or range than the profiles give that key
+(:func:`check_override_values`: ``-p ppl_windows=0``), an unknown profile or notebook, or an
+``--output-dir`` that is a file is a :class:`UsageError` (the command line exits with status 2).
+A corrupt ``MANIFEST.json`` or ``RUNS.json`` in the figures folder the run writes fails it at once
+(:class:`RunFailed`, naming the fix; ``residshift.core.records``).
 
-Each finished notebook's wall time and peak memory (the high-water mark of the kernel's resident
-memory) are recorded in ``RUNS.json`` beside the figures (:func:`record_run`), so run-time claims
-are always the last measurement. ``--dry-run`` prints the work a profile asks of each notebook
-(:func:`estimate_work`) without running anything.
+Executed copies go to ``build/<profile>/``. Papermill writes each one under a hidden name beside it
+(:func:`partial_path`), renamed onto ``NN-name.ipynb`` only when the notebook finished, so a run
+killed mid-notebook never replaces the last finished copy with a half-run one (and the book refuses
+half-run copies). On a failure the runner names the notebook and the failing cell, publishes the
+executed copy (papermill's error record in it: the book shows the notebook as stopped there) and
+raises :class:`RunFailed`; a kernel that died is a RunFailed too, its half-run copy left under the
+hidden name. SIGINT and SIGTERM stop a run cleanly (the half-run copy and the kernels' IPython
+folder, ``build/.ipython/run-*``, are removed); a SIGKILLed run's folder is swept by the next run.
+Figures go to ``figures/``, except for the smoke profile, whose figures go to
+``build/smoke/figures`` so a test run never overwrites the committed ones.
+
+Each finished notebook's wall time and peak memory (the high-water mark of the kernel's own process
+tree: :class:`PeakMemory`) are recorded in ``RUNS.json`` beside the figures (:func:`record_run`,
+under the file's lock, so concurrent runs keep every entry), so run-time claims are always the last
+measurement. ``--dry-run`` prints the work a profile asks of each notebook (:func:`estimate_work`)
+without running anything; a corrupt ``RUNS.json`` only makes its last-measured line unavailable.
 """
 from __future__ import annotations
 
@@ -39,6 +52,7 @@ import psutil
 
 from . import profiles
 from .paths import REPO_ROOT, build_dir, figures_dir, results_dir
+from .records import CorruptRecordError, check_records, read_record, updating
 
 try:
     import resource  # Unix only
@@ -61,15 +75,26 @@ def notebooks_dir() -> Path:
 
 
 def list_notebooks(folder: Path | None = None, only: Iterable[str] | None = None) -> list[Path]:
+    """The ``NN-name.ipynb`` notebooks of ``folder`` in order; ``only`` picks by whole number (two
+    digits: ``03``) or whole name (``03-alignment``, ``03-alignment.ipynb``). Anything else (``0``,
+    ``3``, ``03-align``) is a :class:`UsageError` naming the valid numbers: a prefix would pick
+    several notebooks (``0`` was all ten), and ``3`` for ``03`` is one more spelling to get wrong."""
     folder = Path(folder or notebooks_dir())
     found = sorted(p for p in folder.glob("*.ipynb") if NOTEBOOK.match(p.name))
     if only:
         wanted = [str(o) for o in only]
-        picked = [p for p in found if any(p.name.startswith(w) or p.stem == w for w in wanted)]
-        missing = [w for w in wanted if not any(p.name.startswith(w) or p.stem == w for p in found)]
+
+        def hits(w: str) -> list[Path]:
+            return [p for p in found if w in (p.stem[:2], p.stem, p.name)]
+
+        missing = [w for w in wanted if not hits(w)]
         if missing:
-            raise UsageError(f"no notebook matches {missing}; have: {[p.stem for p in found]}")
-        return picked
+            raise UsageError(
+                f"--only: no notebook matches {missing}; give "
+                f"two-digit numbers ({', '.join(p.stem[:2] for p in found) or 'none found'}) or whole names "
+                f"({found[0].stem if found else 'NN-name'})")
+        picked = {p for w in wanted for p in hits(w)}
+        return [p for p in found if p in picked]
     return found
 
 
@@ -125,6 +150,69 @@ def check_overrides(books: list[Path], overrides: dict[str, Any]) -> None:
         f"{'it' if len(unknown) == 1 else 'them'}; valid keys: {', '.join(sorted(valid)) or '(none)'}"
         + (f". {'; '.join(elsewhere)}" if elsewhere else "")
     )
+
+
+def _kinds(values: list[Any]) -> set[str]:
+    out = set()
+    for v in values:
+        out.add("none" if v is None else "bool" if isinstance(v, bool) else "int" if isinstance(v, int)
+                else "float" if isinstance(v, float) else "str" if isinstance(v, str)
+                else "list" if isinstance(v, (list, tuple)) else "dict" if isinstance(v, dict) else "other")
+    return out
+
+
+def _allowed(key: str) -> tuple[set[str], str | None, int | None]:
+    """What a ``-p`` value of profile key ``key`` may be, from the key's values in every profile:
+    their kinds (an int is allowed where a float is), the kind of their list elements when every
+    profile's list holds one kind, and the least int allowed (1 when every profile's value is a
+    positive count, 0 when none is negative)."""
+    values = [profiles.PROFILES[p][key] for p in profiles.PROFILE_NAMES if key in profiles.PROFILES[p]]
+    kinds = _kinds(values)
+    if "float" in kinds:
+        kinds.add("int")
+    elements = _kinds([e for v in values if isinstance(v, (list, tuple)) for e in v])
+    element = next(iter(elements)) if len(elements) == 1 else None
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    least = None
+    if ints and "float" not in kinds:
+        least = 1 if min(ints) >= 1 else 0 if min(ints) >= 0 else None
+    return kinds, element, least
+
+
+_KIND_NAMES = {"none": "null", "bool": "true/false", "int": "an integer", "float": "a number",
+               "str": "a string", "list": "a JSON list", "dict": "a JSON object"}
+
+
+def check_override_values(profile: str, overrides: dict[str, Any]) -> None:
+    """Each ``-p`` value of a profile key must be of a kind the profiles give that key (UsageError
+    naming the key, the value and what is allowed): ``-p ppl_windows=0`` is refused here, before a
+    kernel starts, not deep inside a notebook. Keys the profiles do not define (a notebook's own
+    parameters) and keys every profile leaves ``None`` are not checked."""
+    known = profiles.get(profile)
+    for key, value in overrides.items():
+        if key not in known:
+            continue
+        kinds, element, least = _allowed(key)
+        if kinds <= {"none"}:
+            continue
+        kind = next(iter(_kinds([value])))
+        allowed = " or ".join(_KIND_NAMES.get(k, k) for k in sorted(kinds, key=list(_KIND_NAMES).index)
+                              if not (k == "int" and "float" in kinds))
+        if least is not None and "int" in kinds:
+            allowed = allowed.replace("an integer", f"an integer >= {least}")
+        if element is not None and "list" in kinds:
+            allowed = allowed.replace("a JSON list", f"a JSON list of {_KIND_NAMES[element].removeprefix('an ').removeprefix('a ')}s")
+        bad = kind not in kinds
+        if not bad and kind == "int" and least is not None and value < least:
+            bad = True
+        if not bad and kind == "list" and element is not None:
+            ok = {element, "int"} if element == "float" else {element}
+            bad = not _kinds(value) <= ok
+        if bad:
+            example = json.dumps(known[key], separators=(",", ":"))
+            example = example if len(example) <= 60 else None
+            raise UsageError(f"-p {key}={json.dumps(value)}: {key} must be {allowed}"
+                             + (f" (the {profile} profile's value: -p {key}={example})" if example else ""))
 
 
 def parameters_for(path: Path, profile: str, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -333,45 +421,85 @@ def _children_maxrss() -> int:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 
 
-class PeakMemory:
-    """Peak resident memory of the processes started while the block runs (papermill's kernel).
+KERNEL = "ipykernel"  # in the command line of the kernel papermill starts (python -m ipykernel_launcher -f ...)
 
-    A thread polls the runner's new descendants every ``interval`` s and keeps each one's peak:
-    on Linux the kernel's own high-water mark (``VmHWM``, exact however short the peak), elsewhere
-    the polled resident size (a lower bound). ``getrusage(RUSAGE_CHILDREN)`` alone is not per
-    notebook: it is the running maximum over every child ever reaped, so a small notebook after a
-    large one would report the large one's peak; it is used only as a floor when it rises during
-    the block. ``peak_bytes`` sums the peaks of the kernel and any processes it started.
+
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
+class PeakMemory:
+    """Peak resident memory of the process tree the block starts: papermill's kernel and whatever
+    the kernel starts, nothing else.
+
+    A thread polls every ``interval`` s for the *direct* children of this process that are new since
+    the block began (and, with ``kernel``, whose command line contains it: the runner passes
+    :data:`KERNEL`), and keeps the peak of each of them and of their descendants: on Linux the
+    process's own high-water mark (``VmHWM``, exact however short the peak), elsewhere the polled
+    resident size (a lower bound). ``peak_bytes`` sums those peaks.
+
+    Processes the block did not start are not counted: those running before it, and those another
+    thread of this process starts meanwhile that are not the kernel (under pytest-xdist, a worker's
+    other tests). ``getrusage(RUSAGE_CHILDREN)`` is not used on Linux: it is the running maximum over
+    every child ever reaped, and a child's maximum there includes this process's own resident memory
+    that the child shared between fork and exec, so a small notebook run from a big process (a test
+    worker holding models) reported that process's size. Elsewhere, where no high-water mark can be
+    read, it is a floor when it rises during the block.
     """
 
-    def __init__(self, interval: float = 0.2):
+    def __init__(self, interval: float = 0.2, *, kernel: str | None = None):
         self.interval = interval
+        self.kernel = kernel
         self.peaks: dict[int, int] = {}
+        self.roots: dict[int, str] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _tree(self, me: psutil.Process) -> list[psutil.Process]:
+        try:
+            direct = me.children(recursive=False)
+        except psutil.Error:
+            return []
+        found = []
+        for child in direct:
+            if child.pid in self._before:
+                continue
+            if child.pid not in self.roots:
+                # Asked again at every poll: between fork and exec a child still shows this process's
+                # command line (and, after vfork, this process's memory), so it is not yet what it
+                # will be.
+                line = _cmdline(child)
+                if not line or line == self._own or (self.kernel is not None and self.kernel not in line):
+                    continue
+                self.roots[child.pid] = line
+            found.append(child)
+            try:
+                found += child.children(recursive=True)
+            except psutil.Error:
+                pass
+        return found
 
     def _poll(self) -> None:
         me = psutil.Process()
         while True:
-            try:
-                children = me.children(recursive=True)
-            except psutil.Error:
-                children = []
-            for child in children:
-                if child.pid in self._before:
-                    continue
-                peak = _high_water_mark(child.pid)
+            for proc in self._tree(me):
+                peak = _high_water_mark(proc.pid)
                 if peak is None:
                     try:
-                        peak = child.memory_info().rss
+                        peak = proc.memory_info().rss
                     except psutil.Error:
                         continue
-                self.peaks[child.pid] = max(self.peaks.get(child.pid, 0), peak)
+                self.peaks[proc.pid] = max(self.peaks.get(proc.pid, 0), peak)
             if self._stop.wait(self.interval):
                 return
 
     def __enter__(self) -> "PeakMemory":
-        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
+        me = psutil.Process()
+        self._before = {p.pid for p in me.children(recursive=False)}
+        self._own = _cmdline(me)
         self._rusage0 = _children_maxrss()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -382,7 +510,9 @@ class PeakMemory:
         if self._thread is not None:
             self._thread.join()
         rusage = _children_maxrss()
-        self._rusage_peak = rusage * (1 if sys.platform == "darwin" else 1024) if rusage > self._rusage0 else 0
+        exact = sys.platform.startswith("linux")
+        self._rusage_peak = (rusage * (1 if sys.platform == "darwin" else 1024)
+                             if rusage > self._rusage0 and not exact else 0)
 
     @property
     def peak_bytes(self) -> int:
@@ -403,29 +533,32 @@ def is_cold(entry: dict[str, Any]) -> bool:
 
 
 def record_run(profile: str, notebook: str, entry: dict[str, Any]) -> Path:
-    """Record one notebook's measured run under ``RUNS.json[profile][notebook]`` (atomic write).
-    The last run from empty caches survives a later warm or partial rerun: the new entry keeps it
-    under ``"cold_run"`` (until another run from empty caches replaces it)."""
-    from .cache import _canonical, atomic_write_text  # lazy: torch ~1 s; not for notes or `run` usage errors
+    """Record one notebook's measured run under ``RUNS.json[profile][notebook]``: read, change and
+    write (atomically) under the file's lock (``core.records.updating``), so two runs recording at
+    once keep both entries. The last run from empty caches survives a later warm or partial rerun:
+    the new entry keeps it under ``"cold_run"`` (until another run from empty caches replaces it).
+    A corrupt ``RUNS.json`` raises ``CorruptRecordError`` naming the fix and is left untouched."""
+    from .cache import _canonical  # lazy: torch ~1 s; not for notes or `run` usage errors
 
     path = runs_path()
-    runs = json.loads(path.read_text()) if path.is_file() else {}
-    old = runs.get(profile, {}).get(notebook) or {}
     entry = {k: v for k, v in entry.items() if k != "cold_run"}
-    if not is_cold(entry):
-        kept = {k: v for k, v in old.items() if k != "cold_run"} if is_cold(old) else old.get("cold_run")
-        if kept:
-            entry["cold_run"] = kept
-    runs.setdefault(profile, {})[notebook] = _canonical(entry)
-    runs = {p: dict(sorted(v.items())) for p, v in sorted(runs.items())}
-    atomic_write_text(path, json.dumps(runs, indent=2) + "\n")
+    with updating(path) as runs:
+        old = runs.get(profile, {}).get(notebook) or {}
+        if not is_cold(entry):
+            kept = {k: v for k, v in old.items() if k != "cold_run"} if is_cold(old) else old.get("cold_run")
+            if kept:
+                entry["cold_run"] = kept
+        runs.setdefault(profile, {})[notebook] = _canonical(entry)
+        ordered = {p: dict(sorted(v.items())) for p, v in sorted(runs.items())}
+        runs.clear()
+        runs.update(ordered)
     return path
 
 
 def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{profile: {notebook stem: entry}}`` from ``RUNS.json`` (empty when absent)."""
-    path = Path(path) if path else runs_path()
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """``{profile: {notebook stem: entry}}`` from ``RUNS.json`` (empty when absent; a corrupt one
+    raises ``CorruptRecordError``, one line naming the fix)."""
+    return read_record(Path(path) if path else runs_path())
 
 
 def results_snapshot(folder: Path | None = None) -> dict[str, int]:
@@ -507,11 +640,114 @@ def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dic
 # --------------------------------------------------------------------------------------------
 
 
+IPYTHON_DIRS = ".ipython"  # under build/: each run's IPYTHONDIR, removed at its end, swept when stale
+HELD = ".held"  # in each of them: flock'ed by the run that uses it, so a sweep can tell a live one
+
+
+def partial_path(target: Path) -> Path:
+    """Where papermill writes while a notebook runs: ``.<stem>.partial.ipynb`` beside ``target``.
+    The book never reads it (the name does not match ``NN-name.ipynb``); only a notebook that
+    finished (or failed with papermill's error record) is renamed onto ``target``."""
+    return target.with_name(f".{target.stem}.partial.ipynb")
+
+
+def sweep_ipython_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the IPython folders under ``build/.ipython`` that no live run holds (a run killed with
+    SIGKILL cannot remove its own); return the removed ones."""
+    import fcntl
+
+    root = Path(root) if root is not None else build_dir() / IPYTHON_DIRS
+    removed = []
+    for folder in sorted(root.glob("run-*")) if root.is_dir() else []:
+        try:
+            fd = os.open(folder / HELD, os.O_RDONLY)
+        except FileNotFoundError:
+            if time.time() - folder.stat().st_mtime < 60:  # being made just now
+                continue
+        else:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a live run holds it
+            finally:
+                os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _ipython_dir() -> tuple[Path, int]:
+    """A fresh IPYTHONDIR under ``build/.ipython`` with its ``.held`` file locked (the fd is returned
+    to close at the end); stale ones of killed runs are swept first."""
+    import fcntl
+
+    sweep_ipython_dirs()
+    root = build_dir() / IPYTHON_DIRS
+    root.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root))
+    fd = os.open(folder / HELD, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return folder, fd
+
+
+class _TermAsExit:
+    """While the block runs (in the main thread), SIGTERM raises ``SystemExit(143)`` like SIGINT's
+    KeyboardInterrupt, so the ``finally`` clauses run: the half-run copy and the IPython folder
+    are removed, the environment is restored. A handler someone else installed is left alone."""
+
+    def __enter__(self):
+        import signal
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            def _raise(signum, frame):
+                raise SystemExit(128 + signum)
+
+            self._old = signal.signal(signal.SIGTERM, _raise)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def _publish(partial: Path, target: Path) -> None:
+    """Rename the executed copy onto ``target`` (its papermill metadata then names ``target``)."""
+    import nbformat  # lazy: only after a run
+
+    try:
+        nb = nbformat.read(str(partial), as_version=4)
+        if nb.metadata.get("papermill", {}).get("output_path") is not None:
+            nb.metadata["papermill"]["output_path"] = str(target)
+            nbformat.write(nb, str(partial))
+    except (OSError, ValueError):
+        pass  # the copy is whatever papermill wrote; publish it as it is
+    os.replace(partial, target)
+
+
+def check_output_dir(out_dir: Path) -> Path:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--output-dir {out_dir} is a file, not a folder: choose a folder for the executed "
+                         "notebooks (default build/<profile>)")
+    return out_dir
+
+
 def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None,
                   overrides: dict[str, Any] | None = None, output_dir: str | Path | None = None,
                   folder: Path | None = None, record: bool = True, log=print) -> list[Path]:
     """Run the notebooks; return the executed copies' paths. Raises RunFailed on the first failure
-    and UsageError (before running anything) on an unknown profile, notebook or ``-p`` key."""
+    (or before any kernel starts when the figures folder's ``MANIFEST.json``, or ``RUNS.json`` with
+    ``record``, is corrupt) and UsageError (before running anything) on an unknown profile,
+    notebook or ``-p`` key, a ``-p`` value of the wrong type or range, or an ``output_dir`` that is
+    a file.
+
+    Each notebook executes into :func:`partial_path` and is renamed onto ``<output_dir>/NN-name.ipynb``
+    only when papermill finished it (or failed it, with its error recorded in the copy); an
+    interrupted run (SIGINT, SIGTERM) removes the half-run copy, a killed one (SIGKILL) leaves it
+    under the hidden name, and the last finished copy stays where it was."""
     import papermill as pm  # lazy: papermill ~1.4 s; notes, report, trainer import this module
 
     values = check_profile(profile)
@@ -520,61 +756,84 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     if not books:
         raise UsageError(f"no notebooks found in {folder or notebooks_dir()}")
     check_overrides(books, overrides)
-    out_dir = Path(output_dir) if output_dir else build_dir() / profile
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_override_values(profile, overrides)
+    out_dir = check_output_dir(Path(output_dir) if output_dir else build_dir() / profile)
     env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES", "OMP_WAIT_POLICY",
                                                  "PYTHONPATH", "RESIDSHIFT_HEADLESS", "IPYTHONDIR")}
-    os.environ["RESIDSHIFT_PROFILE"] = profile
-    # no one watches these kernels: text progress bars, not widgets frozen at 0% (core.progress); the
-    # startup file switches tqdm.auto too, for the modules that import it directly
-    os.environ["RESIDSHIFT_HEADLESS"] = "1"
-    ipython_dir = tempfile.mkdtemp(prefix="residshift-ipython-")
-    from .progress import write_startup
-    write_startup(ipython_dir)
-    os.environ["IPYTHONDIR"] = ipython_dir
-    # Kernels start with OpenMP threads that sleep at barriers instead of spinning (unless the user
-    # chose otherwise): on a CPU shared with other work, spinning threads steal the cores the other
-    # threads need (notebook 06's cold smoke run took 205 s spinning, 22 s passive, on this 2-core
-    # machine under load).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    # the kernels import this checkout's package, not whichever one the environment installed
-    # (a virtual environment shared with another checkout would otherwise run that one's code and
-    # write its results and figures into that checkout)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env_before["PYTHONPATH"]]
-                                                                      if env_before["PYTHONPATH"] else []))
-    if profile == "smoke" and "RESIDSHIFT_FIGURES" not in os.environ:
-        os.environ["RESIDSHIFT_FIGURES"] = str(out_dir / "figures")
+    figures = (Path(env_before["RESIDSHIFT_FIGURES"]) if env_before["RESIDSHIFT_FIGURES"]
+               else out_dir / "figures" if profile == "smoke" else figures_dir())
+    try:  # the records this run writes: a corrupt one fails it now, not at its first saved figure
+        check_records(figures / "MANIFEST.json", *([figures / "RUNS.json"] if record else []))
+    except CorruptRecordError as err:
+        raise RunFailed(str(err)) from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ipython_dir, held = _ipython_dir()
     done = []
-    # which `run` this notebook was part of, and whether that run started from empty caches
-    invocation = {"started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                  "notebooks": [b.stem[:2] for b in books],
-                  "from_empty_caches": not results_snapshot() if record else None,
-                  "models_prepared_at_start": models_prepared() if record else None}
     try:
-        for i, book in enumerate(books, 1):
-            params = parameters_for(book, profile, overrides)
-            target = out_dir / book.name
-            shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-            log(f"[{i}/{len(books)}] {book.name}  ({shown})", flush=True)
-            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-            t0, before = time.perf_counter(), results_snapshot()
-            try:
-                with PeakMemory() as mem:
-                    pm.execute_notebook(str(book), str(target), parameters=params, kernel_name="python3",
-                                        cwd=str(book.parent), progress_bar=False, log_output=False)
-            except pm.PapermillExecutionError as err:
-                raise RunFailed(
-                    f"{book.name} failed in cell {err.cell_index} (execution count {err.exec_count}): "
-                    f"{err.ename}: {err.evalue}\n  executed copy kept at {target}"
-                ) from None
-            seconds = time.perf_counter() - t0
-            log(f"      done in {seconds:.1f} s, peak memory {mem.peak_bytes / 2**30:.2f} GiB -> {target}",
-                flush=True)
-            if record:
-                record_run(profile, book.stem, _run_entry(seconds, mem.peak_bytes, params, overrides, load,
-                                                          values, results_written(before, results_snapshot()),
-                                                          executed=target, invocation=invocation))
-            done.append(target)
+        os.environ["RESIDSHIFT_PROFILE"] = profile
+        # no one watches these kernels: text progress bars, not widgets frozen at 0% (core.progress); the
+        # startup file switches tqdm.auto too, for the modules that import it directly
+        os.environ["RESIDSHIFT_HEADLESS"] = "1"
+        from .progress import write_startup
+        write_startup(ipython_dir)
+        os.environ["IPYTHONDIR"] = str(ipython_dir)
+        # Kernels start with OpenMP threads that sleep at barriers instead of spinning (unless the user
+        # chose otherwise): on a CPU shared with other work, spinning threads steal the cores the other
+        # threads need (notebook 06's cold smoke run took 205 s spinning, 22 s passive, on this 2-core
+        # machine under load).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # the kernels import this checkout's package, not whichever one the environment installed
+        # (a virtual environment shared with another checkout would otherwise run that one's code and
+        # write its results and figures into that checkout)
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env_before["PYTHONPATH"]]
+                                                                          if env_before["PYTHONPATH"] else []))
+        if profile == "smoke" and not env_before["RESIDSHIFT_FIGURES"]:
+            os.environ["RESIDSHIFT_FIGURES"] = str(figures)
+        # which `run` this notebook was part of, and whether that run started from empty caches
+        invocation = {"started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                      "notebooks": [b.stem[:2] for b in books],
+                      "from_empty_caches": not results_snapshot() if record else None,
+                      "models_prepared_at_start": models_prepared() if record else None}
+        with _TermAsExit():
+            for i, book in enumerate(books, 1):
+                params = parameters_for(book, profile, overrides)
+                target = out_dir / book.name
+                partial = partial_path(target)
+                shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
+                log(f"[{i}/{len(books)}] {book.name}  ({shown})", flush=True)
+                load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+                t0, before = time.perf_counter(), results_snapshot()
+                try:
+                    with PeakMemory(kernel=KERNEL) as mem:
+                        pm.execute_notebook(str(book), str(partial), parameters=params, kernel_name="python3",
+                                            cwd=str(book.parent), progress_bar=False, log_output=False)
+                except pm.PapermillExecutionError as err:
+                    _publish(partial, target)  # papermill's copy records the error: the book shows it failed
+                    raise RunFailed(
+                        f"{book.name} failed in cell {err.cell_index} (execution count {err.exec_count}): "
+                        f"{err.ename}: {err.evalue}\n  executed copy kept at {target}"
+                    ) from None
+                except Exception as err:  # the kernel died (out of memory?) or would not start
+                    raise RunFailed(
+                        f"{book.name} stopped ({type(err).__name__}: {err}); the half-run copy is kept at "
+                        f"{partial} (the book does not read it){'; the last finished copy is still at ' + str(target) if target.exists() else ''}"
+                    ) from None
+                except BaseException:  # interrupted (SIGINT, SIGTERM): no half-run copy left behind
+                    partial.unlink(missing_ok=True)
+                    raise
+                _publish(partial, target)
+                seconds = time.perf_counter() - t0
+                log(f"      done in {seconds:.1f} s, peak memory {mem.peak_bytes / 2**30:.2f} GiB -> {target}",
+                    flush=True)
+                if record:
+                    entry = _run_entry(seconds, mem.peak_bytes, params, overrides, load, values,
+                                       results_written(before, results_snapshot()), executed=target,
+                                       invocation=invocation)
+                    try:
+                        record_run(profile, book.stem, entry)
+                    except CorruptRecordError as err:  # garbled while this run ran (a merge, say)
+                        raise RunFailed(f"{book.name} finished ({target}) but its run was not recorded: {err}") from None
+                done.append(target)
     finally:
         for k, v in env_before.items():
             if v is None:
@@ -582,6 +841,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
             else:
                 os.environ[k] = v
         shutil.rmtree(ipython_dir, ignore_errors=True)
+        os.close(held)
     reason = readme_refresh_skipped(profile, only=only, overrides=overrides, folder=folder)
     if reason is None:
         refresh_readme(log=log)
@@ -748,6 +1008,7 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
     overrides = overrides or {}
     books = list_notebooks(folder, only)
     check_overrides(books, overrides)
+    check_override_values(profile, overrides)
     P = {**values, **overrides}
     layers = {m: model_layers(m) for m in P.get("models") or []}
     shown = ", ".join(f"{m} ({l if l else '?'} layers)" for m, l in layers.items())
@@ -759,7 +1020,11 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
         log(f"{book.stem}")
         for line in out[book.stem]:
             log(f"    {line}")
-    last = load_runs().get(profile, {})
+    try:
+        last = load_runs().get(profile, {})
+    except CorruptRecordError as err:  # the estimate does not need it: say so and go on
+        log(f"last measured runs at this profile: unavailable ({err})")
+        return out
     if last:
         log("last measured runs at this profile: " + ", ".join(
             f"{k} {v['wall_s']:.0f} s" for k, v in last.items() if k in {b.stem for b in books}))

@@ -15,6 +15,13 @@ and the figures they saved into ``build/book/<profile>/``:
 - ``instructor.html``: what each notebook teaches and its measured wall time and peak memory at each
   profile (``RUNS.json`` beside the figures, written by the runner; "not measured yet" otherwise).
 
+Only whole runs are rendered: a notebook that finished, or one that failed with papermill's error
+record (its index entry says where it stopped). A half-run copy (a code cell papermill left
+pending or running, or a code cell that never ran: a run killed mid-notebook) is a
+:class:`BookError` naming the notebook and the ``python -m residshift run --profile P --only NN``
+that reruns it (:func:`unfinished`), and so is a corrupt ``MANIFEST.json`` or ``RUNS.json`` (the
+message names the fix: restore it with ``git checkout`` or delete it).
+
 Offline by construction: nothing is fetched when the book is built (the inputs are local files,
 the tools are Python packages) or when a page is opened. Equations are pre-rendered to MathML
 (``latex2mathml``), which browsers draw natively: no script, no font files, no CDN. nbconvert's
@@ -73,6 +80,7 @@ from PIL import Image
 from ..core import profiles
 from ..core.cache import check_output_dir, output_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
+from ..core.records import CorruptRecordError, read_record
 from . import report
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
@@ -249,6 +257,24 @@ def execution_error(nb) -> str | None:
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 return f"{out.get('ename', 'error')}: {out.get('evalue', '')}"
+    return None
+
+
+def unfinished(nb) -> str | None:
+    """Why an executed notebook is not a whole run, or None when it is one: a code cell papermill
+    left ``pending`` or ``running`` (a run killed mid-notebook), or, in a copy without papermill's
+    per-cell record, a code cell with source that never ran. A run that failed is whole: papermill
+    recorded its error (an error output, its banner), and the book shows it as stopped there."""
+    if execution_error(nb) is not None or (nb.metadata.get("papermill") or {}).get("exception"):
+        return None
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        status = (cell.metadata.get("papermill") or {}).get("status")
+        if status is not None and status != "completed":
+            return f"code cell {i} is {status}"
+        if status is None and cell.source.strip() and cell.get("execution_count") is None:
+            return f"code cell {i} never ran"
     return None
 
 
@@ -447,9 +473,9 @@ def _runs(profiles_: list[str], sources: list[Path]) -> dict[str, dict[str, dict
         if not path.is_file():
             continue
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise BookError(f"{path} is not valid JSON ({err}); rerun the notebooks to rewrite it") from None
+            data = read_record(path)
+        except CorruptRecordError as err:  # the message names the fix (restore or delete it)
+            raise BookError(str(err)) from None
         for prof, entries in (data or {}).items():
             if prof not in profiles_ or not isinstance(entries, dict):
                 continue
@@ -497,7 +523,10 @@ def build_book(profile: str = "default", *, executed: str | Path | None = None,
                         f"`python -m residshift run --profile {profile}` first")
     fig_src = Path(figures) if figures else _figures_source(executed, profile)
     manifest_path = fig_src / "MANIFEST.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    try:
+        manifest = read_record(manifest_path)
+    except CorruptRecordError as err:  # the message names the fix (restore or delete it)
+        raise BookError(str(err)) from None
     # the default folder (build/book/<profile>) is the book's own: a rebuild replaces it
     out, force = (Path(out).expanduser(), force) if out else (build_dir() / "book" / profile, True)
     with output_dir(out, force=force, made_by="residshift book") as tmp:  # the old site stays whole until the new one is in
@@ -528,6 +557,10 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
     nbs, chapters = [], []
     for path in books:
         nb = nbformat.read(path, as_version=4)
+        why = unfinished(nb)
+        if why:
+            raise BookError(f"{_rel(path)} is half-run ({why}, no error recorded): rerun it with "
+                            f"`python -m residshift run --profile {profile} --only {path.stem[:2]}`")
         title, summary = title_and_summary(nb, path.stem)
         ch = Chapter(path=path, number=NOTEBOOK.match(path.name).group(1), title_html=_inline_html(title),
                      summary_html=markdown_html(summary), page=f"{path.stem}.html",

@@ -710,8 +710,17 @@ def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, 
 
 
 def _check_run_config(run: Path, key: str) -> None:
+    """The run folder's ``config.json`` (when there is one) must be this configuration's; a garbled
+    one is a TrainError naming the file and the fix, not a JSONDecodeError."""
     if (run / "config.json").is_file():
-        saved = json.loads((run / "config.json").read_text())
+        try:
+            saved = json.loads((run / "config.json").read_text())
+            if not isinstance(saved, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:  # JSONDecodeError is a ValueError
+            where = f" (line {err.lineno})" if isinstance(err, json.JSONDecodeError) else f" ({err})"
+            raise TrainError(f"{run / 'config.json'} is not valid JSON{where}: delete that run folder, or choose "
+                             "another out_dir, and train again") from None
         if saved.get("key") != key:
             raise TrainError(f"{run} holds a run of another configuration or code ({saved.get('label')}, key "
                              f"{saved.get('key')}, this run's {key}); choose another out_dir or delete that one")
