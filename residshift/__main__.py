@@ -147,14 +147,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<36} {text}")
         return 0
     if args.cmd == "report":
+        from .core.records import CorruptRecordError
         from .study.report import check_readme, update_readme  # lazy: torch, scipy, pandas: ~1.9 s
 
-        if args.check:
-            ok = check_readme()
-            print("README results are up to date" if ok else
-                  "README results are out of date: run `python -m residshift report`")
-            return 0 if ok else 1
-        print("README updated" if update_readme() else "README already up to date")
+        try:
+            if args.check:
+                ok = check_readme()
+                print("README results are up to date" if ok else
+                      "README results are out of date: run `python -m residshift report`")
+                return 0 if ok else 1
+            print("README updated" if update_readme() else "README already up to date")
+        except CorruptRecordError as err:  # a garbled RUNS.json or MANIFEST.json: the message names the fix
+            print(f"residshift report: error: {err}", file=sys.stderr)
+            return 2
         return 0
     if args.cmd == "book":
         from .core.cache import OutputDirError

@@ -311,6 +311,23 @@ def test_results_written_counts_new_and_rewritten_files(tmp_path):
     assert runner.results_snapshot(tmp_path / "absent") == {}
 
 
+def test_digest_files_are_not_counted_as_results(tmp_path):
+    """A warm run that adopts old cache entries (writes their digests) computed nothing: 0 written."""
+    from residshift.core import cache
+
+    assert runner.DIGEST_FILES == (cache.DIGEST_SUFFIX, cache.MANIFEST)
+    (tmp_path / "kind").mkdir()
+    entry = tmp_path / "kind" / "old.pt"
+    import torch
+
+    torch.save({"x": 1}, entry)  # an entry written before the digests existed
+    before = runner.results_snapshot(tmp_path)
+    assert cache.load_verified(entry) == {"x": 1} and cache.digest_path(entry).is_file()  # adopted
+    (tmp_path / "kind" / "model").mkdir()
+    (tmp_path / "kind" / "model" / cache.MANIFEST).write_text("")
+    assert runner.results_written(before, runner.results_snapshot(tmp_path)) == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # After a full default run: the README's results block
 # ---------------------------------------------------------------------------------------------

@@ -561,9 +561,14 @@ def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     return read_record(Path(path) if path else runs_path())
 
 
+# The integrity files beside results (core.cache.DIGEST_SUFFIX, core.cache.MANIFEST): they record a
+# result, they are not one (a warm run that adopts old entries writes them and computes nothing).
+DIGEST_FILES = (".sha256", "SHA256SUMS")
+
+
 def results_snapshot(folder: Path | None = None) -> dict[str, int]:
-    """Every file under the results cache with its modification time (ns): compare two with
-    :func:`results_written` to count what a notebook wrote."""
+    """Every file under the results cache with its modification time (ns), digest files left out
+    (:data:`DIGEST_FILES`): compare two with :func:`results_written` to count what a notebook wrote."""
     folder = Path(folder) if folder is not None else results_dir()
     found: dict[str, int] = {}
     stack = [folder] if folder.is_dir() else []
@@ -572,7 +577,7 @@ def results_snapshot(folder: Path | None = None) -> dict[str, int]:
             for e in entries:
                 if e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
-                elif e.is_file(follow_symlinks=False):
+                elif e.is_file(follow_symlinks=False) and not e.name.endswith(DIGEST_FILES):
                     found[e.path] = e.stat().st_mtime_ns
     return found
 
