@@ -259,3 +259,38 @@ def test_manifest_lists_every_file_and_finds_a_changed_or_missing_one(tmp_path):
     (tmp_path / "a.bin").unlink()
     with pytest.raises(cache.DamagedFileError, match="listed in SHA256SUMS but missing"):
         cache.verify_manifest(tmp_path)
+
+
+def test_a_damaged_dequantized_model_is_prepared_again_and_an_old_one_adopted(tmp_path, monkeypatch):
+    """The dequantized-model cache (data/cache/models) is checked against its SHA256SUMS on every
+    load: one float changed in its safetensors is found, named and the model prepared again; a folder
+    prepared before the manifests existed is adopted."""
+    import sys
+    from pathlib import Path
+
+    from residshift.core import models
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_models import write_gguf
+
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    model, tok = models.build_tiny("tiny-llama", seed=5)
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, model, tok)
+    calls = []
+    real = models._dequantize_gguf
+    monkeypatch.setattr(models, "_dequantize_gguf", lambda *a: calls.append(a) or real(*a))
+    folder = models.prepare_gguf(path)
+    assert (folder / cache.MANIFEST).is_file() and cache.verify_manifest(folder)
+    weights = next(folder.glob("*.safetensors"))
+    clean = weights.read_bytes()
+    data = bytearray(clean)
+    data[-100] ^= 0x40  # one float of the last tensor
+    weights.write_bytes(bytes(data))
+    with pytest.warns(cache.DamagedFileWarning, match=f"{weights.name}.*sha256 mismatch.*preparing it again"):
+        assert models.prepare_gguf(path) == folder
+    assert len(calls) == 2 and weights.read_bytes() == clean and cache.verify_manifest(folder)
+
+    (folder / cache.MANIFEST).unlink()  # prepared by an older version: adopted, not prepared again
+    models.prepare_gguf(path)
+    assert len(calls) == 2 and cache.verify_manifest(folder)

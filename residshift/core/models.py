@@ -46,6 +46,7 @@ import fcntl
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager, NamedTuple, Protocol, Sequence
@@ -56,7 +57,7 @@ from tokenizers.models import BPE
 from tokenizers.pre_tokenizers import ByteLevel
 from torch import nn
 
-from .cache import atomic_dir
+from .cache import DamagedFileError, DamagedFileWarning, atomic_dir, verify_manifest, write_manifest
 from .paths import cache_dir
 
 
@@ -563,11 +564,33 @@ def embedded_cache_path(name: str) -> Path:
 
 
 def _atomic_save_pretrained(model, tokenizer, target: Path, meta: dict) -> None:
-    """save_pretrained into a temporary folder beside ``target``, then rename it into place."""
+    """save_pretrained into a temporary folder beside ``target`` with a ``SHA256SUMS`` manifest of
+    its files (``core.cache.write_manifest``), then rename it into place."""
     with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "residshift.json").write_text(json.dumps(meta, indent=2))
+        write_manifest(tmp)
+
+
+def _prepared(target: Path, *, quiet: bool = False) -> bool:
+    """Whether the dequantized model in ``target`` is complete and whole: its ``residshift.json``
+    is there and every file matches the ``SHA256SUMS`` written with it. A folder prepared before
+    the manifests existed is adopted (its manifest is written now, so later damage is found). A
+    damaged one is not (a DamagedFileWarning names the file unless ``quiet``): preparing it again
+    replaces it whole (``atomic_dir``)."""
+    if not (target / "residshift.json").is_file():
+        return False
+    try:
+        if not verify_manifest(target):
+            with contextlib.suppress(OSError):  # a read-only cache stays unadopted
+                write_manifest(target)
+        return True
+    except DamagedFileError as err:
+        if not quiet:
+            warnings.warn(f"the dequantized model in {target} is damaged ({err.path.name}: {err.reason}): "
+                          "preparing it again", DamagedFileWarning, stacklevel=3)
+        return False
 
 
 @contextlib.contextmanager
@@ -603,10 +626,10 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
         raise UnknownModelError(f"{name!r} is not an embedded model; known: {sorted(EMBEDDED)}")
     spec = EMBEDDED[name]
     target = embedded_cache_path(name)
-    if (target / "residshift.json").is_file() and not force:
+    if not force and _prepared(target, quiet=True):
         return target
     with preparing(target):
-        if (target / "residshift.json").is_file() and not force:
+        if not force and _prepared(target):
             return target  # another process prepared it while this one waited
         gguf_path = spec.locate(spec)
         model, tokenizer = _dequantize_gguf(gguf_path, name)
@@ -696,10 +719,10 @@ def prepare_gguf(path: str | Path, *, force: bool = False) -> Path:
         )
     digest = file_sha256(path)
     target = gguf_cache_path(digest)
-    if (target / "residshift.json").is_file() and not force:
+    if not force and _prepared(target, quiet=True):
         return target
     with preparing(target):
-        if (target / "residshift.json").is_file() and not force:
+        if not force and _prepared(target):
             return target  # another process prepared it while this one waited
         try:
             model, tokenizer = _dequantize_gguf(path, path.name)
