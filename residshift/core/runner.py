@@ -443,7 +443,12 @@ class PeakMemory:
 
     Processes the block did not start are not counted: those running before it, and those another
     thread of this process starts meanwhile that are not the kernel (under pytest-xdist, a worker's
-    other tests). ``getrusage(RUSAGE_CHILDREN)`` is not used on Linux: it is the running maximum over
+    other tests). Nor are the kernel's descendants that have not exec'd (their command line is their
+    parent's): between vfork and exec a child reports its parent's high-water mark as its own, so a
+    kernel that starts a subprocess (``git status`` for the manifest) could read twice its size (04 at
+    default read 8.55 GiB where its last committed run read 4.3), and a worker forked without exec
+    shares its parent's pages (its own allocations go uncounted; the
+    notebooks start none). ``getrusage(RUSAGE_CHILDREN)`` is not used on Linux: it is the running maximum over
     every child ever reaped, and a child's maximum there includes this process's own resident memory
     that the child shared between fork and exec, so a small notebook run from a big process (a test
     worker holding models) reported that process's size. Elsewhere, where no high-water mark can be
@@ -477,9 +482,19 @@ class PeakMemory:
                 self.roots[child.pid] = line
             found.append(child)
             try:
-                found += child.children(recursive=True)
+                below = child.children(recursive=True)
             except psutil.Error:
-                pass
+                below = []
+            for proc in below:
+                # A descendant that still shows its parent's command line has not exec'd: after
+                # vfork it reports the parent's high-water mark as its own, after fork its pages are
+                # the parent's, counted already.
+                try:
+                    parent = proc.parent()
+                except psutil.Error:
+                    continue
+                if parent is None or _cmdline(proc) != _cmdline(parent):
+                    found.append(proc)
         return found
 
     def _poll(self) -> None:
