@@ -98,17 +98,12 @@ def test_a_corrupt_committed_record_names_git_checkout():
 
 
 def test_a_corrupt_record_fails_a_run_before_any_kernel_and_not_a_dry_run(tmp_path, monkeypatch):
+    from test_runner import _notebook
+
     folder = tmp_path / "notebooks"
     folder.mkdir()
-    import nbformat
-    from nbformat.v4 import new_code_cell, new_notebook
-
-    nb = new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    cell = new_code_cell('profile = "default"\nppl_windows = None')
-    cell.metadata["tags"] = ["parameters"]
-    nb.cells = [cell, new_code_cell("raise SystemExit('a kernel started')")]
-    nbformat.write(nb, folder / "00-first.ipynb")
+    _notebook(folder / "00-first.ipynb", 'profile = "default"\nppl_windows = None',
+              "raise SystemExit('a kernel started')")
     figures = tmp_path / "figures"
     figures.mkdir()
     monkeypatch.setenv("RESIDSHIFT_FIGURES", str(figures))
