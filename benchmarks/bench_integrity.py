@@ -19,7 +19,8 @@ average are recorded beside the times.
 torch file under ``RESULTS`` (what a run of the notebooks left) is loaded plain and verified, in
 alternating order (``--rounds``, at least 3), and the added seconds are set against the wall time
 of the warm run ``RUNS.json`` records for ``--notebooks`` at ``--profile``. A warm run loads each entry
-about once, so the sum over entries is the check's cost on it. Nothing in ``RESULTS`` is changed (an
+about once, so the sum over entries is the check's cost on it. The check of each embedded model's
+dequantized folder (its ``SHA256SUMS``), which every load of the model runs, is timed beside it. Nothing in ``RESULTS`` is changed (an
 entry without a digest file is hashed as a checked one is, and not adopted).
 """
 from __future__ import annotations
@@ -170,6 +171,27 @@ def warm_cache(results: Path, rounds: int) -> dict:
             "plain_all": [round(x, 3) for x in plain], "verified_all": [round(x, 3) for x in verified]}
 
 
+def model_folders(rounds: int) -> dict:
+    """The SHA256SUMS check of each embedded model's dequantized folder, as every load runs it
+    (``core.models._prepared``): seconds per load and MB hashed; unprepared models are skipped."""
+    from residshift.core import models
+
+    out = {}
+    for name in models.EMBEDDED:
+        folder = models.embedded_cache_path(name)
+        if not (folder / cache.MANIFEST).is_file():
+            continue
+        times = []
+        for _ in range(max(3, rounds)):
+            t0 = time.perf_counter()
+            cache.verify_manifest(folder)
+            times.append(time.perf_counter() - t0)
+        mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+        out[name] = {"mb": round(mb, 1), "check_s": round(statistics.median(times), 3),
+                     "all_s": [round(x, 3) for x in times]}
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=8)
@@ -184,7 +206,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     if args.warm_cache:
         out = {"cpu": cpu_facts(), "torch": torch.__version__, "rounds": max(3, args.rounds),
-               "warm_cache": warm_cache(Path(args.warm_cache), args.rounds)}
+               "warm_cache": warm_cache(Path(args.warm_cache), args.rounds),
+               "model_folders": model_folders(args.rounds)}
         if args.runs:
             runs = json.loads(Path(args.runs).read_text()).get(args.profile, {})
             picked = {k: v for k, v in runs.items() if k[:2] in args.notebooks}
