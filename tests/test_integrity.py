@@ -294,3 +294,36 @@ def test_a_damaged_dequantized_model_is_prepared_again_and_an_old_one_adopted(tm
     (folder / cache.MANIFEST).unlink()  # prepared by an older version: adopted, not prepared again
     models.prepare_gguf(path)
     assert len(calls) == 2 and cache.verify_manifest(folder)
+
+
+def test_a_trained_model_folder_with_a_manifest_is_checked_wherever_it_is_loaded(tmp_path):
+    """load_model(folder) checks a folder residshift wrote (SHA256SUMS inside: a trained GPT) before
+    reading it, so notebooks that read trained runs directly never read damaged weights; a folder of
+    the user's without a manifest is read as before (and not written into)."""
+    from residshift.core import models
+
+    model, tok = models.build_tiny("tiny-llama", seed=3)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    models.load_model(str(folder))
+    assert not (folder / cache.MANIFEST).exists()  # not ours: not adopted
+    cache.write_manifest(folder)
+    models.load_model(str(folder))
+    weights = next(folder.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-64] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(models.ModelError, match=f"{weights.name}.*sha256 mismatch.*save the model again"):
+        models.load_model(str(folder))
+
+
+def test_load_or_discard_recomputes_a_damaged_partial_result(tmp_path):
+    path = tmp_path / "row.pt"
+    cache.save_verified(torch.ones(3), path)
+    assert torch.equal(cache.load_or_discard(path, what="row", then="again"), torch.ones(3))
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.warns(cache.DamagedFileWarning, match=r"row .*row\.pt is damaged .*deleted it; again"):
+        assert cache.load_or_discard(path, what="row", then="again") is None
+    assert not path.exists() and not cache.digest_path(path).exists()
+    assert cache.load_or_discard(path, what="row", then="again") is None  # absent: None, no warning

@@ -432,6 +432,13 @@ def test_override_kinds_follow_every_profile():
                       ({"train_lr": "fast"}, "a number"), ({"eval_items": 0}, "null or an integer >= 1")]:
         with pytest.raises(runner.UsageError, match=says):
             check("smoke", bad)
+    # 0 where it is a choice (profiles.ZERO_ALLOWED: no warmup, no extra checkpoints, no C1.depth check),
+    # refused where it is a count
+    check("default", {"train_warmup": 0, "train_checkpoint_every": 0, "lens_check_windows": 0})
+    with pytest.raises(runner.UsageError, match=r"train_warmup must be an integer >= 0"):
+        check("default", {"train_warmup": -1})
+    with pytest.raises(runner.UsageError, match=r"train_batch must be an integer >= 1"):
+        check("default", {"train_batch": 0})
 
 
 def test_an_output_dir_that_is_a_file_is_a_one_line_usage_error(books, tmp_path, monkeypatch, capsys):

@@ -26,7 +26,6 @@ recomputed with a DamagedFileWarning naming it), and the assembled result goes t
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
@@ -126,14 +125,11 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
         it = progress_bar(layers, desc=f"{info.name} sweep", unit="layer")
     for layer in it:
         path = None if partial_dir is None else partial_dir / f"layer-{layer:03d}.pt"
-        if path is not None and path.is_file():
-            try:
-                rows.append(cache.load_verified(path))
-                continue
-            except cache.DamagedFileError as err:  # a damaged partial row is recomputed, not reused
-                cache.discard_verified(path)
-                warnings.warn(f"partial sweep row {path} is damaged ({err.reason}): deleted it; recomputing "
-                              f"layer {layer}", cache.DamagedFileWarning, stacklevel=2)
+        done = None if path is None else cache.load_or_discard(  # a damaged row is recomputed, not reused
+            path, what="partial sweep row", then=f"recomputing layer {layer}")
+        if done is not None:
+            rows.append(done)
+            continue
         row = torch.zeros(len(cfg.alphas), len(windows))
         for ai, alpha in enumerate(cfg.alphas):
             if alpha == 1.0:

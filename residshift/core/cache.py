@@ -441,6 +441,32 @@ def write_manifest(folder: Path) -> Path:
     return target
 
 
+def check_folder(folder: Path, *, adopt: bool = True) -> None:
+    """:func:`verify_manifest` of a folder residshift wrote (a dequantized model, a trained model):
+    raises :class:`DamagedFileError` naming the file that differs. A folder written before the
+    manifests existed is adopted when ``adopt`` (its manifest is written now, so later damage is
+    found; a read-only folder stays unadopted)."""
+    if not verify_manifest(folder) and adopt:
+        with contextlib.suppress(OSError):
+            write_manifest(folder)
+
+
+def load_or_discard(path: Path, *, what: str, then: str) -> Any | None:
+    """The verified torch file at ``path`` for results that can be recomputed (cache entries,
+    partial rows), or None when it is absent or damaged; a damaged one is deleted (with its digest
+    file) and a DamagedFileWarning says ``<what> <path> is damaged (<why>): deleted it; <then>``."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return load_verified(path)
+    except DamagedFileError as err:
+        discard_verified(path)
+        warnings.warn(f"{what} {path} is damaged ({err.reason}): deleted it; {then}", DamagedFileWarning,
+                      stacklevel=3)
+        return None
+
+
 def verify_manifest(folder: Path) -> bool:
     """Check every file ``folder/SHA256SUMS`` lists against its digest: True when all match, False
     when the folder has no manifest (written before residshift wrote them); raises
@@ -727,19 +753,13 @@ def entry_path(kind: str, config: dict[str, Any], *, code: Any = None) -> Path:
 
 
 def _load(path: Path, then: str) -> Any | None:
-    """The verified entry at ``path``, or None when absent; a damaged one (digest mismatch,
-    unreadable) is deleted with its digest file and its ``.json``, with a DamagedFileWarning that
-    names it, says why and ends with ``then`` (what happens next), and is None too."""
-    if not path.is_file():
-        return None
-    try:
-        return load_verified(path)
-    except DamagedFileError as err:
-        discard_verified(path)
+    """The verified entry at ``path``, or None when absent; a damaged one is deleted with its digest
+    file (:func:`load_or_discard`, the warning ending with ``then``) and its ``.json``, and is None."""
+    existed = path.is_file()
+    value = load_or_discard(path, what="cached result", then=then)
+    if existed and not path.is_file():  # it was damaged and is gone: its description goes with it
         path.with_suffix(".json").unlink(missing_ok=True)
-        warnings.warn(f"cached result {path} is damaged ({err.reason}): deleted it; {then}",
-                      DamagedFileWarning, stacklevel=3)
-        return None
+    return value
 
 
 def _store(path: Path, config: dict[str, Any], value: Any, fingerprint: str, modules: list[str]) -> Path:

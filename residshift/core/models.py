@@ -57,7 +57,7 @@ from tokenizers.models import BPE
 from tokenizers.pre_tokenizers import ByteLevel
 from torch import nn
 
-from .cache import DamagedFileError, DamagedFileWarning, atomic_dir, verify_manifest, write_manifest
+from .cache import MANIFEST, DamagedFileError, DamagedFileWarning, atomic_dir, check_folder, write_manifest
 from .paths import cache_dir
 
 
@@ -582,9 +582,7 @@ def _prepared(target: Path, *, quiet: bool = False) -> bool:
     if not (target / "residshift.json").is_file():
         return False
     try:
-        if not verify_manifest(target):
-            with contextlib.suppress(OSError):  # a read-only cache stays unadopted
-                write_manifest(target)
+        check_folder(target)
         return True
     except DamagedFileError as err:
         if not quiet:
@@ -911,6 +909,11 @@ def load_model(
                 f"{folder} has no config.json; point load_model at a folder written by "
                 "save_pretrained (config.json, model.safetensors, tokenizer files)."
             )
+        if (folder / MANIFEST).is_file():  # written by residshift (a trained GPT): its files are checked
+            try:
+                check_folder(folder, adopt=False)
+            except DamagedFileError as err:
+                raise ModelError(f"{folder} is damaged: {err}; train or save the model again") from None
         register_study_models()
 
         model, tokenizer = _from_pretrained(str(folder), dtype, "Check the folder's files.")

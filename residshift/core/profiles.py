@@ -279,6 +279,11 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
 
 PROFILE_NAMES = ("smoke", "default", "paper")
 
+# Integer keys for which 0 is a real choice although every profile sets a positive value: no warmup,
+# checkpoints only at evaluations and at the end (core.fitting), no preprocessing check of C1.depth
+# (study.lens_command). The runner's -p check asks for >= 1 of every other such count.
+ZERO_ALLOWED = frozenset({"train_warmup", "train_checkpoint_every", "lens_check_windows"})
+
 
 def _build() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {p: {} for p in PROFILE_NAMES}

@@ -165,7 +165,7 @@ def _allowed(key: str) -> tuple[set[str], str | None, int | None]:
     """What a ``-p`` value of profile key ``key`` may be, from the key's values in every profile:
     their kinds (an int is allowed where a float is), the kind of their list elements when every
     profile's list holds one kind, and the least int allowed (1 when every profile's value is a
-    positive count, 0 when none is negative)."""
+    positive count, unless ``profiles.ZERO_ALLOWED`` says 0 is a choice too; 0 when none is negative)."""
     values = [profiles.PROFILES[p][key] for p in profiles.PROFILE_NAMES if key in profiles.PROFILES[p]]
     kinds = _kinds(values)
     if "float" in kinds:
@@ -175,7 +175,7 @@ def _allowed(key: str) -> tuple[set[str], str | None, int | None]:
     ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
     least = None
     if ints and "float" not in kinds:
-        least = 1 if min(ints) >= 1 else 0 if min(ints) >= 0 else None
+        least = 1 if min(ints) >= 1 and key not in profiles.ZERO_ALLOWED else 0 if min(ints) >= 0 else None
     return kinds, element, least
 
 

@@ -97,7 +97,7 @@ from transformers.utils import logging as hf_logging
 
 from ..core import fitting, profiles, unembed
 from ..core.cache import (DamagedFileError, _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint,
-                          config_key, discard_verified, load_verified, verify_manifest, write_manifest)
+                          check_folder, config_key, discard_verified, load_verified, write_manifest)
 from ..core.data import tokenizer_fingerprint
 from ..core.fitting import FORMAT, FitConfig, FitError, fit
 from ..core.machine import cpu_facts, device_problem  # cpu_facts re-exported: every speed figure names its CPU
@@ -629,9 +629,7 @@ def check_model(folder: Path) -> None:
     a TrainError naming the file and the fix. A folder from an older version without a manifest
     is adopted (its manifest is written, unless the folder is read-only), so later damage is found."""
     try:
-        if not verify_manifest(folder):
-            with contextlib.suppress(OSError):
-                write_manifest(folder)
+        check_folder(folder)
     except DamagedFileError as err:
         run = Path(folder).parent
         raise TrainError(f"the trained model of {run} is damaged: {err}; delete {run} to train the run "
