@@ -1,4 +1,5 @@
-"""Has a model the deep switch? A measure declared before any number is read (issue 33, part 1).
+"""Has a model the deep switch? A measure written down before it was computed on this project's numbers
+(issue 33, part 1); the rough reference values below were known when it was written.
 
 Pretrained LLMs decode, through the tied embedding (logit lens), the input token early and the next
 token late, with a *quiet middle* between where neither beats a frequency guess: the switch from
@@ -50,8 +51,9 @@ switch" when *most* of its final next-token prediction is made after block 0, i.
 its final next-token top-1 is reached at ``h_1``; a near-bigram model has made most of it at block 0.
 Half is the one boundary that needs no further choice, and it is the same half-way notion as C1.depth's
 emergence (:data:`.verdicts.DEPTH_FRAC`). The references people quote (Gemma-3-270M about 0.05,
-SmolLM2-135M about 0.18, the trained 6x128 GPTs 0.70-0.93) are not what placed it; they are far
-enough from it on both sides that the rule separates them without tuning.
+SmolLM2-135M about 0.18, the trained 6x128 GPTs 0.70-0.77, quoted in the issue that asked for this
+measure) were known when it was chosen, so it is not blind to them; it was not tuned between them, and
+they lie far enough from it on both sides that no nearby threshold would classify them differently.
 
 **Minimum depth.** :data:`MIN_LAYERS` = 4 blocks: C1.middle's candidates are ``h_2..h_(L-2)``
 (:func:`.verdicts.c1_middle_candidates`); below 4 blocks there is no middle to be quiet, and a model
