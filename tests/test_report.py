@@ -152,3 +152,73 @@ def test_item_scoring_benchmark_shows_each_models_ratios_to_the_bare_forward(tmp
     assert "| m | 4 | 0.200 | 0.210 | 0.250 | **1.05×** | **1.25×** | 1.0–1.4 |" in part
     assert "Test CPU" in part and "12 items per task" in part
     assert part in report.section_benchmarks(tmp_path, tmp_path)
+
+
+SCALE_INPUTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
+                "08-misalignment-after-mitigation-verdicts", "08-misalignment-after-mitigation-regimes",
+                "03-alignment-curves-metrics", "03-alignment-curves-c1", "03-alignment-curves-verdicts")
+
+
+def _committed_figures(tmp_path):
+    from committed import committed_text
+
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    for name in SCALE_INPUTS:
+        (fig / f"{name}.json").write_text(committed_text(f"figures/{name}.json"))
+    return fig
+
+
+def test_scale_section_states_what_each_training_verdict_speaks_for(tmp_path):
+    from residshift.analysis import scale as S
+    from residshift.analysis import verdicts as V
+
+    fig = _committed_figures(tmp_path)
+    text = report.section_scale(fig, tmp_path)
+    rows = [r for n in report.TRAINING_VERDICTS for r in json.loads((fig / f"{n}.json").read_text())
+            if S.is_scaled(r["claim_id"])]
+    counts = ", ".join(f"{k} {v}" for v in V.OUTCOMES if (k := sum(r["verdict"] == v for r in rows)))
+    assert f"The {len(rows)} C2–C4 training verdicts of notebooks 06–08 ({counts})" in text
+    assert f"<summary>The {len(rows)} C2–C4 training verdicts, each with the scale it speaks for" in text
+    assert sum(line.startswith("| C") for line in text.splitlines()) == len(rows)
+    load = [json.loads((fig / f"{n}.json").read_text()) for n in SCALE_INPUTS[2:]]
+    switch = S.committed_rows(load[1], load[0], *load[2:])  # 08's regimes, 08's verdicts, then 03's three
+    for s in switch:
+        if s.unit != "seed":
+            assert f"S1 = {S.share_text(s)}" in text and f"**{s.outcome}**" in text
+    trained = {s.outcome for s in switch if s.unit == "seeds"}
+    if trained == {S.NEAR_BIGRAM}:  # the committed numbers: the rule's words, printed
+        assert "They speak for near-bigram models only" in text and "none of them is counted as evidence" in text
+        assert f'read "{S.NOT_EVIDENCE}"' in text
+    assert S.SCALE_RULE in text and text in report.render(fig, tmp_path)
+    assert report._ladder_sentence(fig) == ""
+    (fig / "10-scale-ladder.json").write_text("{}")
+    assert report._ladder_sentence(fig) and report._ladder_sentence(fig) in report.section_scale(fig, tmp_path)
+
+
+def test_scale_section_counts_verdicts_on_a_deep_switch_baseline_as_evidence(tmp_path):
+    from residshift.analysis import scale as S
+
+    fig = _committed_figures(tmp_path)
+    regimes = json.loads((fig / "08-misalignment-after-mitigation-regimes.json").read_text())
+    for i, per in enumerate(regimes["gemma"].values()):  # a late prediction: ~5% of the final top-1 after block 0
+        per["next"][1] = (0.05 + 0.01 * i) * per["next"][-1]
+    (fig / "08-misalignment-after-mitigation-regimes.json").write_text(json.dumps(regimes))
+    v08 = json.loads((fig / "08-misalignment-after-mitigation-verdicts.json").read_text())
+    for r in v08:  # and a quiet middle
+        if r["claim_id"] == "C1.middle" and "gemma embedding" in r["model"]:
+            r["verdict"], r["per_seed"] = "reproduced", ["reproduced"] * len(r["per_seed"])
+    (fig / "08-misalignment-after-mitigation-verdicts.json").write_text(json.dumps(v08))
+    text = report.section_scale(fig, tmp_path)
+    assert "**deep switch**" in text and "All of them count as evidence, either way" in text
+    assert f'read "{S.EVIDENCE_AGAINST}"' in text and "none of them is counted" not in text
+    assert "only the pretrained" not in text
+
+
+def test_scale_section_names_a_missing_input(tmp_path):
+    fig = _committed_figures(tmp_path)
+    (fig / "08-misalignment-after-mitigation-regimes.json").unlink()
+    text = report.section_scale(fig, tmp_path)
+    assert text == report._missing("Scale of the C2–C4 training verdicts",
+                                   "figures/08-misalignment-after-mitigation-regimes.json")
+    assert "not produced yet" in text

@@ -175,3 +175,142 @@ def test_committed_numbers_give_one_row_per_model_and_seed():
         assert lo is not None and hi is not None and lo <= r.early_share <= hi
     assert all(r.level == pytest.approx(S.COMMITTED_LEVEL) for r in pre)
     assert len(rows) == len(seed_rows) + len(sets) + len(pre)
+
+
+# --------------------------------------------------------------------------------------------
+# The scale clause of a C2-C4 training verdict (issue 33)
+# --------------------------------------------------------------------------------------------
+
+TRAINING_VERDICTS = ("figures/06-training-with-attenuation-verdicts.json",
+                     "figures/07-learned-gates-and-benchmarks-verdicts.json",
+                     "figures/08-misalignment-after-mitigation-verdicts.json")
+REGIMES = "figures/08-misalignment-after-mitigation-regimes.json"
+
+
+def _switch(outcome, *, share=(0.74, 0.69, 0.79), middle=V.NOT_REPRODUCED, model="trained GPT 6x128, gemma embedding "
+            "(5 seeds)", variant="logit lens, gemma embedding", unit="seeds", why=None):
+    why = ("the early share straddles" if outcome == S.SWITCH_INCONCLUSIVE else "") if why is None else why
+    return S.SwitchRow(model=model, variant=variant, unit=unit, seed=None, n=5, n_layers=6, early_share=share[0],
+                       early_share_ci=share[1:], level=0.95, departure_layer=1, departure_depth=1 / 6, middle=middle,
+                       outcome=outcome, why=why, rule=S.SWITCH_RULE, source=S.TRAINED_SOURCE)
+
+
+def _verdict(claim_id, verdict, *, model="trained GPT 6x128", variant="learned"):
+    return V.VerdictRow(model=model, variant=variant, claim_id=claim_id, claim="c", verdict=verdict, statistic="s",
+                        estimate=0.1, ci=(0.0, 0.2), level=0.95, n=5, rule="r",
+                        details={"why": "x"} if verdict == V.INCONCLUSIVE else {})
+
+
+def test_scale_clause_of_each_switch_outcome():
+    deep = S.scale_clause(_switch(S.DEEP_SWITCH, share=(0.05, 0.01, 0.11), middle=V.REPRODUCED))
+    assert deep.counts_as_evidence and deep.outcome == S.DEEP_SWITCH and deep.middle == V.REPRODUCED
+    assert "S1 = 0.05 [0.01, 0.11] (95% t-interval over 5 seeds), C1.middle reproduced: deep switch" in deep.reads
+    assert deep.reads.endswith("counts as evidence either way") and deep.n_layers == 6
+    near = S.scale_clause(_switch(S.NEAR_BIGRAM))
+    assert not near.counts_as_evidence and near.early_share_ci == (0.69, 0.79)
+    assert ("speaks for trained GPT 6x128, gemma embedding (5 seeds), 6 blocks: S1 = 0.74 [0.69, 0.79]" in near.reads
+            and near.reads.endswith(f"not counted as evidence against the paper's claim ({S.LACKS})"))
+    unsure = S.scale_clause(_switch(S.SWITCH_INCONCLUSIVE, share=(0.5, 0.4, 0.6)))
+    assert not unsure.counts_as_evidence and "(the early share straddles)" in unsure.reads
+    assert unsure.reads.endswith(f"({S.NOT_SHOWN})")
+    for c in (deep, near, unsure):
+        assert json.loads(json.dumps(c.as_dict()))["counts_as_evidence"] == c.counts_as_evidence
+        assert (c.model, c.variant, c.source) == (near.model, near.variant, S.TRAINED_SOURCE)
+
+
+def test_what_each_verdict_counts_as_is_the_rules_words():
+    R, N, I = V.REPRODUCED, V.NOT_REPRODUCED, V.INCONCLUSIVE
+    assert [S.evidence(v, S.DEEP_SWITCH) for v in (R, N, I)] == [S.EVIDENCE_FOR, S.EVIDENCE_AGAINST, S.NO_EVIDENCE]
+    assert [S.evidence(v, S.NEAR_BIGRAM) for v in (R, N, I)] == [S.NOT_PAPER_REGIME, S.NOT_EVIDENCE, S.NOT_EVIDENCE]
+    assert [S.evidence(v, S.SWITCH_INCONCLUSIVE) for v in (R, N, I)] == [
+        S.NOT_PAPER_REGIME_UNSHOWN, S.NOT_EVIDENCE_UNSHOWN, S.NOT_EVIDENCE_UNSHOWN]
+    assert S.NOT_EVIDENCE == "not evidence: the baseline lacks the deep switch the mitigation acts on"
+    for words in (S.NOT_EVIDENCE, S.NOT_PAPER_REGIME, S.NOT_SHOWN, "not counted as evidence against the paper's claim",
+                  "changes no verdict"):
+        assert words in S.SCALE_RULE
+    assert [S.is_scaled(c) for c in ("C2.late-cut", "C2-training.late-cut", "C3-training.concentrates.material",
+                                     "C3.benchmarks", "C4.benchmarks", "C1", "C1.middle", "C1.depth.sensitivity")] == [
+        True] * 5 + [False] * 3
+
+
+def test_a_not_reproduced_c2_row_on_a_near_bigram_baseline_is_not_evidence():
+    late = _verdict("C2-training.late-cut", V.NOT_REPRODUCED, variant="block 5, alpha=0")
+    gates = _verdict("C3-training.misalignment", V.REPRODUCED)
+    middle = _verdict("C1.middle", V.NOT_REPRODUCED, variant="logit lens")
+    out = S.with_scale([late, gates, middle], _switch(S.NEAR_BIGRAM))
+    assert out[0]["scale"]["evidence"] == S.NOT_EVIDENCE and out[0]["scale"]["counts_as_evidence"] is False
+    assert out[0]["verdict"] == V.NOT_REPRODUCED  # the clause changes no verdict
+    assert out[0]["scale"]["outcome"] == S.NEAR_BIGRAM and out[0]["scale"]["middle"] == V.NOT_REPRODUCED
+    assert out[0]["scale"]["early_share_ci"] == [0.69, 0.79] and out[0]["scale"]["rule"] == S.SCALE_RULE
+    assert out[1]["scale"]["evidence"] == S.NOT_PAPER_REGIME
+    assert out[2] == middle.as_dict() and "scale" not in out[2]  # C1 rows untouched
+    json.dumps(out)
+    # the same rows as JSON dicts: scaled alike, the C1 dict returned as given
+    dicts = S.with_scale([late.as_dict(), middle.as_dict()], _switch(S.DEEP_SWITCH, share=(0.05, 0.01, 0.11),
+                                                                     middle=V.REPRODUCED))
+    assert dicts[0]["scale"]["evidence"] == S.EVIDENCE_AGAINST and dicts[0]["scale"]["counts_as_evidence"] is True
+    assert dicts[1] == middle.as_dict()
+    table = S.scale_table(out)
+    assert len(table) == 2 and tuple(table[0]) == S.SCALE_COLUMNS
+    assert table[0] == {"claim": "C2-training.late-cut", "model": "trained GPT 6x128", "variant": "block 5, alpha=0",
+                        "verdict": V.NOT_REPRODUCED, "baseline": "trained GPT 6x128, gemma embedding (5 seeds)",
+                        "switch": S.NEAR_BIGRAM, "S1 [CI]": "0.74 [0.69, 0.79]", "C1.middle": V.NOT_REPRODUCED,
+                        "blocks": "6", "counts as evidence": "no", "reading": S.NOT_EVIDENCE}
+
+
+def test_committed_training_verdicts_each_get_their_baselines_scale():
+    files = {p: committed_json(p) for p in TRAINING_VERDICTS}
+    regimes, v08 = committed_json(REGIMES), files[TRAINING_VERDICTS[-1]]
+    out = S.scale_training_verdicts(files, regimes, v08)
+    rows = [r for p in TRAINING_VERDICTS for r in files[p]]
+    assert [d["claim_id"] for d in out] == [r["claim_id"] for r in rows]
+    scaled = [d for d in out if "scale" in d]
+    assert len(scaled) == sum(S.is_scaled(r["claim_id"]) for r in rows) > 0
+    assert all("scale" not in d for d in out if not S.is_scaled(d["claim_id"]))
+    sets = {S.recipe_of(s): s for s in S.trained_rows(regimes, v08) if s.unit == "seeds"}
+    assert S.DEFAULT_RECIPE == profiles.get("default")["train_embedding"] and S.DEFAULT_RECIPE in sets
+    for d in scaled:  # the grid's verdicts are on the grid's recipe: its seed-set row
+        s = d["scale"]
+        assert s["model"] == sets[S.DEFAULT_RECIPE].model and s["unit"] == "seeds"
+        assert s["outcome"] == sets[S.DEFAULT_RECIPE].outcome and s["n_layers"] == sets[S.DEFAULT_RECIPE].n_layers
+        assert s["counts_as_evidence"] == (s["outcome"] == S.DEEP_SWITCH)
+        assert s["evidence"] == S.evidence(d["verdict"], s["outcome"])
+    assert len(S.scale_table(out)) == len(scaled)
+    # a row on the contrast arm names its recipe, and gets that baseline's row
+    contrast = profiles.get("default")["train_contrast_embedding"]
+    arm = _verdict("C3-training.beats-baseline", V.NOT_REPRODUCED, variant=f"baseline ({contrast} embedding)")
+    assert S.match_switch_row(arm, list(sets.values())) is sets[contrast]
+    assert S.match_switch_row(arm.as_dict(), list(sets.values()), recipe="anything") is sets[contrast]
+
+
+def test_bad_scale_input_names_the_fix():
+    sets = [_switch(S.NEAR_BIGRAM), _switch(S.NEAR_BIGRAM, model="trained GPT 6x128, nanogpt embedding (5 seeds)",
+                                            variant="logit lens, nanogpt embedding")]
+    with pytest.raises(ValueError, match="0 seed-set switch rows .* Measure that baseline"):
+        S.match_switch_row(_verdict("C2-training.late-cut", V.INCONCLUSIVE, model="trained GPT 12x256"), sets)
+    with pytest.raises(ValueError, match="gemma-rope embedding .* pass recipe="):
+        S.match_switch_row(_verdict("C2-training.late-cut", V.INCONCLUSIVE), sets, recipe="gemma-rope")
+    with pytest.raises(ValueError, match="split it by recipe"):
+        S.match_switch_row(_verdict("C4.benchmarks", V.INCONCLUSIVE, variant="gemma embedding vs nanogpt embedding"),
+                           sets)
+    with pytest.raises(ValueError, match="2 seed-set switch rows"):
+        S.match_switch_row(_verdict("C4.benchmarks", V.INCONCLUSIVE), sets + [sets[0]])
+    per_seed = S.SwitchRow(**{**sets[0].as_dict(), "unit": "seed", "seed": 3, "outcome": None, "why": "",
+                              "early_share_ci": (None, None)})
+    with pytest.raises(ValueError, match="per-seed row"):
+        S.scale_clause(per_seed)
+    with pytest.raises(ValueError, match="needs a SwitchRow"):
+        S.scale_clause(sets[0].as_dict())
+    with pytest.raises(ValueError, match="not one row"):
+        S.with_scale(_verdict("C2-training.late-cut", V.INCONCLUSIVE), sets[0])
+    with pytest.raises(ValueError, match="verdict row"):
+        S.with_scale([{"claim_id": "C2.late-cut"}], sets[0])
+    with pytest.raises(ValueError, match="VerdictRow or its JSON dict"):
+        S.with_scale([42], sets[0])
+    with pytest.raises(ValueError, match="not one of"):
+        S.evidence("yes", S.NEAR_BIGRAM)
+    with pytest.raises(ValueError, match="per-seed one"):
+        S.evidence(V.REPRODUCED, None)
+    with pytest.raises(ValueError, match="older notebook"):
+        S.scale_training_verdicts({"figures/x.json": {"not": "rows"}}, committed_json(REGIMES),
+                                  committed_json(TRAINING_VERDICTS[-1]))

@@ -69,12 +69,33 @@ whatever the correlation between the two (its ``level`` field says 0.90, a lower
 ``unit`` says how it was made). With per-window arrays, :func:`switch_on_windows` gives the declared
 bootstrap interval instead.
 
+**The scale clause** (issue 33's second part; :data:`SCALE_RULE`, a rule in words that changes no
+verdict's outcome, only says which verdicts count as evidence; the committed training verdicts and the
+trained baselines' near-bigram numbers were known when it was written, as the issue quoted them). The paper's mitigations (a late residual cut, learned gates; claims C2-C4) act on a model
+whose next token is predicted late, after a quiet middle: the deep switch. A C2/C3/C4 verdict on
+trained models therefore speaks for the scale of the baseline it was measured on and no further:
+:func:`with_scale` adds to each such row a ``scale`` entry (:class:`ScaleClause`: that baseline's S1
+with its interval, C1.middle, its blocks and its switch outcome; ``counts_as_evidence``; ``reads``,
+one sentence from those numbers; ``evidence``, what the verdict counts as). Only a row whose baseline
+has the deep switch counts as evidence, either way (reproduced: for the paper's claim; not reproduced:
+against it; inconclusive: neither). On a baseline without it no verdict is counted as evidence against
+the paper: not reproduced or inconclusive reads :data:`NOT_EVIDENCE` ("not evidence: the baseline lacks
+the deep switch the mitigation acts on"; a baseline whose switch outcome is inconclusive:
+:data:`NOT_EVIDENCE_UNSHOWN`, "... is not shown to have ..."), and a reproduced verdict is still
+reported, as :data:`NOT_PAPER_REGIME` ("reported, not evidence for the paper's regime: ..."), since a
+mitigation that helps a near-bigram model says nothing either about the regime the paper describes.
+The clause changes no verdict. :func:`match_switch_row` picks each training verdict's baseline (the
+grid's recipe, :data:`DEFAULT_RECIPE`, unless the row names another recipe's embedding, as the
+contrast arm's does), :func:`scale_training_verdicts` does it for the parsed committed files and
+:func:`scale_table` gives the rows as strings for a table.
+
 Pure computation on numbers: this module writes nothing and imports only ``residshift.analysis``
 and ``residshift.core``.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
@@ -87,7 +108,9 @@ __all__ = ["DEEP_SWITCH", "NEAR_BIGRAM", "SWITCH_INCONCLUSIVE", "SWITCH_OUTCOMES
            "EARLY_LAYER", "DEPARTURE_MARGIN", "MIN_LAYERS", "LEVEL", "DECODER", "SWITCH_RULE",
            "SwitchRow", "FIELDS", "switch_outcome", "early_share", "departure", "switch_on_windows",
            "switch_across_seeds", "switch_from_seed_curves", "trained_rows", "pretrained_rows",
-           "committed_rows"]
+           "committed_rows", "SCALE_RULE", "SCALED_CLAIMS", "DEFAULT_RECIPE", "ScaleClause", "is_scaled",
+           "evidence", "recipe_of", "share_text", "interval_text", "scale_clause", "with_scale",
+           "match_switch_row", "scale_training_verdicts", "SCALE_COLUMNS", "scale_table"]
 
 # --------------------------------------------------------------------------------------------
 # The measure's constants: fixed here, before any number is read
@@ -451,3 +474,230 @@ def committed_rows(regimes08: Mapping[str, Any], verdicts08: Any, metrics03: Map
     """:func:`trained_rows` then :func:`pretrained_rows`, from the parsed committed figure numbers."""
     kw = dict(threshold=threshold, margin=margin)
     return trained_rows(regimes08, verdicts08, **kw) + pretrained_rows(metrics03, c1_03, verdicts03, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# The scale clause of a C2-C4 verdict on trained models (issue 33): what a verdict can speak for,
+# not what it says (a rule in words, applied the same way to every row)
+# --------------------------------------------------------------------------------------------
+
+SCALED_CLAIMS = ("C2", "C3", "C4")  # claim ids the clause applies to: C2..., C2-training..., C3..., C4...
+DEFAULT_RECIPE = "gemma"  # the embedding recipe of the grid's baselines (the default profile's train_embedding)
+
+EVIDENCE_FOR = "evidence for the claim"
+EVIDENCE_AGAINST = "evidence against the claim"
+NO_EVIDENCE = "no evidence either way (the verdict is inconclusive)"
+LACKS = "the baseline lacks the deep switch the mitigation acts on"  # near-bigram baseline
+NOT_SHOWN = "the baseline is not shown to have the deep switch the mitigation acts on"  # inconclusive switch
+NOT_EVIDENCE = f"not evidence: {LACKS}"
+NOT_EVIDENCE_UNSHOWN = f"not evidence: {NOT_SHOWN}"
+NOT_PAPER_REGIME = f"reported, not evidence for the paper's regime: {LACKS}"
+NOT_PAPER_REGIME_UNSHOWN = f"reported, not evidence for the paper's regime: {NOT_SHOWN}"
+
+SCALE_RULE = (
+    "Scale clause (issue 33). A C2/C3/C4 verdict on trained models speaks for the scale of the baseline it "
+    "was measured on, and no further: its row carries that baseline's deep-switch measure (S1 with its "
+    "interval, C1.middle, the number of blocks and the switch outcome, on the seed set of the baseline with "
+    "the verdict's embedding recipe). Only a verdict whose baseline has the deep switch counts as evidence, "
+    "either way: reproduced is evidence for the paper's claim, not reproduced evidence against it, "
+    "inconclusive neither. A verdict on a baseline without the deep switch is not counted as evidence "
+    "against the paper's claim: on a near-bigram baseline a not-reproduced or inconclusive verdict is "
+    f"recorded as \"{NOT_EVIDENCE}\" and a reproduced one as \"{NOT_PAPER_REGIME}\"; on a baseline whose "
+    f"switch outcome is inconclusive, the same with \"{NOT_SHOWN}\". The clause changes no verdict; it "
+    "states what the verdict can speak for.")
+
+
+def is_scaled(claim_id: str) -> bool:
+    """True for the claim ids the scale clause applies to (C2, C3, C4, with or without ``-training``)."""
+    return str(claim_id).split(".")[0].split("-")[0] in SCALED_CLAIMS
+
+
+def evidence(verdict: str, outcome: str) -> str:
+    """What a verdict counts as under :data:`SCALE_RULE`, given its baseline's switch ``outcome``."""
+    if verdict not in verdicts.OUTCOMES:
+        raise ValueError(f"verdict {verdict!r} is not one of {verdicts.OUTCOMES}")
+    if outcome not in SWITCH_OUTCOMES:
+        raise ValueError(f"switch outcome {outcome!r} is not one of {SWITCH_OUTCOMES}: pass a seed set's (or a "
+                         "pretrained model's) switch row, not a per-seed one")
+    if outcome == DEEP_SWITCH:
+        return {verdicts.REPRODUCED: EVIDENCE_FOR, verdicts.NOT_REPRODUCED: EVIDENCE_AGAINST}.get(verdict, NO_EVIDENCE)
+    near = outcome == NEAR_BIGRAM
+    if verdict == verdicts.REPRODUCED:
+        return NOT_PAPER_REGIME if near else NOT_PAPER_REGIME_UNSHOWN
+    return NOT_EVIDENCE if near else NOT_EVIDENCE_UNSHOWN
+
+
+@dataclass(frozen=True)
+class ScaleClause:
+    """The scale a C2/C3/C4 verdict speaks for: its baseline's switch measure (:class:`SwitchRow`'s
+    ``model``, ``variant``, ``source``, ``unit``, ``n``, ``n_layers``, ``early_share`` S1 with
+    ``early_share_ci`` at ``level``, ``middle`` = C1.middle, ``outcome``), ``counts_as_evidence``
+    (the outcome is :data:`DEEP_SWITCH`) and ``reads``, one sentence built from those numbers, printed
+    beside the verdict."""
+
+    model: str
+    variant: str | None
+    source: str
+    unit: str
+    n: int | None
+    n_layers: int
+    outcome: str
+    early_share: float | None
+    early_share_ci: tuple[float | None, float | None]
+    level: float | None
+    middle: str | None
+    why: str
+    counts_as_evidence: bool
+    reads: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: (list(getattr(self, f.name)) if isinstance(getattr(self, f.name), tuple)
+                         else getattr(self, f.name)) for f in fields(self)}
+
+
+def _f2(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def share_text(row: SwitchRow | ScaleClause) -> str:
+    """S1 with its interval, ``0.74 [0.69, 0.79]`` (no interval: the estimate alone)."""
+    lo, hi = row.early_share_ci
+    return _f2(row.early_share) + ("" if lo is None or hi is None else f" [{_f2(lo)}, {_f2(hi)}]")
+
+
+def interval_text(row: SwitchRow | ScaleClause) -> str:
+    """What S1's interval is: its level and unit, in words."""
+    lvl = "?" if row.level is None else f"{100 * row.level:.0f}%"
+    if row.unit == "seeds":
+        return f"{lvl} t-interval over {row.n} seeds"
+    if row.unit == "windows":
+        return f"{lvl} bootstrap over {row.n} windows"
+    if row.unit == "committed intervals":
+        return f"at least {lvl}: the box of the committed 95% intervals"
+    return f"{lvl}, {row.unit}"
+
+
+def scale_clause(switch_row: SwitchRow) -> ScaleClause:
+    """The scale clause a verdict on ``switch_row``'s model carries (:data:`SCALE_RULE`). A per-seed
+    row (no outcome) is refused: the seed set's row decides."""
+    if not isinstance(switch_row, SwitchRow):
+        raise ValueError(f"scale_clause needs a SwitchRow (scale.trained_rows / committed_rows), got "
+                         f"{type(switch_row).__name__}")
+    if switch_row.outcome is None:
+        raise ValueError(f"{switch_row.model} (seed {switch_row.seed}) is a per-seed row without an outcome: pass "
+                         "the seed set's row (unit 'seeds'), which decides")
+    deep = switch_row.outcome == DEEP_SWITCH
+    reason = LACKS if switch_row.outcome == NEAR_BIGRAM else NOT_SHOWN
+    tail = "counts as evidence either way" if deep else f"not counted as evidence against the paper's claim ({reason})"
+    why = f" ({switch_row.why})" if switch_row.why else ""
+    reads = (f"speaks for {switch_row.model}, {switch_row.n_layers} blocks: S1 = {share_text(switch_row)} "
+             f"({interval_text(switch_row)}), C1.middle {switch_row.middle}: {switch_row.outcome}{why}; {tail}")
+    return ScaleClause(model=switch_row.model, variant=switch_row.variant, source=switch_row.source,
+                       unit=switch_row.unit, n=switch_row.n, n_layers=switch_row.n_layers, outcome=switch_row.outcome,
+                       early_share=switch_row.early_share, early_share_ci=switch_row.early_share_ci,
+                       level=switch_row.level, middle=switch_row.middle, why=switch_row.why,
+                       counts_as_evidence=deep, reads=reads)
+
+
+def _verdict_row(r: Any) -> tuple[verdicts.VerdictRow, dict[str, Any]]:
+    if isinstance(r, verdicts.VerdictRow):
+        return r, r.as_dict()
+    if isinstance(r, Mapping):
+        return verdicts.VerdictRow.from_dict(r), dict(r)  # VerdictError (a ValueError) names what is wrong
+    raise ValueError(f"a verdict row is a VerdictRow or its JSON dict (layout {verdicts.SCHEMA!r}), got "
+                     f"{type(r).__name__}")
+
+
+def _rows_list(verdict_rows: Any) -> list:
+    if isinstance(verdict_rows, (Mapping, verdicts.VerdictRow, str)):
+        raise ValueError("pass a list of verdict rows (VerdictRow or their JSON dicts), not one row")
+    return list(verdict_rows)
+
+
+def with_scale(verdict_rows: Sequence[Any], switch_row: SwitchRow) -> list[dict[str, Any]]:
+    """Each verdict row as its dict (``VerdictRow.as_dict`` or the JSON dict as given), with a ``scale``
+    entry added to the C2/C3/C4 rows (:func:`is_scaled`): :func:`scale_clause`'s fields, ``evidence``
+    (:func:`evidence` of the row's verdict) and ``rule`` (:data:`SCALE_RULE`). Other rows are returned
+    unchanged. Every row is measured against ``switch_row``; :func:`match_switch_row` picks it per row."""
+    clause = scale_clause(switch_row)
+    out = []
+    for r in _rows_list(verdict_rows):
+        row, d = _verdict_row(r)
+        if is_scaled(row.claim_id):
+            d["scale"] = {**clause.as_dict(), "evidence": evidence(row.verdict, clause.outcome), "rule": SCALE_RULE}
+        out.append(d)
+    return out
+
+
+def recipe_of(switch_row: SwitchRow) -> str | None:
+    """The embedding recipe a trained baseline's switch row names (its variant ``"..., <recipe> embedding"``)."""
+    m = re.search(r"(?:^|, )([\w-]+) embedding$", switch_row.variant or "")
+    return m.group(1) if m else None
+
+
+def _names_recipe(text: str, recipe: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(recipe)} embedding", text) is not None
+
+
+def match_switch_row(row: verdicts.VerdictRow | Mapping[str, Any], switch_rows: Sequence[SwitchRow], *,
+                     recipe: str = DEFAULT_RECIPE) -> SwitchRow:
+    """The seed-set switch row of the baseline a training verdict was measured on.
+
+    The training verdicts name the trained shape only (``"trained GPT 6x128"``); the switch rows name
+    the shape, the recipe and the seeds (``"trained GPT 6x128, gemma embedding (5 seeds)"``, variant
+    ``"logit lens, gemma embedding"``). A row whose model or variant names ``"<recipe> embedding"`` for
+    one of the switch rows' recipes (the contrast arm: ``"baseline (nanogpt embedding)"``) gets that
+    recipe's baseline; any other row the grid's ``recipe``. Exactly one seed-set row (``unit="seeds"``)
+    of the same shape and recipe must exist, else a :class:`ValueError` names the fix.
+    """
+    vr = _verdict_row(row)[0]
+    sets = [s for s in switch_rows if isinstance(s, SwitchRow) and s.unit == "seeds"]
+    recipes = sorted({r for r in map(recipe_of, sets) if r})
+    text = f"{vr.model} | {vr.variant or ''}"
+    named = [r for r in recipes if _names_recipe(text, r)]
+    if len(named) > 1:
+        raise ValueError(f"{vr.claim_id} on {vr.model} ({vr.variant}) names the recipes {named}: one verdict row "
+                         "must be on one baseline; split it by recipe")
+    want = named[0] if named else recipe
+    hits = [s for s in sets if s.model.startswith(f"{vr.model}, ") and recipe_of(s) == want]
+    if len(hits) != 1:
+        have = ", ".join(f"{s.model} ({s.variant})" for s in sets) or "none"
+        raise ValueError(f"{vr.claim_id} on {vr.model} ({vr.variant}): {len(hits)} seed-set switch rows of that "
+                         f"shape with the {want} embedding (have: {have}). Measure that baseline (notebook 08's "
+                         "regimes figure, scale.trained_rows), or pass recipe= the grid's train_embedding")
+    return hits[0]
+
+
+def scale_training_verdicts(verdict_files: Mapping[str, Any], regimes08: Mapping[str, Any], verdicts08: Any, *,
+                            recipe: str = DEFAULT_RECIPE) -> list[dict[str, Any]]:
+    """Every row of the parsed verdict files ``{name: parsed JSON}`` (notebooks 06, 07 and 08's
+    verdicts), in order, as :func:`with_scale` returns it, each C2/C3/C4 row measured against its own
+    baseline's seed-set switch row (:func:`match_switch_row` among :func:`trained_rows` of the parsed
+    ``regimes08`` and ``verdicts08``). Pure: the caller reads the files."""
+    switch = [s for s in trained_rows(regimes08, verdicts08) if s.unit == "seeds"]
+    out = []
+    for name, data in verdict_files.items():
+        for row in _rows_of(data, name):
+            out += with_scale([row], match_switch_row(row, switch, recipe=recipe)) if is_scaled(row.claim_id) \
+                else [row.as_dict()]
+    return out
+
+
+SCALE_COLUMNS = ("claim", "model", "variant", "verdict", "baseline", "switch", "S1 [CI]", "C1.middle", "blocks",
+                 "counts as evidence", "reading")
+
+
+def scale_table(scaled_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The rows of :func:`with_scale` / :func:`scale_training_verdicts` that carry a ``scale`` entry, as
+    strings ready for a table (:data:`SCALE_COLUMNS`): the verdict beside the scale it speaks for."""
+    out = []
+    for d in _rows_list(scaled_rows):
+        s = d.get("scale") if isinstance(d, Mapping) else None
+        if s is None:
+            continue
+        lo, hi = s["early_share_ci"]
+        share = _f2(s["early_share"]) + ("" if lo is None or hi is None else f" [{_f2(lo)}, {_f2(hi)}]")
+        out.append(dict(zip(SCALE_COLUMNS, (
+            d["claim_id"], d["model"], d.get("variant") or "–", d["verdict"], s["model"], s["outcome"], share,
+            s["middle"] or "–", str(s["n_layers"]), "yes" if s["counts_as_evidence"] else "no", s["evidence"]))))
+    return out

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..analysis import verdicts
+from ..analysis import scale, verdicts
 from ..analysis.verdicts import is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
 from ..core.outputs import load_manifest, manifest_problems
@@ -639,6 +639,113 @@ def section_lm_eval(fig: Path, bench: Path) -> str:
         text += "No item is chosen differently."
     return text
 
+TRAINING_VERDICTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
+                     "08-misalignment-after-mitigation-verdicts")  # the C2-C4 training verdicts (08's also holds C1)
+REGIMES_08 = "08-misalignment-after-mitigation-regimes"  # the trained baselines' lens curves, per recipe and seed
+METRICS_03, C1_03, VERDICTS_03 = "03-alignment-curves-metrics", "03-alignment-curves-c1", "03-alignment-curves-verdicts"
+LADDER = "10-scale-ladder"  # figures/<this>.json: the scale ladder (study/ladder.py), when it has run
+
+
+def _ladder_sentence(fig: Path) -> str:
+    """The hook for the scale ladder's one sentence in :func:`section_scale`: ``""`` while
+    ``figures/10-scale-ladder.json`` is absent. Its layout is defined by ``study/ladder.py``; this reads
+    nothing of it yet and, once the file exists, only points to it. Fill it in from that layout."""
+    if not (fig / f"{LADDER}.json").is_file():
+        return ""
+    return f"The scale ladder's numbers are in `figures/{LADDER}.json` (not summarised here yet)."
+
+
+def _switch_phrase(s: scale.SwitchRow, label: str) -> str:
+    why = f" ({s.why})" if s.why else ""
+    return (f"{label} S1 = {scale.share_text(s)} ({scale.interval_text(s)}, {s.n_layers} blocks, C1.middle "
+            f"{s.middle}): **{s.outcome}**{why}")
+
+
+def _count_phrase(counts: Mapping[str, int], order) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k))
+
+
+def section_scale(fig: Path, bench: Path) -> str:
+    """What the trained models' scale lets the C2-C4 training verdicts say (issue 33): one paragraph
+    printed from the saved numbers (the trained baselines' and the pretrained references' deep-switch
+    measure, ``analysis.scale.committed_rows``; the verdicts' count and what each counts as under
+    ``analysis.scale.SCALE_RULE``), then each verdict beside the scale it speaks for."""
+    what = "Scale of the C2–C4 training verdicts"
+    data = {}
+    for name in (*TRAINING_VERDICTS, REGIMES_08, METRICS_03, C1_03):
+        d = _load(fig / f"{name}.json")
+        if d is None:
+            return _missing(what, f"figures/{name}.json")
+        if name in TRAINING_VERDICTS and not is_verdict_layout(d):
+            return (f"_{what}: `figures/{name}.json` is in an older verdict layout: rerun the notebook that "
+                    "writes it._")
+        data[name] = d
+    v08 = data[TRAINING_VERDICTS[-1]]
+    switch = scale.committed_rows(data[REGIMES_08], v08, data[METRICS_03], data[C1_03],
+                                  _load(fig / f"{VERDICTS_03}.json"))
+    recipe = profiles.resolve("default").train_embedding
+    rows = scale.scale_training_verdicts({f"figures/{n}.json": data[n] for n in TRAINING_VERDICTS},
+                                         data[REGIMES_08], v08, recipe=recipe)
+    table = scale.scale_table(rows)
+    scaled = [r["scale"] for r in rows if "scale" in r]
+    if not table:
+        return _missing(what, "C2–C4 rows in figures/0[6-8]-*-verdicts.json")
+    trained = [s for s in switch if s.unit == "seeds"]
+    pretrained = [s for s in switch if s.unit != "seeds" and s.unit != "seed"]
+    contrast = profiles.resolve("default").train_contrast_embedding
+
+    def arm(s):
+        emb = scale.recipe_of(s)
+        role = " (the grid's)" if emb == recipe else " (the contrast arm)" if emb == contrast else ""
+        return f"{emb} embedding{role}"
+
+    verdict_counts = {v: sum(r["verdict"] == v for r in table) for v in verdicts.OUTCOMES}
+    reading_counts: dict[str, int] = {}
+    for r in table:
+        reading_counts[r["reading"]] = reading_counts.get(r["reading"], 0) + 1
+    n, counted = len(table), sum(s["counts_as_evidence"] for s in scaled)
+    baselines = sorted({s["model"] for s in scaled})
+    outcomes = sorted({s["outcome"] for s in scaled})
+    if counted == 0:
+        kind = "near-bigram models" if outcomes == [scale.NEAR_BIGRAM] else "models without a shown deep switch"
+        verdict_line = (f"They speak for {kind} only, and by the scale rule none of them is counted as evidence for "
+                        "or against the paper's claims")
+    elif counted == n:
+        verdict_line = "All of them count as evidence, either way: their baselines have the deep switch"
+    else:
+        verdict_line = (f"{counted} of them count as evidence, either way (their baseline has the deep switch); the "
+                        f"other {n - counted} speak for baselines without it and are not counted as evidence against "
+                        "the paper's claims")
+    deep_trained = [s for s in trained if s.outcome == scale.DEEP_SWITCH]
+    deep_pre = [s.model for s in pretrained if s.outcome == scale.DEEP_SWITCH]
+    if deep_trained:
+        where = ""
+    elif deep_pre:
+        where = f" Of the models measured here, only the pretrained {' and '.join(deep_pre)} shows the deep switch."
+    else:
+        where = " No model measured here shows the deep switch."
+    ladder = _ladder_sentence(fig)
+    text = ("**What this machine's scale can say about C2–C4** (issue 33; `residshift.analysis.scale`: the "
+            "deep-switch measure and its scale clause, each a rule in words; the clause changes no verdict, it says "
+            "which verdicts count as evidence). "
+            "The paper's mitigations act on a deep switch, the next token predicted late after a quiet middle. "
+            "Its measure is S1, the share of a model's final next-token top-1 already reached after block 0: deep "
+            f"switch if S1's interval lies below {scale.SHARE_THRESHOLD:g} and C1.middle is reproduced, near-bigram "
+            f"if it lies above {scale.SHARE_THRESHOLD:g} and C1.middle is not. The trained baselines "
+            f"(`figures/{REGIMES_08}.json`): "
+            + "; ".join(_switch_phrase(s, arm(s)) for s in trained)
+            + f". The pretrained references (`figures/{METRICS_03}.json`): "
+            + "; ".join(_switch_phrase(s, s.model) for s in pretrained)
+            + f". The {n} C2–C4 training verdicts of notebooks {TRAINING_VERDICTS[0][:2]}–{TRAINING_VERDICTS[-1][:2]} ({_count_phrase(verdict_counts, verdicts.OUTCOMES)}) "
+            f"are on {' and '.join(baselines)}. {verdict_line}: "
+            + "; ".join(f"{k} read \"{label}\"" for label, k in reading_counts.items()) + "." + where
+            + (f" {ladder}" if ladder else ""))
+    head = [c for c in scale.SCALE_COLUMNS if c != "model"]  # the baseline column names the model
+    lines = [[f"**{r[c]}**" if c == "verdict" else r[c] for c in head] for r in table]
+    return (text + f"\n\n<details><summary>The {n} C2–C4 training verdicts, each with the scale it speaks for"
+            "</summary>\n\n" + _table(head, lines) + f"\n\n{scale.SCALE_RULE}\n\n</details>")
+
+
 def section_pilot(fig: Path, bench: Path) -> str:
     """The pilot (``study.pilot``): one baseline per embedding recipe, C1 on each, the chosen recipe."""
     b = _load(bench / "pilot-recipes.json")
@@ -720,7 +827,7 @@ def section_lens_example(fig: Path, bench: Path) -> str:
 
 
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_rules_change,
-                                               section_pilot,
+                                               section_scale, section_pilot,
                                                section_grid, section_lens_example,
                                                section_harness, section_benchmarks, section_lm_eval,
                                                section_provenance]
