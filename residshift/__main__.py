@@ -80,6 +80,19 @@ def main(argv: list[str] | None = None) -> int:
                          "lens and C1's rules on each (writes benchmarks/pilot-recipes.json; smoke: build/smoke/)")
     tr.add_argument("--recipes", nargs="*", default=None, help="the pilot's recipes (default: train_pilot_recipes)")
     tr.add_argument("--json", default=None, help="where the pilot writes its numbers")
+    lad = sub.add_parser("ladder", help="the scale ladder (notebook 10): baselines at budget x 4^k per shape, the "
+                         "lens at every checkpoint; plans from measured tokens/s, resumes, records per rung")
+    lad.add_argument("--profile", default="default", help="smoke | default | paper (the ladder_* sizes)")
+    lad.add_argument("--only", nargs="*", default=None, metavar="RUNG",
+                     help="rungs (6x128-r2) or shapes (6x128) to run (default: all)")
+    lad.add_argument("--hours", type=float, default=None, help="hours the plan may spend (default: ladder_hours)")
+    lad.add_argument("--plan", action="store_true", help="measure the speeds and print the plan; train nothing")
+    lad.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a ladder_* or train_* value (JSON), e.g. -p ladder_rungs=4")
+    lad.add_argument("--out", default=None, help="records folder (default benchmarks/ladder/<profile>; smoke: "
+                     "build/smoke/ladder)")
+    lad.add_argument("--device", default=None, help="cpu | cuda (default: the profile's)")
+    lad.add_argument("--no-progress", action="store_true", help="no progress bar")
     sub.add_parser("train-grid", help="the training grid of notebooks 06-08: plan, cost from a measured speed, "
                    "launch (--dry-run, --parallel K); `residshift train-grid --help` for its options", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -185,6 +198,11 @@ def main(argv: list[str] | None = None) -> int:
         from .train.trainer import main_train  # lazy: torch + transformers ~3.2 s; after OMP_WAIT_POLICY
 
         return main_train(args)
+    if args.cmd == "ladder":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `train`: before torch loads
+        from .study.ladder import main_ladder  # lazy: torch + the trainer + the lens
+
+        return main_ladder(args)
     if args.cmd == "profiles":
         if args.name is not None and args.name not in PROFILES:
             print(f"residshift profiles: error: unknown profile {args.name!r}; choose one of "

@@ -275,6 +275,31 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "train_contrast_embedding": "gemma",
                   "train_pilot_recipes": ["nanogpt", "gemma", "gemma-rope"]},
     },
+    # 10: the scale ladder (study/ladder.py, `python -m residshift ladder`, `make ladder`): baselines of the
+    # training half's recipe at ladder_base_tokens x 4^k tokens (k < ladder_rungs) for each shape
+    # [depth, width, heads] of ladder_shapes, one seed; the logit lens read at every checkpoint of
+    # ladder_base_tokens x 2^j tokens (j >= -2) on the ladder_lens_windows held-out windows notebook 08
+    # reads. A rung trains on train_corpus while it needs at most ladder_max_epochs passes over it (about
+    # as good as fresh data up to 4: Muennighoff et al. 2023, "Scaling data-constrained language
+    # models"), else on ladder_large_corpus. ladder_hours: the CPU/GPU hours the planner may spend
+    # (rungs whose measured cost does not fit are left out and listed). default: 6 and 12 blocks at the
+    # training half's width, WikiText-2's 4.1M tokens under its 1,024-token BPE allow rungs 0-2 (5.7M)
+    # on it; rung 3 (22.9M) needs WikiText-103's training split (the hub, or data/).
+    "ladder": {
+        "smoke": {"ladder_shapes": [[5, 32, 2], [6, 32, 2]], "ladder_base_tokens": 8 * 32 * 6, "ladder_rungs": 2,
+                  "ladder_seed": 0, "ladder_max_epochs": 4, "ladder_large_corpus": "wikitext-103",
+                  "ladder_lens_windows": 6, "ladder_hours": 1.0, "ladder_speed_steps": 3,
+                  "ladder_in_study": True},
+        "default": {"ladder_shapes": [[6, 128, 4], [12, 128, 4], [24, 128, 4]], "ladder_base_tokens": 350 * 8 * 128,
+                    "ladder_rungs": 3, "ladder_seed": 0, "ladder_max_epochs": 4,
+                    "ladder_large_corpus": "wikitext-103", "ladder_lens_windows": 64, "ladder_hours": 2.0,
+                    "ladder_speed_steps": 30, "ladder_in_study": False},
+        # the GPU ladder: GPT-2-small's shape and a deeper one, from 1/64 of the paper profile's budget up
+        "paper": {"ladder_shapes": [[12, 768, 12], [24, 768, 12]], "ladder_base_tokens": 2000 * 4_194_304 // 64,
+                  "ladder_rungs": 4, "ladder_seed": 0, "ladder_max_epochs": 4,
+                  "ladder_large_corpus": "wikitext-103", "ladder_lens_windows": 256, "ladder_hours": 200.0,
+                  "ladder_speed_steps": 20, "ladder_in_study": False},
+    },
 }
 
 PROFILE_NAMES = ("smoke", "default", "paper")
