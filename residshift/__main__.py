@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                      "build/smoke/ladder)")
     lad.add_argument("--device", default=None, help="cpu | cuda (default: the profile's)")
     lad.add_argument("--no-progress", action="store_true", help="no progress bar")
+    lad.add_argument("--mitigation", action="store_true", help="after the rungs: baseline vs late cut vs learned "
+                     "gates on the chosen rung (pilot seeds, then the seed count from their spread)")
+    lad.add_argument("--rung", default=None, help="the mitigation's rung (default: the declared choice)")
     sub.add_parser("train-grid", help="the training grid of notebooks 06-08: plan, cost from a measured speed, "
                    "launch (--dry-run, --parallel K); `residshift train-grid --help` for its options", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -282,23 +282,32 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     # reads. A rung trains on train_corpus while it needs at most ladder_max_epochs passes over it (about
     # as good as fresh data up to 4: Muennighoff et al. 2023, "Scaling data-constrained language
     # models"), else on ladder_large_corpus. ladder_hours: the CPU/GPU hours the planner may spend
-    # (rungs whose measured cost does not fit are left out and listed). default: 6 and 12 blocks at the
+    # (rungs whose measured cost does not fit are left out and listed). default: 6, 12 and 24 blocks at the
     # training half's width, WikiText-2's 4.1M tokens under its 1,024-token BPE allow rungs 0-2 (5.7M)
-    # on it; rung 3 (22.9M) needs WikiText-103's training split (the hub, or data/).
+    # on it; rung 3 (22.9M) needs WikiText-103's training split (the hub, or data/). The mitigation
+    # (study/mitigation.py): baseline vs alpha = ladder_mitigation_alpha at the last block vs learned gates on
+    # the chosen rung, a pilot of ladder_mitigation_pilot seeds, then the seed count whose MDE reaches the
+    # loss margin (at most ladder_mitigation_max_seeds, within ladder_mitigation_hours).
     "ladder": {
         "smoke": {"ladder_shapes": [[5, 32, 2], [6, 32, 2]], "ladder_base_tokens": 8 * 32 * 6, "ladder_rungs": 2,
                   "ladder_seed": 0, "ladder_max_epochs": 4, "ladder_large_corpus": "wikitext-103",
                   "ladder_lens_windows": 6, "ladder_hours": 1.0, "ladder_speed_steps": 3,
-                  "ladder_in_study": True},
+                  "ladder_in_study": True,
+                  "ladder_mitigation_alpha": 0.9, "ladder_mitigation_pilot": 2, "ladder_mitigation_max_seeds": 3,
+                  "ladder_mitigation_hours": 0.5},
         "default": {"ladder_shapes": [[6, 128, 4], [12, 128, 4], [24, 128, 4]], "ladder_base_tokens": 350 * 8 * 128,
                     "ladder_rungs": 3, "ladder_seed": 0, "ladder_max_epochs": 4,
                     "ladder_large_corpus": "wikitext-103", "ladder_lens_windows": 64, "ladder_hours": 2.0,
-                    "ladder_speed_steps": 30, "ladder_in_study": False},
+                    "ladder_speed_steps": 30, "ladder_in_study": False,
+                    "ladder_mitigation_alpha": 0.9, "ladder_mitigation_pilot": 3, "ladder_mitigation_max_seeds": 10,
+                    "ladder_mitigation_hours": 1.0},
         # the GPU ladder: GPT-2-small's shape and a deeper one, from 1/64 of the paper profile's budget up
         "paper": {"ladder_shapes": [[12, 768, 12], [24, 768, 12]], "ladder_base_tokens": 2000 * 4_194_304 // 64,
                   "ladder_rungs": 4, "ladder_seed": 0, "ladder_max_epochs": 4,
                   "ladder_large_corpus": "wikitext-103", "ladder_lens_windows": 256, "ladder_hours": 200.0,
-                  "ladder_speed_steps": 20, "ladder_in_study": False},
+                  "ladder_speed_steps": 20, "ladder_in_study": False,
+                  "ladder_mitigation_alpha": 0.9, "ladder_mitigation_pilot": 3, "ladder_mitigation_max_seeds": 10,
+                  "ladder_mitigation_hours": 100.0},
     },
 }
 

@@ -415,6 +415,10 @@ def main_ladder(args) -> int:
             P.device = args.device
         run_ladder(P, only=args.only, hours=args.hours, out=args.out, device=P.device, dry_run=args.plan,
                    progress=not args.no_progress)
+        if args.mitigation and not args.plan:
+            from .mitigation import run_mitigation
+
+            run_mitigation(P, rung_name=args.rung, out=args.out, device=P.device, progress=not args.no_progress)
     except RunLockedError as err:
         print(f"residshift ladder: {err}", file=sys.stderr)
         return T.LOCKED_EXIT
@@ -525,7 +529,7 @@ def extrapolation(rows: Sequence[Mapping[str, Any]], refs: Sequence[Mapping[str,
         for what, y in targets:
             b = trend.budget_to_reach(t, y)
             hours = b["tokens"] / tps / 3600 if (b["tokens"] and tps) else None
-            out.append({"shape": shape, "target": what, "S1_target": y, **b, "hours_here": hours,
+            out.append({**b, "shape": shape, "target": what, "S1_target": y, "hours_here": hours,
                         "tokens_per_s_here": tps, "trend": t.as_dict()})
     return out
 
@@ -652,3 +656,27 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
     if c:
         lines.append(f"The mitigation is tested on {c['rung']} (S1 {c['S1']:.2f}): {c['why']}.")
     return lines
+
+
+TRAINING_VERDICTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
+                     "08-misalignment-after-mitigation-verdicts")
+REGIMES08 = "08-misalignment-after-mitigation-regimes"
+
+
+def training_scale(folder: Path | None = None, *, log: Callable[[str], None] = print) -> list[dict[str, Any]] | None:
+    """Every C2/C3/C4 training verdict of notebooks 06-08 with the scale it speaks for
+    (``scale.scale_training_verdicts`` on their saved numbers in ``folder``, default this run's figures);
+    None, saying so, where those notebooks have not run."""
+    from ..analysis import scale
+    from ..core.paths import figures_dir
+
+    folder = folder or figures_dir()
+    paths = {n: folder / f"{n}.json" for n in (*TRAINING_VERDICTS, REGIMES08)}
+    missing = [n for n, p in paths.items() if not p.is_file()]
+    if missing:
+        log(f"notebooks 06-08 have not saved {', '.join(missing)} in {folder}: run them first to see their "
+            "verdicts' scale")
+        return None
+    data = {n: json.loads(p.read_text()) for n, p in paths.items()}
+    return scale.scale_training_verdicts({n: data[n] for n in TRAINING_VERDICTS}, data[REGIMES08],
+                                         data[TRAINING_VERDICTS[2]])

@@ -1,0 +1,342 @@
+"""The mitigation where the model has the deep switch (notebook 10, ``python -m residshift ladder
+--mitigation``): the baseline, a late cut and the learned gates on one rung of the scale ladder, paired
+by seed, with the seed count chosen from a pilot's measured spread.
+
+**The rung** (:func:`choose_rung`, declared before the ladder's numbers were read): among the finished
+rungs with the deep switch (:mod:`residshift.analysis.scale`), the largest budget (then the deepest)
+whose pilot fits in ``ladder_mitigation_hours`` at the rung's measured tokens/s; where no rung has the
+switch, the one with the lowest early share S1 whose pilot fits. Larger rungs left out for their cost are
+listed with their hours.
+
+**The arms**, each a run of the trainer at the rung's configuration, every arm of a seed from the same
+initialisation and data order (the trainer's pairing): ``baseline``; ``late cut``: ``fixed`` with
+``alpha = ladder_mitigation_alpha`` at the last block, at the training half's site (``train_cut_site``:
+the authors' harness attenuates both adds of the block); ``learned``: a learned gate per block
+(``train_gate_init``, ``train_gate_lr``), as notebook 07's. The ladder's own run is seed
+``ladder_seed``'s baseline (reused, not retrained).
+
+**The seed count** (:func:`seed_plan`): the pilot trains ``ladder_mitigation_pilot`` seeds of every arm;
+per mitigation, d_s = final validation loss (mean over the run's held-out windows) minus the baseline's of
+the same seed; sd = the larger of the two arms' pilot standard deviations. The count is the smallest
+``n`` (from the pilot's up to ``ladder_mitigation_max_seeds``) whose minimum detectable effect
+``(t_(1-0.05/2) + t_0.8) sd / sqrt(n)`` is at most the rules' materiality margin
+(``verdicts.LOSS_MARGIN``); if none is, ``ladder_mitigation_max_seeds``, or fewer where the hours left
+do not allow more; the MDE at the chosen count is written to the record before the remaining seeds
+train, and never recomputed after.
+
+**The verdicts** are the training half's own rules on these runs (``verdicts.c2_training_late_cut``,
+``verdicts.c3_training_beats_baseline``), each with the scale clause of its baseline
+(``scale.with_scale``: the switch measure of this rung's baselines across the seeds).
+
+Records: ``benchmarks/ladder/<profile>/mitigation-<rung>.json`` (smoke: the build folder), rewritten
+atomically after every seed; a killed run resumes (the trainer resumes its runs; finished seeds are kept).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..analysis import scale, stats, verdicts
+from ..core.cache import atomic_write_text, code_state
+from ..core.machine import cpu_facts
+from ..core.models import load_model
+from ..core.outputs import json_ready
+from ..core.paths import results_dir
+from ..train import final, trainer as T
+from ..train.lock import run_lock
+from . import ladder
+
+KIND = "residshift-ladder-mitigation/1"
+ARMS = ("baseline", "late cut", "learned")
+MITIGATIONS = ARMS[1:]
+
+
+def arm_config(P, rung: ladder.Rung, arm: str, seed: int) -> T.TrainConfig:
+    """The TrainConfig of one arm and seed at ``rung`` (the ladder's configuration of the rung)."""
+    cfg = ladder.config(P, rung)[0].with_(seed=int(seed))
+    if arm == "baseline":
+        return cfg
+    if arm == "late cut":
+        return cfg.with_(mode="fixed", alpha=float(P.ladder_mitigation_alpha), alpha_layers=(rung.depth - 1,),
+                         site=P.train_cut_site)
+    if arm == "learned":
+        extra = {} if P.train_gate_init is None else {"theta_init": float(P.train_gate_init)}
+        return cfg.with_(mode="learned", **extra)
+    raise ValueError(f"unknown arm {arm!r}; the arms are {ARMS}")
+
+
+def arm_folder(P, rung: ladder.Rung, arm: str, seed: int, cfg: T.TrainConfig, device) -> Path:
+    """Seed ``ladder_seed``'s baseline is the ladder's own run; the other runs live beside it."""
+    key = T.run_dir_for(cfg, device).name
+    if arm == "baseline" and int(seed) == int(P.ladder_seed):
+        return ladder.run_folder(P, rung, key)
+    return results_dir() / "ladder" / P.profile / f"mitigation-{rung.name}" / key
+
+
+def records_path(P, rung_name: str, out=None) -> Path:
+    return ladder.records_dir(P, out) / f"mitigation-{rung_name}.json"
+
+
+# --------------------------------------------------------------------------------------------
+# The rung and the seed count
+# --------------------------------------------------------------------------------------------
+
+
+def pilot_hours(P, rung_name: str, costs) -> float | None:
+    """Hours of the pilot at the rung's measured tokens/s (its baseline seed is the ladder's run)."""
+    tps = costs.loc[rung_name, "tokens_per_s"] if rung_name in costs.index else None
+    if not tps:
+        return None
+    runs = int(P.ladder_mitigation_pilot) * len(ARMS) - 1
+    return runs * float(costs.loc[rung_name, "tokens"]) / float(tps) / 3600 * 1.1
+
+
+def choose_rung(rows: Sequence[Mapping[str, Any]], costs, P) -> dict[str, Any] | None:
+    """The rung the comparison runs on (module docstring): ``{rung, has_switch, S1, hours, why,
+    left_out}``, or None when no rung is finished."""
+    fin = [r for r in rows if r["final"] and r["S1"] is not None]
+    if not fin:
+        return None
+    budget = float(P.ladder_mitigation_hours)
+    deep = sorted((r for r in fin if r["outcome"] == scale.DEEP_SWITCH), key=lambda r: (-r["tokens"], -r["depth"]))
+    pool = deep or sorted(fin, key=lambda r: r["S1"])
+    left_out = []
+    for r in pool:
+        h = pilot_hours(P, r["rung"], costs)
+        if h is not None and h <= budget:
+            why = ("the largest finished rung with the deep switch whose pilot fits in ladder_mitigation_hours"
+                   if deep else "no finished rung has the deep switch: the lowest early share whose pilot fits")
+            return {"rung": r["rung"], "has_switch": bool(deep), "S1": r["S1"], "hours": h, "why": why,
+                    "left_out": left_out}
+        left_out.append({"rung": r["rung"], "pilot_hours": h})
+    return {"rung": None, "has_switch": bool(deep), "S1": None, "hours": None, "left_out": left_out,
+            "why": f"no candidate's pilot fits in ladder_mitigation_hours={budget:g}"}
+
+
+def seed_plan(diffs: Mapping[str, Sequence[float]], P, *, hours_per_seed: float | None,
+              hours_left: float | None) -> dict[str, Any]:
+    """The seed count from the pilot's paired differences (module docstring)."""
+    sds = {arm: float(np.std(np.asarray(d, dtype=np.float64), ddof=1)) for arm, d in diffs.items()}
+    sd = max(sds.values())
+    n0, n_max = len(next(iter(diffs.values()))), int(P.ladder_mitigation_max_seeds)
+    margin = verdicts.LOSS_MARGIN
+    mde = {n: stats.mde_paired_mean(sd, n, alpha=verdicts.TEST_ALPHA, power=verdicts.POWER, sided="two")
+           for n in range(max(n0, 2), n_max + 1)}
+    fits = [n for n, m in mde.items() if m <= margin]
+    n, why = (fits[0], f"the smallest count whose MDE is at most the {margin:g}-nat margin") if fits else \
+        (n_max, f"no count up to ladder_mitigation_max_seeds={n_max} reaches the {margin:g}-nat margin")
+    if hours_per_seed and hours_left is not None:
+        afford = n0 + int(max(hours_left, 0) // hours_per_seed)
+        if afford < n:
+            n, why = max(afford, n0), why + f"; the hours left ({hours_left:.2f} h) allow {max(afford, n0)}"
+    return {"pilot_seeds": n0, "pilot_sd": sds, "sd": sd, "margin": margin, "mde_by_n": {str(k): v for k, v in mde.items()},
+            "n_seeds": n, "mde": mde.get(n), "why": why, "declared": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "rule": "smallest n whose two-sided 5% MDE at power 0.8, (t_(1-a/2) + t_0.8) sd/sqrt(n), is at most the "
+                    "margin; sd the larger pilot sd of the two mitigations' paired differences"}
+
+
+# --------------------------------------------------------------------------------------------
+# Training and measuring one seed
+# --------------------------------------------------------------------------------------------
+
+
+def run_seed(P, rung: ladder.Rung, seed: int, *, device, progress: bool = False) -> dict[str, Any]:
+    """Train (or reuse) every arm of ``seed``; per arm the final per-window validation losses and alphas,
+    and the baseline's lens reading (for the switch measure across seeds)."""
+    out: dict[str, Any] = {}
+    for arm in ARMS:
+        cfg = arm_config(P, rung, arm, seed)
+        run = arm_folder(P, rung, arm, seed, cfg, device)
+        T.train(cfg, run, device=device, progress=progress and f"{rung.name} {arm} s{seed}")
+        s = T.read_summary(run)
+        ev = final.final_eval(run, device="cpu")
+        out[arm] = {"key": s["key"], "val_loss": s["val_loss"], "losses": np.asarray(ev["losses"]).tolist(),
+                    "alphas": ev["alphas"], "train_seconds": s["train_seconds"], "tokens_per_s": s["tokens_per_s"],
+                    "learned": s.get("learned")}
+        if arm == "baseline":
+            lm, tok, info = load_model(str(run / "model"), device="cpu")
+            out["baseline_lens"] = ladder.read_lens(lm, tok, info, P, context=cfg.context)
+    return out
+
+
+def _diffs(rec: Mapping[str, Any]) -> dict[str, list[float]]:
+    seeds = sorted(rec["seeds"], key=int)
+    return {arm: [float(np.mean(rec["seeds"][s][arm]["losses"]) - np.mean(rec["seeds"][s]["baseline"]["losses"]))
+                  for s in seeds] for arm in MITIGATIONS}
+
+
+def _save(path: Path, rec: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(json_ready(dict(rec)), separators=(",", ":")) + "\n")
+
+
+def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, hours: float | None = None,
+                   progress: bool = False, log: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """Choose the rung (unless named), train the pilot, declare the seed count, train the rest."""
+    recs = ladder.load_records(P, out)
+    rows = ladder.reading_rows(recs, P)
+    costs = ladder.cost_table(recs) if recs else None
+    if rung_name is None:
+        choice = choose_rung(rows, costs, P)
+        if choice is None or choice["rung"] is None:
+            log("mitigation: " + ("no finished rung yet: run the ladder first" if choice is None else choice["why"]))
+            return None
+        rung_name = choice["rung"]
+    else:
+        choice = {"rung": rung_name, "why": "named on the command line"}
+    rung = ladder.select(ladder.rungs(P), [rung_name])[0]
+    path = records_path(P, rung.name, out)
+    budget = float(P.ladder_mitigation_hours if hours is None else hours)
+    t_start = time.perf_counter()
+    with run_lock(results_dir() / "ladder-locks" / f"{P.profile}-mitigation-{rung.name}"):
+        rec = json.loads(path.read_text()) if path.is_file() else None
+        if rec is not None and rec.get("kind") != KIND:
+            raise ladder.LadderError(f"{path} is not a mitigation record: move it away or delete it")
+        rec = rec or {"kind": KIND, "rung": rung.name, "choice": choice, "arms": list(ARMS), "seeds": {},
+                      "plan": None, "profile": P.profile,
+                      "configs": {a: json_ready(asdict(arm_config(P, rung, a, P.ladder_seed))) for a in ARMS}}
+        seed0 = int(P.ladder_seed)
+        pilot = [seed0 + i for i in range(int(P.ladder_mitigation_pilot))]
+        todo = list(pilot)
+        while True:
+            for s in todo:
+                if str(s) in rec["seeds"]:
+                    continue
+                t0 = time.perf_counter()
+                rec["seeds"][str(s)] = {**run_seed(P, rung, s, device=device, progress=progress),
+                                        "seconds": time.perf_counter() - t0}
+                rec.update(machine=cpu_facts(), code=code_state())
+                _save(path, rec)
+                log(f"mitigation {rung.name}: seed {s} done ({time.perf_counter() - t0:.0f} s)")
+            if rec["plan"] is None:
+                per_seed = [v["seconds"] for v in rec["seeds"].values()]
+                hps = float(np.max(per_seed)) / 3600 if per_seed else None
+                rec["plan"] = seed_plan(_diffs(rec), P, hours_per_seed=hps,
+                                        hours_left=budget - (time.perf_counter() - t_start) / 3600)
+                _save(path, rec)
+                log(f"mitigation {rung.name}: pilot sd {rec['plan']['sd']:.4f} nats -> {rec['plan']['n_seeds']} seeds, "
+                    f"MDE {rec['plan']['mde']:.4f} nats ({rec['plan']['why']})")
+            want = [seed0 + i for i in range(int(rec["plan"]["n_seeds"]))]
+            todo = [s for s in want if str(s) not in rec["seeds"]]
+            if not todo:
+                break
+        rec["finished"] = True
+        _save(path, rec)
+    return rec
+
+
+# --------------------------------------------------------------------------------------------
+# Notebook 10: the verdicts with their scale, the figure
+# --------------------------------------------------------------------------------------------
+
+
+def load(P, rung_name: str | None = None, out=None) -> dict[str, Any] | None:
+    """The mitigation record of the profile (the one rung it ran on), or None."""
+    folder = ladder.records_dir(P, out)
+    paths = sorted(folder.glob("mitigation-*.json")) if rung_name is None else [records_path(P, rung_name, out)]
+    paths = [p for p in paths if p.is_file()]
+    return json.loads(paths[0].read_text()) if paths else None
+
+
+def arrays(rec: Mapping[str, Any]) -> tuple[list[int], dict[str, np.ndarray]]:
+    seeds = sorted((int(s) for s in rec["seeds"]), key=int)
+    return seeds, {arm: np.stack([np.asarray(rec["seeds"][str(s)][arm]["losses"], dtype=np.float64) for s in seeds])
+                   for arm in ARMS}
+
+
+def switch_row(rec: Mapping[str, Any], P) -> scale.SwitchRow:
+    """The deep-switch measure of the rung's baselines, seeds as the unit (``scale.switch_across_seeds``)."""
+    seeds, _ = arrays(rec)
+    lens_ = [rec["seeds"][str(s)]["baseline_lens"] for s in seeds]
+    rows = scale.switch_across_seeds(*(np.stack([np.asarray(r[k]) for r in lens_])
+                                       for k in ("top1_input", "top1_next", "unigram_input", "unigram_next")),
+                                     model=f"trained GPT {rec['rung']}, baseline ({len(seeds)} seeds)",
+                                     variant=f"{scale.DECODER}", seeds=seeds, n_boot=int(P.train_boot),
+                                     seed=int(P.seed), source=ladder.NAME)
+    return rows[-1]
+
+
+def verdict_rows(rec: Mapping[str, Any], P) -> tuple[list, list[dict[str, Any]]]:
+    """The training rules on the rung's arms: their ``VerdictRow`` s, and the same rows as dicts with the
+    scale clause of the rung's baselines (``scale.with_scale``)."""
+    seeds, x = arrays(rec)
+    depth = int(rec["rung"].split("x")[0])
+    model = f"trained GPT {rec['rung']}"
+    rows = verdicts.c2_training_late_cut(x["baseline"], {depth - 1: x["late cut"]},
+                                         alpha_value=float(P.ladder_mitigation_alpha), n_layers=depth, model=model,
+                                         source=ladder.NAME)
+    rows += verdicts.c3_training_beats_baseline(x["learned"], x["baseline"], model=model, variant="learned",
+                                                source=ladder.NAME)
+    return rows, scale.with_scale(rows, switch_row(rec, P))
+
+
+def mitigation_panel(rec: Mapping[str, Any], P):
+    """Per seed, each mitigation's paired change of the final validation loss (points, one per seed) with
+    the mean and its 95% t-interval across seeds; the materiality margin shaded; the pilot's MDE."""
+    import matplotlib.pyplot as plt
+
+    seeds, x = arrays(rec)
+    fig, ax = plt.subplots(figsize=(6.0, 3.2), constrained_layout=True)
+    m = verdicts.LOSS_MARGIN
+    ax.axvspan(-m, m, color="0.9", label=f"immaterial (|d| < {m:g} nats)")
+    ax.axvline(0, color="0.4", lw=0.8)
+    numbers = {"seeds": seeds, "plan": rec.get("plan"), "arms": {}}
+    for i, arm in enumerate(MITIGATIONS):
+        d = (x[arm] - x["baseline"]).mean(1)
+        t = verdicts.seed_test(d, sign=-1, margin=m)
+        ax.plot(d, np.full(d.size, i) + np.linspace(-0.12, 0.12, d.size), "o", ms=4, color="0.45")
+        if t["lo"] is not None:
+            ax.errorbar(t["estimate"], i, xerr=[[t["estimate"] - t["lo"]], [t["hi"] - t["estimate"]]], fmt="s",
+                        color="#d95f02", capsize=3)
+        numbers["arms"][arm] = {k: t[k] for k in ("estimate", "lo", "hi", "sd", "mde", "per_seed", "verdict", "why")}
+    ax.set_yticks(range(len(MITIGATIONS)), [f"{a}\n- baseline" for a in MITIGATIONS])
+    ax.set_xlabel("final validation loss change (nats; < 0: the mitigation helps)")
+    ax.set_title(f"{rec['rung']}: paired by seed ({len(seeds)} seeds)")
+    ax.legend(fontsize=7, loc="lower right")
+    return fig, numbers
+
+
+def for_notebook(P, *, log: Callable[[str], None] = print) -> dict[str, Any] | None:
+    """The mitigation record notebook 10 reads: at ``ladder_in_study`` (smoke) run it here (seconds);
+    otherwise read the one ``make ladder`` wrote and train nothing, saying so."""
+    if P.ladder_in_study:
+        run_mitigation(P, log=lambda _line: None)
+    rec = load(P)
+    if rec is None:
+        log("no mitigation record at this profile yet: `make ladder` runs it after the rungs")
+    else:
+        seeds = sorted(rec["seeds"], key=int)
+        plan = rec.get("plan") or {}
+        log(f"mitigation on {rec['rung']} ({rec['choice']['why']}): {len(seeds)} seeds"
+            + (f"; pilot sd {plan['sd']:.4f} nats, seed count {plan['n_seeds']} with MDE {plan['mde']:.4f} nats "
+               f"declared before the remaining seeds ran ({plan['why']})" if plan else "")
+            + ("" if rec.get("finished") else "; not finished (`make ladder` resumes it)"))
+    return rec
+
+
+def mitigation_lines(rec: Mapping[str, Any] | None, scaled: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The mitigation's findings, each printed from the record and the scaled verdict rows."""
+    if rec is None:
+        return ["No mitigation record yet: `make ladder` runs the comparison after the rungs."]
+    plan = rec.get("plan") or {}
+    n = len(rec["seeds"])
+    out = [f"Mitigation on {rec['rung']}: {n} seeds (pilot {plan.get('pilot_seeds')}, "
+           f"planned {plan.get('n_seeds')}); the pilot's paired sd {plan.get('sd', float('nan')):.4f} nats gives a "
+           f"minimum detectable effect of {plan.get('mde', float('nan')):.4f} nats at the planned count."]
+    for d in scaled:
+        s = d.get("scale")
+        if s is None:
+            continue
+        est = "–" if d.get("estimate") is None else f"{d['estimate']:+.4f}"
+        lo, hi = d.get("ci") or (None, None)
+        ci = "" if lo is None or hi is None else f" [{lo:+.4f}, {hi:+.4f}]"
+        out.append(f"{d['claim_id']} ({d.get('variant') or '–'}): {d['verdict']}, {d['statistic']} = {est}{ci}"
+                   + (f" ({d['details']['why']})" if (d.get("details") or {}).get("why") else "") + f"; its baselines: {s['outcome']} (S1 "
+                   f"{s['early_share']:.2f}), so it {'counts' if s['counts_as_evidence'] else 'does not count'} "
+                   "as evidence about the paper's claim.")
+    return out
