@@ -21,7 +21,7 @@ VALIDATE_ARGS ?= --limit arc-easy=250 --limit arc-challenge=250
 RESIDSHIFT_DATA ?= $(shell [ -d ../shared/data ] && cd ../shared/data && pwd)
 export RESIDSHIFT_DATA
 
-.PHONY: setup models study test smoke data lens-example clean-results validate-harness browser browser-auto book lab exercises
+.PHONY: setup models study test smoke data lens-example clean-results validate-harness browser browser-auto book lab exercises ladder
 
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
 # call below also reads PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
@@ -51,6 +51,14 @@ study: models browser-auto
 
 smoke: setup
 	$(PY) -m residshift run --profile smoke
+
+# The scale ladder of notebook 10 (residshift/study/ladder.py): the rungs not yet recorded in
+# benchmarks/ladder/$(PROFILE)/ (each shape's tokens/s measured first, the plan and its hours printed), then
+# the mitigation on the chosen rung. Resumes where it stopped; a fresh clone's committed records train nothing.
+# LADDER_ARGS=--plan prints the plan only; LADDER_ARGS='--hours 0.5' caps the hours of this call.
+LADDER_ARGS ?=
+ladder: setup
+	$(PY) -m residshift ladder --profile $(PROFILE) --mitigation $(LADDER_ARGS)
 
 # Every exercise's solution on the real models at $(PROFILE), timed (benchmarks/exercise_costs.py):
 # after `make study` it reuses the results cache; writes benchmarks/exercises-default.json.
