@@ -191,9 +191,18 @@ def test_scale_section_states_what_each_training_verdict_speaks_for(tmp_path):
         assert "They speak for near-bigram models only" in text and "none of them is counted as evidence" in text
         assert f'read "{S.NOT_EVIDENCE}"' in text
     assert S.SCALE_RULE in text and text in report.render(fig, tmp_path)
+    (fig / f"{report.LADDER}.json").unlink(missing_ok=True)
     assert report._ladder_sentence(fig) == ""
-    (fig / "10-scale-ladder.json").write_text("{}")
-    assert report._ladder_sentence(fig) and report._ladder_sentence(fig) in report.section_scale(fig, tmp_path)
+    reading = {"shape": "6x128", "final": True, "outcome": S.NEAR_BIGRAM}
+    ladder = {"readings": [{**reading, "rung": "6x128-r0", "S1": 0.74, "tokens": 358_400},
+                           {**reading, "rung": "6x128-r1", "S1": 0.61, "tokens": 1_433_600}],
+              "extrapolation": [{"shape": "6x128", "S1_target": S.SHARE_THRESHOLD, "kind": "extrapolated",
+                                 "tokens": 9.1e6}], "closest": {"rung": "6x128-r1", "why": "the lowest S1"}}
+    (fig / f"{report.LADDER}.json").write_text(json.dumps(ladder))
+    sentence = report._ladder_sentence(fig)
+    assert "6x128 S1 0.74 → 0.61 over 358k–1.43M tokens (near-bigram at the largest)" in sentence
+    assert "No finished rung has the deep switch" in sentence and "9.1M tokens for 6x128" in sentence
+    assert "declared on 6x128-r1" in sentence and sentence in report.section_scale(fig, tmp_path)
 
 
 def test_scale_section_counts_verdicts_on_a_deep_switch_baseline_as_evidence(tmp_path):

@@ -643,16 +643,51 @@ TRAINING_VERDICTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-
                      "08-misalignment-after-mitigation-verdicts")  # the C2-C4 training verdicts (08's also holds C1)
 REGIMES_08 = "08-misalignment-after-mitigation-regimes"  # the trained baselines' lens curves, per recipe and seed
 METRICS_03, C1_03, VERDICTS_03 = "03-alignment-curves-metrics", "03-alignment-curves-c1", "03-alignment-curves-verdicts"
-LADDER = "10-scale-ladder"  # figures/<this>.json: the scale ladder (study/ladder.py), when it has run
+LADDER = "10-the-scale-ladder"  # figures/<this>.json: the scale ladder (study/ladder.py), when it has run
+
+
+def _tokens(n: float) -> str:
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
 
 
 def _ladder_sentence(fig: Path) -> str:
-    """The hook for the scale ladder's one sentence in :func:`section_scale`: ``""`` while
-    ``figures/10-scale-ladder.json`` is absent. Its layout is defined by ``study/ladder.py``; this reads
-    nothing of it yet and, once the file exists, only points to it. Fill it in from that layout."""
-    if not (fig / f"{LADDER}.json").is_file():
+    """What the scale ladder (notebook 10, ``figures/10-the-scale-ladder.json``) found, in a few sentences
+    printed from its numbers: per shape the early share of its largest finished rung and that rung's
+    outcome, the rungs with the deep switch, the extrapolated budget to the threshold, and the mitigation's
+    verdicts with their scale (``figures/10-the-scale-ladder-verdicts.json`` and the ``-scale`` file).
+    ``""`` while the ladder has not run."""
+    d = _load(fig / f"{LADDER}.json")
+    if d is None:
         return ""
-    return f"The scale ladder's numbers are in `figures/{LADDER}.json` (not summarised here yet)."
+    fin = [r for r in d["readings"] if r["final"]]
+    if not fin:
+        return f"The scale ladder (`figures/{LADDER}.json`) has no finished rung yet."
+    per = []
+    for shape in dict.fromkeys(r["shape"] for r in fin):
+        rs = sorted((r for r in fin if r["shape"] == shape), key=lambda r: r["tokens"])
+        per.append(f"{shape} S1 " + " → ".join(_num(r["S1"]) for r in rs) + f" over {_tokens(rs[0]['tokens'])}–"
+                   f"{_tokens(rs[-1]['tokens'])} tokens ({rs[-1]['outcome']} at the largest)")
+    deep = sorted({r["rung"] for r in fin if r["outcome"] == scale.DEEP_SWITCH})
+    text = (f"The scale ladder (notebook 10, `figures/{LADDER}.json`: baselines trained longer and deeper, one seed "
+            f"per rung, windows as the unit) gives {'; '.join(per)}. "
+            + (f"Rungs with the deep switch: {', '.join(deep)}. " if deep else "No finished rung has the deep switch. "))
+    ex = [e for e in d["extrapolation"] if e["S1_target"] == scale.SHARE_THRESHOLD and e["kind"] == "extrapolated"]
+    if ex:
+        text += ("Extrapolated, not measured (a straight line in log10 tokens through the finished rungs): S1 would "
+                 "fall below 0.5 at about " + "; ".join(
+                     f"{_tokens(e['tokens'])} tokens for {e['shape']}" for e in ex) + ". ")
+    sc = _load(fig / f"{LADDER}-scale.json") or []
+    mit = [r for r in sc if r.get("scale") and r.get("source") == LADDER]
+    c = d.get("closest") or {}
+    if mit:
+        counts = sum(bool(r["scale"]["counts_as_evidence"]) for r in mit)
+        text += (f"The mitigation comparison on {mit[0]['model'].removeprefix('trained GPT ')} ("
+                 + "; ".join(f"{r['claim_id']} ({r.get('variant') or '–'}): **{r['verdict']}**" for r in mit)
+                 + f") runs on baselines that are {mit[0]['scale']['outcome']} (S1 {_num(mit[0]['scale']['early_share'])}); "
+                 f"{counts} of its {len(mit)} verdicts count as evidence about the paper's claims.")
+    elif c:
+        text += f"The mitigation is declared on {c['rung']} ({c['why']}) and has not run yet."
+    return text
 
 
 def _switch_phrase(s: scale.SwitchRow, label: str) -> str:
