@@ -197,7 +197,7 @@ def test_scale_section_states_what_each_training_verdict_speaks_for(tmp_path):
     ladder = {"readings": [{**reading, "rung": "6x128-r0", "S1": 0.74, "tokens": 358_400},
                            {**reading, "rung": "6x128-r1", "S1": 0.61, "tokens": 1_433_600}],
               "extrapolation": [{"shape": "6x128", "S1_target": S.SHARE_THRESHOLD, "kind": "extrapolated",
-                                 "tokens": 9.1e6}], "closest": {"rung": "6x128-r1", "why": "the lowest S1"}}
+                                 "tokens": 9.1e6}], "mitigation_rung": {"rung": "6x128-r1", "why": "the lowest S1"}}
     (fig / f"{report.LADDER}.json").write_text(json.dumps(ladder))
     sentence = report._ladder_sentence(fig)
     assert "6x128 S1 0.74 → 0.61 over 358k–1.43M tokens (near-bigram at the largest)" in sentence

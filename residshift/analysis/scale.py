@@ -302,6 +302,7 @@ def switch_on_windows(top1_input, top1_next, unigram_input, unigram_next, *, mod
     _curves(top1_input, "top1_input", 2)
     L = tn.shape[1] - 1
     middle = _middle_row(verdicts.c1_regimes(top1_input, top1_next, unigram_input, unigram_next, model=model,
+                                             min_run=verdicts.c1_min_run(L),
                                              decoder=decoder, n_boot=n_boot, seed=seed, level=level))
     est, lo, hi = early_share(tn, n_boot=n_boot, seed=seed, level=level)
     d_next = tn - stats.as_numpy(unigram_next)[:, None]
@@ -384,6 +385,7 @@ def switch_across_seeds(top1_input, top1_next, unigram_input, unigram_next, *, m
         raise ValueError(f"shapes differ: top1 {ti.shape} / {tn.shape}, unigram {ui.shape} / {un.shape}: "
                          "top1_* [n_seeds, n_windows, L+1], unigram_* [n_seeds, n_windows]")
     middles = [_middle_row(verdicts.c1_regimes(ti[s], tn[s], ui[s], un[s], model=model, decoder=variant or DECODER,
+                                               min_run=verdicts.c1_min_run(tn.shape[-1] - 1),
                                                n_boot=n_boot, seed=seed, level=level)).verdict
                for s in range(tn.shape[0])]
     return switch_from_seed_curves(tn.mean(1), un.mean(1), middles, model=model, variant=variant, seeds=seeds,

@@ -321,3 +321,28 @@ def print_findings(rows, *, title: str = "What this run shows", extra: Iterable[
         print(f"- {line}")
     print("\nThe paper's claims, as our rules read them, beside our results:")
     return claims_table(rows)
+
+
+def scale_lines(scaled_rows) -> list[str]:
+    """The scale clause of a notebook's C2-C4 verdicts, in the scale rule's words
+    (``analysis.scale.SCALE_RULE``): per baseline and reading, how many verdicts, the baseline's
+    switch measure, and whether they count as evidence. ``scaled_rows``: :func:`.scale.with_scale`'s
+    dicts (rows without a ``scale`` entry are skipped); ``[]`` when none has one."""
+    groups: dict[tuple, list] = {}
+    for d in scaled_rows:
+        s = d.get("scale") if isinstance(d, dict) else None
+        if s is not None:
+            groups.setdefault((s["model"], s["outcome"], s["evidence"]), []).append((d, s))
+    lines = []
+    for (model, outcome, label), items in groups.items():
+        s = items[0][1]
+        lo, hi = s["early_share_ci"]
+        share = f"{s['early_share']:.2f}" + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+        n = len(items)
+        lines.append(f"Scale: {_plural(n, 'C2–C4 verdict')} here {'was' if n == 1 else 'were'} measured on {model}, "
+                     f"whose deep-switch measure reads {outcome} (S1 {share}, C1.middle {s['middle']}, "
+                     f"{s['n_layers']} blocks): {label}.")
+    if any(not s["counts_as_evidence"] for items in groups.values() for _, s in items):
+        lines.append("By the scale rule (`residshift.analysis.scale.SCALE_RULE`), a verdict on a baseline without "
+                     "the deep switch is not counted as evidence against the paper's claims.")
+    return lines

@@ -331,8 +331,9 @@ def run_rung(P, rung: Rung, records: Path, *, device: str | None = None, progres
                         stop_after=None if last else step - at)
                 at, saved = _checkpoint_state(run)
             t_train = time.perf_counter() - t0
+            where = T._device(device)  # the lens runs where the model trained (the paper ladder: the GPU)
             if last:
-                loaded = load_model(str(run / "model"), device="cpu")
+                loaded = load_model(str(run / "model"), device=where)
                 seconds = T.read_summary(run)["train_seconds"]
             else:
                 if at != step or saved is None:  # a finished run whose record lost a mid-run reading
@@ -341,6 +342,7 @@ def run_rung(P, rung: Rung, records: Path, *, device: str | None = None, progres
                                       "already recorded are kept)")
                 model = T.init_model(cfg, vocab, tokenizer)
                 model.load_state_dict(saved["module"])
+                model.to(where)
                 loaded = wrap_gpt(model, tokenizer, name=f"ladder {rung.name} step {step}", source=f"local:{run}")
                 seconds = saved["state"]["seconds"]
             t1 = time.perf_counter()
@@ -601,13 +603,19 @@ def closest_rung(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             "why": "no finished rung has the deep switch: the one with the lowest early share"}
 
 
+def _mitigation_rung(rows, costs, P) -> dict[str, Any] | None:
+    from .mitigation import choose_rung  # the mitigation's declared choice (it builds on this module)
+
+    return choose_rung(rows, costs, P)
+
+
 def ladder_numbers(rows, refs, extrap, costs, P) -> dict[str, Any]:
     """What figure 10 and its sentences rest on (``figures/10-the-scale-ladder.json``)."""
     return {"readings": [{k: v for k, v in r.items() if k != "row"} for r in rows],
             "rows": [r["row"] for r in rows if r["final"]],
             "pretrained": refs, "extrapolation": extrap,
             "cost": json.loads(costs.reset_index().to_json(orient="records")),
-            "closest": closest_rung(rows), "profile": P.profile,
+            "closest": closest_rung(rows), "mitigation_rung": _mitigation_rung(rows, costs, P), "profile": P.profile,
             "design": {"shapes": P.ladder_shapes, "base_tokens": P.ladder_base_tokens, "rungs": P.ladder_rungs,
                        "seed": P.ladder_seed, "max_epochs": P.ladder_max_epochs, "lens_windows": P.ladder_lens_windows}}
 
@@ -645,7 +653,7 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
         if e["kind"] == "measured":
             lines.append(f"{e['shape']} reaches {e['target']} at a measured budget of {_tok(e['tokens'])} tokens.")
         elif e["kind"] == "extrapolated":
-            hrs = f", about {e['hours_here']:,.0f} h on this machine at {e['tokens_per_s_here']:,.0f} tokens/s" \
+            hrs = f", about {_hours(e['hours_here'])} on this machine at {e['tokens_per_s_here']:,.0f} tokens/s" \
                 if e["hours_here"] else ""
             lines.append(f"Extrapolation, not a measurement ({t['n']} finished rungs, S1 falling "
                          f"{-t['slope']:.3f} per tenfold budget): {e['shape']} would reach {e['target']} at about "
@@ -654,8 +662,19 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
             lines.append(f"{e['shape']}: no budget reaches {e['target']} on the fitted line ({e['why']}).")
     c = numbers.get("closest")
     if c:
-        lines.append(f"The mitigation is tested on {c['rung']} (S1 {c['S1']:.2f}): {c['why']}.")
+        lines.append(f"Closest to the paper's regime by the rule: {c['rung']} (S1 {c['S1']:.2f}; {c['why']}).")
+    m = numbers.get("mitigation_rung")
+    if m and m.get("rung"):
+        left = "; larger candidates left out for their cost: " + ", ".join(
+            f"{x['rung']} ({_hours(x['pilot_hours'])} for the pilot)" for x in m["left_out"]) if m["left_out"] else ""
+        lines.append(f"The mitigation runs on {m['rung']} (S1 {m['S1']:.2f}): {m['why']}{left}.")
+    elif m:
+        lines.append(f"No rung for the mitigation: {m['why']}.")
     return lines
+
+
+def _hours(h: float | None) -> str:
+    return "unmeasured" if h is None else f"{h * 60:.2g} min" if h < 1 else f"{h:,.3g} h"
 
 
 TRAINING_VERDICTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",

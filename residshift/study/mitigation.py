@@ -154,12 +154,12 @@ def run_seed(P, rung: ladder.Rung, seed: int, *, device, progress: bool = False)
         run = arm_folder(P, rung, arm, seed, cfg, device)
         T.train(cfg, run, device=device, progress=progress and f"{rung.name} {arm} s{seed}")
         s = T.read_summary(run)
-        ev = final.final_eval(run, device="cpu")
+        ev = final.final_eval(run, device=T._device(device))
         out[arm] = {"key": s["key"], "val_loss": s["val_loss"], "losses": np.asarray(ev["losses"]).tolist(),
                     "alphas": ev["alphas"], "train_seconds": s["train_seconds"], "tokens_per_s": s["tokens_per_s"],
                     "learned": s.get("learned")}
         if arm == "baseline":
-            lm, tok, info = load_model(str(run / "model"), device="cpu")
+            lm, tok, info = load_model(str(run / "model"), device=T._device(device))
             out["baseline_lens"] = ladder.read_lens(lm, tok, info, P, context=cfg.context)
     return out
 
@@ -325,9 +325,10 @@ def mitigation_lines(rec: Mapping[str, Any] | None, scaled: Sequence[Mapping[str
         return ["No mitigation record yet: `make ladder` runs the comparison after the rungs."]
     plan = rec.get("plan") or {}
     n = len(rec["seeds"])
-    out = [f"Mitigation on {rec['rung']}: {n} seeds (pilot {plan.get('pilot_seeds')}, "
-           f"planned {plan.get('n_seeds')}); the pilot's paired sd {plan.get('sd', float('nan')):.4f} nats gives a "
-           f"minimum detectable effect of {plan.get('mde', float('nan')):.4f} nats at the planned count."]
+    out = [f"Mitigation on {rec['rung']} ({rec['choice']['why']}): {n} seeds"
+           + (f" (a pilot of {plan['pilot_seeds']}, then {plan['n_seeds']} planned); the pilot's paired sd "
+              f"{plan['sd']:.4f} nats gives a minimum detectable effect of {plan['mde']:.4f} nats at the planned count "
+              f"({plan['why']})." if plan.get("pilot_seeds") else ".")]
     for d in scaled:
         s = d.get("scale")
         if s is None:

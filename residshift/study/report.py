@@ -678,14 +678,14 @@ def _ladder_sentence(fig: Path) -> str:
                      f"{_tokens(e['tokens'])} tokens for {e['shape']}" for e in ex) + ". ")
     sc = _load(fig / f"{LADDER}-scale.json") or []
     mit = [r for r in sc if r.get("scale") and r.get("source") == LADDER]
-    c = d.get("closest") or {}
+    c = d.get("mitigation_rung") or {}
     if mit:
         counts = sum(bool(r["scale"]["counts_as_evidence"]) for r in mit)
         text += (f"The mitigation comparison on {mit[0]['model'].removeprefix('trained GPT ')} ("
                  + "; ".join(f"{r['claim_id']} ({r.get('variant') or '–'}): **{r['verdict']}**" for r in mit)
                  + f") runs on baselines that are {mit[0]['scale']['outcome']} (S1 {_num(mit[0]['scale']['early_share'])}); "
                  f"{counts} of its {len(mit)} verdicts count as evidence about the paper's claims.")
-    elif c:
+    elif c.get("rung"):
         text += f"The mitigation is declared on {c['rung']} ({c['why']}) and has not run yet."
     return text
 

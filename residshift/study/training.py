@@ -989,3 +989,30 @@ def persistence_panel(lenses: Mapping[tuple[str, int], Any], P):
     fig.suptitle(f"{model_name(P)}: the input token after the edit (mean over seeds; band: min-max over seeds)")
     fig.tight_layout()
     return fig, numbers
+
+
+def baseline_switch(runs: Mapping[tuple[str, int], Path], P):
+    """The deep-switch measure of the grid's baselines (the profile's recipe), seeds as the unit
+    (``scale.switch_across_seeds`` on the logit lens of each baseline seed, the windows notebook 08 reads;
+    cached): the scale every C2-C4 training verdict of the grid speaks for."""
+    from ..analysis import scale
+
+    lenses = lens_runs(runs, P, names=["baseline"], verbose=False)
+    S = seeds(P)
+    unigrams = {}
+    for s in S:
+        _, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
+        unigrams[s] = unigram_rates(lenses[("baseline", s)], tok, info)
+    stack = [np.stack([as_numpy(lenses[("baseline", s)].per_seq[k]) for s in S]) for k in ("top1_input", "top1_next")]
+    stack += [np.stack([as_numpy(unigrams[s][k]) for s in S]) for k in ("top1_input", "top1_next")]
+    return scale.switch_across_seeds(*stack, model=f"{model_name(P)}, {P.train_embedding} embedding ({len(S)} seeds)",
+                                     variant=scale.DECODER, seeds=S, n_boot=int(P.train_boot), seed=int(P.seed),
+                                     source=f"{NAME08}-regimes")[-1]
+
+
+def scale_findings(rows: Sequence, runs: Mapping[tuple[str, int], Path], P) -> list[str]:
+    """The closing sentences on the scale the notebook's C2-C4 verdicts speak for (``findings.scale_lines``)."""
+    from ..analysis import scale
+    from .findings import scale_lines
+
+    return scale_lines(scale.with_scale(rows, baseline_switch(runs, P)))
