@@ -270,8 +270,12 @@ def _grid_time_note(fig: Path, runs: Mapping[str, Any]) -> str:
 
 
 def section_verdicts(fig: Path, bench: Path) -> str:
+    """Every verdict file's rows and rules; the training verdicts (06 on) open with what this machine's
+    scale can say about them (:func:`section_scale`)."""
     parts = []
     for path in sorted(fig.glob("*verdict*.json")):
+        if path.name.startswith(TRAINING_VERDICTS[0][:3]):
+            parts.append(section_scale(fig, bench))
         data = _load(path)
         if not is_verdict_layout(data):
             parts.append(f"`figures/{path.name}` is in an older verdict layout and is not shown: rerun the "
@@ -862,7 +866,7 @@ def section_lens_example(fig: Path, bench: Path) -> str:
 
 
 SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, section_verdicts, section_rules_change,
-                                               section_scale, section_pilot,
+                                               section_pilot,
                                                section_grid, section_lens_example,
                                                section_harness, section_benchmarks, section_lm_eval,
                                                section_provenance]
