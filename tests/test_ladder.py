@@ -205,8 +205,6 @@ def test_an_unknown_large_corpus_is_refused_by_the_command_in_one_line(tmp_path,
     assert not out.exists() and not (results / "ladder").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="config() formats str(err).splitlines()[0]: an exception without a message "
-                   "(splitlines() == []) raises IndexError instead of the one-line LadderError")
 def test_an_exception_without_a_message_is_still_one_line(P, monkeypatch):
     _fake_corpora(monkeypatch, 1000, OSError())
     with pytest.raises(L.LadderError, match="-p ladder_rungs=0"):
@@ -324,10 +322,6 @@ def test_a_finished_record_is_returned_without_training(P, tmp_path, results, mo
     assert L.load_records(P, records) == {"5x32-r0": rec}
 
 
-@pytest.mark.xfail(strict=True, reason="run_ladder's check 'refuse foreign records ... before anything trains' "
-                   "calls read_record without the key: a record of another key for a later rung is refused only "
-                   "when run_rung reaches it, after the rungs before it have trained (and a foreign FINISHED "
-                   "record is never checked at all: plan counts it as recorded)")
 def test_a_foreign_record_of_a_later_rung_is_refused_before_anything_trains(P, tmp_path, results, monkeypatch):
     records = tmp_path / "records"
     records.mkdir()
@@ -527,7 +521,8 @@ def test_extrapolation_per_shape_from_the_finished_rungs():
     assert five["hours_here"] == pytest.approx(1000 * 4 ** 4 / 10.0 / 3600) and five["tokens_per_s_here"] == 10.0
     assert by[("5x32", 0.3)]["tokens"] == pytest.approx(1000 * 4 ** 6)
     assert five["trend"]["n"] == 2 and five["trend"]["tokens"] == [1000, 4000]  # the mid-run reading left out
-    assert by[("5x32", 0.95)]["tokens"] is None and "moves away" in by[("5x32", 0.95)]["why"]
+    # S1 is read falling: a target above every measured S1 is already reached at the first budget
+    assert by[("5x32", 0.95)]["kind"] == "measured" and by[("5x32", 0.95)]["tokens"] == 1000
     # 6x32: 0.45 at 4k is a measured budget for the 0.5 threshold
     assert by[("6x32", 0.5)]["kind"] == "measured" and by[("6x32", 0.5)]["tokens"] == 4000
     assert by[("6x32", 0.5)]["hours_here"] == pytest.approx(4000 / 20.0 / 3600)
@@ -557,12 +552,11 @@ def test_ladder_lines_are_printed_from_the_numbers(P):
         "Pretrained references (notebook 03, logit lens): GPT-2 S1 0.300, deep switch; Pythia S1 0.950, "
         "near-bigram.",
         "Finished rungs with the deep switch: 6x32-r1.",
-        f"Extrapolation, not a measurement (2 finished rungs, S1 falling {-slope:.3f} per tenfold budget): 5x32 "
+        f"Extrapolation, not a measurement (2 finished rungs, S1 changing by {slope:+.3f} per tenfold budget): 5x32 "
         f"would reach GPT-2 (S1 0.300) at about 4.1M tokens, about {hours[0.3]} on this "
         "machine at 10 tokens/s.",
-        f"5x32: no budget reaches Pythia (S1 0.950) on the fitted line (the fitted line moves away from 0.95 "
-        f"(slope {slope:+.3g} per decade of tokens)).",
-        f"Extrapolation, not a measurement (2 finished rungs, S1 falling {-slope:.3f} per tenfold budget): 5x32 "
+        "5x32 reaches Pythia (S1 0.950) at a measured budget of 1k tokens.",  # S1 is read falling: already below
+        f"Extrapolation, not a measurement (2 finished rungs, S1 changing by {slope:+.3f} per tenfold budget): 5x32 "
         f"would reach the deep-switch threshold (S1 0.5) at about 256k tokens, about "
         f"{hours[0.5]} on this machine at 10 tokens/s.",
         lines[8],  # 6x32 to GPT-2: checked below from its own numbers
@@ -574,9 +568,9 @@ def test_ladder_lines_are_printed_from_the_numbers(P):
         for t in ("GPT-2 (S1 0.300)", "Pythia (S1 0.950)", "the deep-switch threshold (S1 0.5)")]
     six = next(e for e in numbers["extrapolation"] if e["shape"] == "6x32" and e["S1_target"] == 0.3)
     assert six["kind"] == "extrapolated" and six["trend"]["n"] == 3 and six["trend"]["slope"] < 0
-    assert f"S1 falling {-six['trend']['slope']:.3f} per tenfold budget" in lines[8] and "(3 finished rungs" in lines[8]
+    assert f"S1 changing by {six['trend']['slope']:+.3f} per tenfold budget" in lines[8] and "(3 finished rungs" in lines[8]
     assert f"about {L._tok(six['tokens'])} tokens" in lines[8] and "at 20 tokens/s" in lines[8]
-    assert lines[9].startswith("6x32: no budget reaches Pythia (S1 0.950) on the fitted line (the fitted line moves")
+    assert lines[9] == "6x32 reaches Pythia (S1 0.950) at a measured budget of 1k tokens."
     # the closest rung and the mitigation's rung, from their numbers
     rest = lines[14:]
     assert any("6x32-r1 (S1 0.45" in x and numbers["closest"]["why"] in x for x in rest)
@@ -592,21 +586,17 @@ def test_ladder_lines_are_printed_from_the_numbers(P):
     assert any("6x32-r2 (S1 0.55" in x and "no finished rung has the deep switch" in x for x in text)
 
 
-@pytest.mark.xfail(strict=True, reason="ladder_lines prints every extrapolated line as 'S1 falling {-slope}': a "
-                   "rising S1 line reaching a target above it reads 'S1 falling -0.166 per tenfold budget'")
 def test_a_rising_line_is_not_printed_as_falling(P):
     rows = [_row("5x32-r0", 1000, 0.3, lo=0.2, hi=0.4, outcome=scale.DEEP_SWITCH, middle=V.REPRODUCED),
             _row("5x32-r1", 4000, 0.4, lo=0.3, hi=0.45, outcome=scale.DEEP_SWITCH, middle=V.REPRODUCED)]
-    refs = [dict(REFS[1], S1=0.8)]
+    refs = [dict(REFS[1], S1=0.1)]
     costs = _costs(rows)
     numbers = L.ladder_numbers(rows, refs, L.extrapolation(rows, refs, costs), costs, P)
-    line = next(x for x in L.ladder_lines(numbers) if x.startswith("Extrapolation") and "Pythia" in x)
-    assert "falling -" not in line
+    lines = L.ladder_lines(numbers)
+    away = next(x for x in lines if "Pythia" in x and "no budget" in x)
+    assert "moves away" in away and "slope +0.166" in away and "falling" not in " ".join(lines)
 
 
-@pytest.mark.xfail(strict=True, reason="ladder_lines formats S1 with :.2f: a finished rung whose S1 is None (top-1 "
-                   "at h_L of 0 on every window: scale.early_share returns None) raises TypeError, although "
-                   "fit_trend, closest_rung and ladder_panel all leave such a rung out")
 def test_a_finished_rung_without_a_share_does_not_break_the_lines(P):
     rows = _readings() + [_row("5x32-r2", 16000, None)]
     costs = _costs(rows)

@@ -11,7 +11,8 @@ the measured budgets, and says so in every field and sentence that carries it:
 - a slope that does not move toward the target (``b >= 0`` for a target below the last point): the
   line never reaches it (``None``, with the reason), not an infinite budget;
 - a target the measured points already reach: the measured budget of the first rung that reaches it,
-  marked ``measured``, not extrapolated.
+  marked ``measured``, not extrapolated (reaching is "at or below" for a falling measure such as S1);
+- a line so flat that it would reach the target only beyond 10^:data:`MAX_DECADES` tokens: no budget.
 
 Also reported: the fit on the last :data:`MIN_POINTS` rungs alone (the local slope; a curve that
 flattens makes the full-range line optimistic) and the residuals. Pure computation: writes nothing.
@@ -27,6 +28,7 @@ import numpy as np
 __all__ = ["MIN_POINTS", "Trend", "fit_trend", "budget_to_reach"]
 
 MIN_POINTS = 2
+MAX_DECADES = 30  # a line that reaches its target only beyond 10^30 tokens is reported as never reaching it
 
 
 @dataclass(frozen=True)
@@ -69,20 +71,31 @@ def fit_trend(tokens: Sequence[float], values: Sequence[float]) -> Trend:
     return Trend(float(intercept), float(slope), len(pts), tuple(t for t, _ in pts), tuple(y.tolist()), sd)
 
 
-def budget_to_reach(trend: Trend, target: float) -> dict[str, Any]:
-    """Where ``trend`` reaches ``target`` (approaching from the last measured point):
-    ``{tokens, kind, why}`` with ``kind`` ``"measured"`` (a measured point already reaches it),
-    ``"extrapolated"`` (the line's budget), or ``None`` (no line, or one that moves away)."""
-    if trend.slope is None:
-        return {"target": target, "tokens": None, "kind": None, "why": trend.why}
-    last = trend.values[-1]
-    down = target < last
+def budget_to_reach(trend: Trend, target: float, *, direction: str | None = None) -> dict[str, Any]:
+    """Where ``trend`` reaches ``target``: ``{target, tokens, kind, why}`` with ``kind`` ``"measured"``
+    (the first measured budget whose value has reached it), ``"extrapolated"`` (the line's budget), or
+    ``None`` (no line, a line that moves away, or one so flat that the budget is beyond any number).
+
+    ``direction``: ``"down"`` (reached when the value is at or below the target: the early share falling
+    toward the pretrained models') or ``"up"``; None infers it from the first point (down when the target
+    lies below it)."""
+    if direction is None:
+        direction = "down" if trend.values and target < trend.values[0] else "up"
+    if direction not in ("down", "up"):
+        raise ValueError(f"direction must be 'down', 'up' or None, got {direction!r}")
+    down = direction == "down"
     for t, v in zip(trend.tokens, trend.values):
         if (v <= target) if down else (v >= target):
             return {"target": target, "tokens": t, "kind": "measured", "why": ""}
+    if trend.slope is None:
+        return {"target": target, "tokens": None, "kind": None, "why": trend.why}
     if trend.slope == 0 or (trend.slope > 0) == down:
         return {"target": target, "tokens": None, "kind": None,
                 "why": f"the fitted line moves away from {target:g} (slope {trend.slope:+.3g} per decade of tokens)"}
-    tokens = 10 ** ((target - trend.intercept) / trend.slope)
-    return {"target": target, "tokens": float(tokens), "kind": "extrapolated",
+    exponent = (target - trend.intercept) / trend.slope
+    if not math.isfinite(exponent) or exponent > MAX_DECADES:
+        return {"target": target, "tokens": None, "kind": None,
+                "why": f"the fitted line is nearly flat (slope {trend.slope:+.3g} per decade of tokens): it would reach "
+                       f"{target:g} beyond 10^{MAX_DECADES} tokens"}
+    return {"target": target, "tokens": float(10 ** exponent), "kind": "extrapolated",
             "why": "extrapolated beyond the measured budgets: a straight line in log10(tokens)"}

@@ -158,7 +158,7 @@ def config(P, rung: Rung, tokenizer=None) -> tuple[T.TrainConfig, dict[str, Any]
         raise LadderError(
             f"rung {rung.name} needs {rung.tokens:,} tokens: {P.train_corpus} {P.train_split} holds {n:,} "
             f"(at most {P.ladder_max_epochs} epochs = {P.ladder_max_epochs * n:,}), and {large}'s training split "
-            f"cannot be read here ({type(err).__name__}: {str(err).splitlines()[0][:160]}). Fetch it with "
+            f"cannot be read here ({type(err).__name__}: {(str(err).splitlines() or [''])[0][:160]}). Fetch it with "
             f"`make data` where the hub is reachable (or put it in $RESIDSHIFT_DATA), or leave the rung out "
             f"(-p ladder_rungs={rung.k})") from None
     if rung.tokens > P.ladder_max_epochs * m:
@@ -373,8 +373,8 @@ def run_ladder(P, *, only: Sequence[str] | None = None, hours: float | None = No
         raise LadderError(f"{records} is a file: give --out a folder (it is created)")
     chosen = select(rungs(P), only)
     for r in chosen:  # refuse foreign records and unreadable corpora before anything trains
-        config(P, r)
-        read_record(records / f"{r.name}.json")
+        cfg, _ = config(P, r)
+        read_record(records / f"{r.name}.json", T.run_dir_for(cfg, device).name)
     rows = plan(P, chosen, records, device=device, hours=hours, log=log)
     for row in rows:
         r = row["rung"]
@@ -529,7 +529,7 @@ def extrapolation(rows: Sequence[Mapping[str, Any]], refs: Sequence[Mapping[str,
         targets = [(f"{ref['model']} (S1 {ref['S1']:.3f})", ref["S1"]) for ref in refs]
         targets.append((f"the deep-switch threshold (S1 {scale.SHARE_THRESHOLD:g})", scale.SHARE_THRESHOLD))
         for what, y in targets:
-            b = trend.budget_to_reach(t, y)
+            b = trend.budget_to_reach(t, y, direction="down")  # S1 falling toward the pretrained models
             hours = b["tokens"] / tps / 3600 if (b["tokens"] and tps) else None
             out.append({**b, "shape": shape, "target": what, "S1_target": y, "hours_here": hours,
                         "tokens_per_s_here": tps, "trend": t.as_dict()})
@@ -620,6 +620,10 @@ def ladder_numbers(rows, refs, extrap, costs, P) -> dict[str, Any]:
                        "seed": P.ladder_seed, "max_epochs": P.ladder_max_epochs, "lens_windows": P.ladder_lens_windows}}
 
 
+def _f2(x: float | None) -> str:
+    return "undefined (no next-token top-1 at h_L)" if x is None else f"{x:.2f}"
+
+
 def _tok(n: float) -> str:
     return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
 
@@ -635,8 +639,8 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
         if not fin:
             lines.append(f"{shape}: no finished rung yet.")
             continue
-        parts = [f"{r['S1']:.2f} [{r['S1_lo']:.2f}, {r['S1_hi']:.2f}] at {_tok(r['tokens'])}"
-                 if r["S1_lo"] is not None else f"{r['S1']:.2f} (no interval) at {_tok(r['tokens'])}" for r in fin]
+        parts = [f"{_f2(r['S1'])} [{_f2(r['S1_lo'])}, {_f2(r['S1_hi'])}] at {_tok(r['tokens'])}"
+                 if r["S1_lo"] is not None else f"{_f2(r['S1'])} (no interval) at {_tok(r['tokens'])}" for r in fin]
         last = fin[-1]
         lines.append(f"{shape}: early share S1 of the finished rungs {'; '.join(parts)}. At the largest "
                      f"({_tok(last['tokens'])} tokens) the rule says {last['outcome']} (C1.middle {last['middle']}"
@@ -655,8 +659,8 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
         elif e["kind"] == "extrapolated":
             hrs = f", about {_hours(e['hours_here'])} on this machine at {e['tokens_per_s_here']:,.0f} tokens/s" \
                 if e["hours_here"] else ""
-            lines.append(f"Extrapolation, not a measurement ({t['n']} finished rungs, S1 falling "
-                         f"{-t['slope']:.3f} per tenfold budget): {e['shape']} would reach {e['target']} at about "
+            lines.append(f"Extrapolation, not a measurement ({t['n']} finished rungs, S1 changing by "
+                         f"{t['slope']:+.3f} per tenfold budget): {e['shape']} would reach {e['target']} at about "
                          f"{_tok(e['tokens'])} tokens{hrs}.")
         else:
             lines.append(f"{e['shape']}: no budget reaches {e['target']} on the fitted line ({e['why']}).")
