@@ -181,7 +181,10 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
     recs = ladder.load_records(P, out)
     rows = ladder.reading_rows(recs, P)
     costs = ladder.cost_table(recs) if recs else None
-    if rung_name is None:
+    existing = load(P, out=out) if rung_name is None else None
+    if existing is not None:  # a comparison already started keeps its rung (resume, or a fresh clone's record)
+        rung_name, choice = existing["rung"], existing["choice"]
+    elif rung_name is None:
         choice = choose_rung(rows, costs, P)
         if choice is None or choice["rung"] is None:
             log("mitigation: " + ("no finished rung yet: run the ladder first" if choice is None else choice["why"]))
@@ -197,6 +200,14 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
         rec = json.loads(path.read_text()) if path.is_file() else None
         if rec is not None and rec.get("kind") != KIND:
             raise ladder.LadderError(f"{path} is not a mitigation record: move it away or delete it")
+        for s_, per in (rec or {}).get("seeds", {}).items():  # a record of other code or settings is refused
+            for arm in ARMS:
+                want = T.run_dir_for(arm_config(P, rung, arm, int(s_)), device).name.rsplit("-", 1)[1]
+                if per[arm]["key"] != want:
+                    raise ladder.LadderError(
+                        f"{path} holds seed {s_} of '{arm}' trained by other code or settings (run key "
+                        f"{per[arm]['key']}, this checkout's {want}): move it away or delete it to run the comparison "
+                        "again, or check out the commit that wrote it")
         rec = rec or {"kind": KIND, "rung": rung.name, "choice": choice, "arms": list(ARMS), "seeds": {},
                       "plan": None, "profile": P.profile,
                       "configs": {a: json_ready(asdict(arm_config(P, rung, a, P.ladder_seed))) for a in ARMS}}
@@ -225,6 +236,8 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
             todo = [s for s in want if str(s) not in rec["seeds"]]
             if not todo:
                 break
+        if rec.get("finished"):
+            log(f"mitigation {rung.name}: every planned seed is recorded in {path}: nothing to train")
         rec["finished"] = True
         _save(path, rec)
     return rec
