@@ -570,16 +570,24 @@ def ladder_panel(rows: Sequence[Mapping[str, Any]], refs: Sequence[Mapping[str, 
     for ref, ls in zip(refs, ("--", "-.", ":")):
         ax.axhline(ref["S1"], color="0.35", ls=ls, lw=1, label=f"{ref['model']} ({ref['n_layers']} blocks)")
     ax.axhline(scale.SHARE_THRESHOLD, color="black", lw=0.8, alpha=0.6)
-    ax.text(ax.get_xlim()[0], scale.SHARE_THRESHOLD, " deep-switch threshold", va="bottom", fontsize=8)
+    ax.text(0.99, scale.SHARE_THRESHOLD, "deep-switch threshold ", transform=ax.get_yaxis_transform(), ha="right",
+            va="bottom", fontsize=8)
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    from .training import tokens_axis
+
     for a in (ax, bx):
         a.set_xscale("log")
+        a.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 3.0)))
+        a.xaxis.set_minor_formatter(NullFormatter())
+        tokens_axis(a)
         a.set_xlabel("training tokens")
     ax.set_ylabel("early share S1 = top-1(next) at h_1 / at h_L")
-    ax.set_ylim(0, max(1.05, max((r["S1"] or 0) for r in rows) + 0.05))
+    ax.set_ylim(0, 1.1)  # S1 lies in [0, 1] up to noise; an interval reaching past it is clipped
     bx.set_ylabel("next-token top-1 rate (logit lens)")
     ax.set_title("How much of the prediction is made in block 0")
     bx.set_title("Next-token top-1 after block 0 (h_1) and at the output (h_L)")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="best")
     bx.legend(fontsize=7, loc="upper left", ncol=2)
     return fig
 
