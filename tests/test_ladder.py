@@ -544,10 +544,11 @@ def test_ladder_lines_are_printed_from_the_numbers(P):
     hours = {y: L._hours(five[y]["hours_here"]) for y in (0.3, 0.5)}
     assert lines[:11] == [
         "5x32: early share S1 of the finished rungs 0.90 [0.85, 0.95] at 1k; 0.80 [0.75, 0.85] at 4k. At the "
-        "largest (4k tokens) the rule says near-bigram (C1.middle not reproduced).",
+        "largest (4k tokens) the rule says near-bigram (C1.middle not reproduced); its next-token curve leaves the "
+        "unigram level at l/L = 0.50.",
         "6x32: early share S1 of the finished rungs 0.70 [0.60, 0.80] at 1k; 0.45 [0.40, 0.49] at 4k; 0.55 (no "
         "interval) at 16k. At the largest (16k tokens) the rule says inconclusive (C1.middle not reproduced; the "
-        "interval straddles 0.5).",
+        "interval straddles 0.5); its next-token curve leaves the unigram level at l/L = 0.50.",
         "7x32: no finished rung yet.",
         "Pretrained references (notebook 03, logit lens): GPT-2 S1 0.300, deep switch; Pythia S1 0.950, "
         "near-bigram.",

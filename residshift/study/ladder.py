@@ -650,9 +650,12 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
         parts = [f"{_f2(r['S1'])} [{_f2(r['S1_lo'])}, {_f2(r['S1_hi'])}] at {_tok(r['tokens'])}"
                  if r["S1_lo"] is not None else f"{_f2(r['S1'])} (no interval) at {_tok(r['tokens'])}" for r in fin]
         last = fin[-1]
+        dep = last.get("departure_depth")
         lines.append(f"{shape}: early share S1 of the finished rungs {'; '.join(parts)}. At the largest "
                      f"({_tok(last['tokens'])} tokens) the rule says {last['outcome']} (C1.middle {last['middle']}"
-                     + (f"; {last['why']}" if last["why"] else "") + ").")
+                     + (f"; {last['why']}" if last["why"] else "") + ")"
+                     + (f"; its next-token curve leaves the unigram level at l/L = {dep:.2f}." if dep is not None
+                        else "; its next-token curve never leaves the unigram level."))
     refs = numbers["pretrained"]
     lines.append("Pretrained references (notebook 03, logit lens): " + "; ".join(
         f"{r['model']} S1 {r['S1']:.3f}, {r['outcome']}" for r in refs) + ".")
