@@ -123,13 +123,15 @@ def seed_plan(diffs: Mapping[str, Sequence[float]], P, *, hours_per_seed: float 
     """The seed count from the pilot's paired differences (module docstring)."""
     sds = {arm: float(np.std(np.asarray(d, dtype=np.float64), ddof=1)) for arm, d in diffs.items()}
     sd = max(sds.values())
-    n0, n_max = len(next(iter(diffs.values()))), int(P.ladder_mitigation_max_seeds)
+    n0 = len(next(iter(diffs.values())))
+    n_max = max(int(P.ladder_mitigation_max_seeds), n0)  # a maximum below the pilot keeps the pilot's seeds
     margin = verdicts.LOSS_MARGIN
     mde = {n: stats.mde_paired_mean(sd, n, alpha=verdicts.TEST_ALPHA, power=verdicts.POWER, sided="two")
            for n in range(max(n0, 2), n_max + 1)}
     fits = [n for n, m in mde.items() if m <= margin]
     n, why = (fits[0], f"the smallest count whose MDE is at most the {margin:g}-nat margin") if fits else \
-        (n_max, f"no count up to ladder_mitigation_max_seeds={n_max} reaches the {margin:g}-nat margin")
+        (n_max, f"no count up to {n_max} seeds (ladder_mitigation_max_seeds={P.ladder_mitigation_max_seeds}, at "
+                f"least the pilot's {n0}) reaches the {margin:g}-nat margin")
     if hours_per_seed and hours_left is not None:
         afford = n0 + int(max(hours_left, 0) // hours_per_seed)
         if afford < n:
@@ -179,13 +181,11 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
                    progress: bool = False, log: Callable[[str], None] = print) -> dict[str, Any] | None:
     """Choose the rung (unless named), train the pilot, declare the seed count, train the rest."""
     recs = ladder.load_records(P, out)
-    rows = ladder.reading_rows(recs, P)
-    costs = ladder.cost_table(recs) if recs else None
     existing = load(P, out=out) if rung_name is None else None
     if existing is not None:  # a comparison already started keeps its rung (resume, or a fresh clone's record)
         rung_name, choice = existing["rung"], existing["choice"]
     elif rung_name is None:
-        choice = choose_rung(rows, costs, P)
+        choice = choose_rung(ladder.reading_rows(recs, P), ladder.cost_table(recs) if recs else None, P)
         if choice is None or choice["rung"] is None:
             log("mitigation: " + ("no finished rung yet: run the ladder first" if choice is None else choice["why"]))
             return None
@@ -193,13 +193,14 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
     else:
         choice = {"rung": rung_name, "why": "named on the command line"}
     rung = ladder.select(ladder.rungs(P), [rung_name])[0]
+    if existing is None and not records_path(P, rung.name, out).is_file() and not ladder.finished(recs.get(rung.name)):
+        raise ladder.LadderError(f"the ladder has not finished rung {rung.name}: run `python -m residshift ladder "
+                                 f"--profile {P.profile} --only {rung.name}` first (its run is the comparison's seed "
+                                 f"{P.ladder_seed} baseline)")
     path = records_path(P, rung.name, out)
     budget = float(P.ladder_mitigation_hours if hours is None else hours)
-    t_start = time.perf_counter()
     with run_lock(results_dir() / "ladder-locks" / f"{P.profile}-mitigation-{rung.name}"):
-        rec = json.loads(path.read_text()) if path.is_file() else None
-        if rec is not None and rec.get("kind") != KIND:
-            raise ladder.LadderError(f"{path} is not a mitigation record: move it away or delete it")
+        rec = read_record(path)
         for s_, per in (rec or {}).get("seeds", {}).items():  # a record of other code or settings is refused
             for arm in ARMS:
                 want = T.run_dir_for(arm_config(P, rung, arm, int(s_)), device).name.rsplit("-", 1)[1]
@@ -227,8 +228,8 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
             if rec["plan"] is None:
                 per_seed = [v["seconds"] for v in rec["seeds"].values()]
                 hps = float(np.max(per_seed)) / 3600 if per_seed else None
-                rec["plan"] = seed_plan(_diffs(rec), P, hours_per_seed=hps,
-                                        hours_left=budget - (time.perf_counter() - t_start) / 3600)
+                spent = sum(v["seconds"] for v in rec["seeds"].values()) / 3600  # recorded: the same after a resume
+                rec["plan"] = seed_plan(_diffs(rec), P, hours_per_seed=hps, hours_left=budget - spent)
                 _save(path, rec)
                 log(f"mitigation {rung.name}: pilot sd {rec['plan']['sd']:.4f} nats -> {rec['plan']['n_seeds']} seeds, "
                     f"MDE {rec['plan']['mde']:.4f} nats ({rec['plan']['why']})")
@@ -248,12 +249,26 @@ def run_mitigation(P, *, rung_name: str | None = None, out=None, device=None, ho
 # --------------------------------------------------------------------------------------------
 
 
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A mitigation record (None if there is none); anything else at that path is refused naming the fix."""
+    if not path.is_file():
+        return None
+    try:
+        rec = json.loads(path.read_text())
+        if not isinstance(rec, dict) or rec.get("kind") != KIND or not isinstance(rec.get("rung"), str):
+            raise ValueError("not a residshift mitigation record")
+    except ValueError as err:
+        raise ladder.LadderError(f"{path} is not a readable mitigation record ({str(err).splitlines()[0][:120]}): "
+                                 "move it away or delete it, and run the comparison again") from None
+    return rec
+
+
 def load(P, rung_name: str | None = None, out=None) -> dict[str, Any] | None:
     """The mitigation record of the profile (the one rung it ran on), or None."""
     folder = ladder.records_dir(P, out)
     paths = sorted(folder.glob("mitigation-*.json")) if rung_name is None else [records_path(P, rung_name, out)]
     paths = [p for p in paths if p.is_file()]
-    return json.loads(paths[0].read_text()) if paths else None
+    return read_record(paths[0]) if paths else None
 
 
 def arrays(rec: Mapping[str, Any]) -> tuple[list[int], dict[str, np.ndarray]]:
@@ -351,6 +366,6 @@ def mitigation_lines(rec: Mapping[str, Any] | None, scaled: Sequence[Mapping[str
         ci = "" if lo is None or hi is None else f" [{lo:+.4f}, {hi:+.4f}]"
         out.append(f"{d['claim_id']} ({d.get('variant') or '–'}): {d['verdict']}, {d['statistic']} = {est}{ci}"
                    + (f" ({d['details']['why']})" if (d.get("details") or {}).get("why") else "") + f"; its baselines: {s['outcome']} (S1 "
-                   f"{s['early_share']:.2f}), so it {'counts' if s['counts_as_evidence'] else 'does not count'} "
+                   f"{ladder._f2(s['early_share'])}), so it {'counts' if s['counts_as_evidence'] else 'does not count'} "
                    "as evidence about the paper's claim.")
     return out
