@@ -24,6 +24,8 @@ from residshift.core import profiles  # noqa: E402
 from residshift.study import ladder as L  # noqa: E402
 from residshift.train import trainer as T  # noqa: E402
 
+from ladder_support import no_training, rung, use_folders  # noqa: E402
+
 SMOKE_RUNGS = ["5x32-r0", "6x32-r0", "5x32-r1", "6x32-r1"]
 
 
@@ -35,22 +37,10 @@ def P():
 @pytest.fixture()
 def results(tmp_path, monkeypatch):
     """Results and build folders of this test's own."""
-    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
-    monkeypatch.setenv("RESIDSHIFT_BUILD", str(tmp_path / "build"))
-    return tmp_path / "results"
+    return use_folders(monkeypatch, tmp_path)
 
 
-def _rung(P, name):
-    return next(r for r in L.rungs(P) if r.name == name)
-
-
-def _no_training(monkeypatch):
-    def trained(*a, **k):
-        raise AssertionError("trained")
-
-    monkeypatch.setattr(T, "train", trained)
-    monkeypatch.setattr(L, "read_lens", trained)
-    monkeypatch.setattr(L, "measure_speed", trained)
+_rung, _no_training = rung, no_training
 
 
 def _one_line_error(cap):

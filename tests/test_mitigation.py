@@ -30,17 +30,15 @@ from residshift.core import profiles  # noqa: E402
 from residshift.study import ladder as L, mitigation as M  # noqa: E402
 from residshift.train import trainer as T  # noqa: E402
 
+from ladder_support import no_training, rung, use_folders  # noqa: E402
+
 
 @pytest.fixture()
 def P():
     return profiles.resolve("smoke")
 
 
-def _use(monkeypatch, root):
-    """Point the results and build folders at ``root``."""
-    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(root / "results"))
-    monkeypatch.setenv("RESIDSHIFT_BUILD", str(root / "build"))
-    return root / "results"
+_use = use_folders
 
 
 @pytest.fixture()
@@ -49,17 +47,11 @@ def results(tmp_path, monkeypatch):
     return _use(monkeypatch, tmp_path)
 
 
-def _rung(P, name):
-    return next(r for r in L.rungs(P) if r.name == name)
+_rung = rung
 
 
 def _no_training(monkeypatch):
-    def trained(*a, **k):
-        raise AssertionError("trained")
-
-    monkeypatch.setattr(T, "train", trained)
-    monkeypatch.setattr(M, "run_seed", trained)
-    monkeypatch.setattr(L, "read_lens", trained)
+    no_training(monkeypatch, (M, "run_seed"))
 
 
 def _key(cfg):
