@@ -546,13 +546,13 @@ def test_ladder_lines_are_printed_from_the_numbers(P):
         f"Extrapolation, not a measurement (2 finished rungs, S1 changing by {slope:+.3f} per tenfold budget): 5x32 "
         f"would reach GPT-2 (S1 0.300) at about 4.1M tokens, about {hours[0.3]} on this "
         "machine at 10 tokens/s.",
-        "5x32 reaches Pythia (S1 0.950) at a measured budget of 1k tokens.",  # S1 is read falling: already below
+        "5x32's S1 is at or below Pythia (S1 0.950) at a measured budget of 1k tokens.",  # S1 is read falling: already below
         f"Extrapolation, not a measurement (2 finished rungs, S1 changing by {slope:+.3f} per tenfold budget): 5x32 "
         f"would reach the deep-switch threshold (S1 0.5) at about 256k tokens, about "
         f"{hours[0.5]} on this machine at 10 tokens/s.",
         lines[8],  # 6x32 to GPT-2: checked below from its own numbers
         lines[9],
-        "6x32 reaches the deep-switch threshold (S1 0.5) at a measured budget of 4k tokens.",
+        "6x32's S1 is at or below the deep-switch threshold (S1 0.5) at a measured budget of 4k tokens.",
     ]
     assert lines[11:14] == [
         f"7x32: no budget reaches {t} on the fitted line (fewer than 2 budgets measured)."
@@ -561,7 +561,7 @@ def test_ladder_lines_are_printed_from_the_numbers(P):
     assert six["kind"] == "extrapolated" and six["trend"]["n"] == 3 and six["trend"]["slope"] < 0
     assert f"S1 changing by {six['trend']['slope']:+.3f} per tenfold budget" in lines[8] and "(3 finished rungs" in lines[8]
     assert f"about {L._tok(six['tokens'])} tokens" in lines[8] and "at 20 tokens/s" in lines[8]
-    assert lines[9] == "6x32 reaches Pythia (S1 0.950) at a measured budget of 1k tokens."
+    assert lines[9] == "6x32's S1 is at or below Pythia (S1 0.950) at a measured budget of 1k tokens."
     # the closest rung and the mitigation's rung, from their numbers
     rest = lines[14:]
     assert any("6x32-r1 (S1 0.45" in x and numbers["closest"]["why"] in x for x in rest)
@@ -593,3 +593,14 @@ def test_a_finished_rung_without_a_share_does_not_break_the_lines(P):
     costs = _costs(rows)
     numbers = L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P)
     assert any(line.startswith("5x32:") for line in L.ladder_lines(numbers))
+
+
+def test_without_a_quiet_middle_the_budgets_are_said_to_be_for_s1_alone(P):
+    rows = [_row("5x32-r0", 1000, 0.6, lo=0.55, hi=0.65), _row("5x32-r1", 4000, 0.4, lo=0.35, hi=0.45,
+                                                               outcome=scale.SWITCH_INCONCLUSIVE)]
+    costs = _costs(rows)
+    lines = L.ladder_lines(L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P))
+    assert any(x.startswith("These budgets are for S1 alone: no finished rung shows a quiet middle") for x in lines)
+    rows[1]["middle"] = V.REPRODUCED
+    lines = L.ladder_lines(L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P))
+    assert not any(x.startswith("These budgets are for S1 alone") for x in lines)

@@ -628,12 +628,19 @@ def ladder_numbers(rows, refs, extrap, costs, P) -> dict[str, Any]:
                        "seed": P.ladder_seed, "max_epochs": P.ladder_max_epochs, "lens_windows": P.ladder_lens_windows}}
 
 
+def verdicts_reproduced() -> str:
+    from ..analysis import verdicts
+
+    return verdicts.REPRODUCED
+
+
 def _f2(x: float | None) -> str:
     return "undefined (no next-token top-1 at h_L)" if x is None else f"{x:.2f}"
 
 
 def _tok(n: float) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+    return (f"{n:.2g}" if n >= 1e12 else f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6
+            else f"{n / 1e3:.3g}k")
 
 
 def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
@@ -666,7 +673,8 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
     for e in numbers["extrapolation"]:
         t = e["trend"]
         if e["kind"] == "measured":
-            lines.append(f"{e['shape']} reaches {e['target']} at a measured budget of {_tok(e['tokens'])} tokens.")
+            lines.append(f"{e['shape']}'s S1 is at or below {e['target']} at a measured budget of "
+                         f"{_tok(e['tokens'])} tokens.")
         elif e["kind"] == "extrapolated":
             hrs = f", about {_hours(e['hours_here'])} on this machine at {e['tokens_per_s_here']:,.0f} tokens/s" \
                 if e["hours_here"] else ""
@@ -675,6 +683,9 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
                          f"{_tok(e['tokens'])} tokens{hrs}.")
         else:
             lines.append(f"{e['shape']}: no budget reaches {e['target']} on the fitted line ({e['why']}).")
+    if fin and not any(r["middle"] == verdicts_reproduced() for r in fin):
+        lines.append("These budgets are for S1 alone: no finished rung shows a quiet middle (C1.middle), the rule's "
+                     "other half, so none of them is a budget at which the deep switch is predicted.")
     c = numbers.get("closest")
     if c:
         lines.append(f"Closest to the paper's regime by the rule: {c['rung']} (S1 {c['S1']:.2f}; {c['why']}).")
@@ -689,7 +700,8 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
 
 
 def _hours(h: float | None) -> str:
-    return "unmeasured" if h is None else f"{h * 60:.2g} min" if h < 1 else f"{h:,.3g} h"
+    return ("unmeasured" if h is None else f"{h * 60:.2g} min" if h < 1 else f"{h:,.3g} h" if h < 1e4
+            else f"{h / 8766:.2g} years")
 
 
 TRAINING_VERDICTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
