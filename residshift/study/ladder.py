@@ -425,7 +425,7 @@ def main_ladder(args) -> int:
         print(f"residshift ladder: {err}", file=sys.stderr)
         return T.LOCKED_EXIT
     except (LadderError, T.TrainError, D.DataError, KeyError, json.JSONDecodeError) as err:
-        msg = str(err).strip("'\"")
+        msg = " ".join(str(err).strip("'\"").split())  # one line, whatever the library's message holds
         print(f"residshift ladder: error: {msg}", file=sys.stderr)
         return 2
     return 0
