@@ -324,7 +324,9 @@ def mitigation_panel(rec: Mapping[str, Any], P):
         numbers["arms"][arm] = {k: t[k] for k in ("estimate", "lo", "hi", "sd", "mde", "per_seed", "verdict", "why")}
     ax.set_yticks(range(len(MITIGATIONS)), [f"{a}\n- baseline" for a in MITIGATIONS])
     ax.set_xlabel("final validation loss change (nats; < 0: the mitigation helps)")
-    ax.set_title(f"{rec['rung']}: paired by seed ({len(seeds)} seeds)")
+    plan = rec.get("plan") or {}
+    mde = f"; MDE {plan['mde']:.3g} nats planned at {plan['n_seeds']}" if plan.get("mde") is not None else ""
+    ax.set_title(f"{rec['rung']}: paired by seed ({len(seeds)} seeds{mde})")
     ax.legend(fontsize=7, loc="lower right")
     return fig, numbers
 
