@@ -193,15 +193,18 @@ def test_scale_section_states_what_each_training_verdict_speaks_for(tmp_path):
     assert S.SCALE_RULE in text and text in report.render(fig, tmp_path)
     (fig / f"{report.LADDER}.json").unlink(missing_ok=True)
     assert report._ladder_sentence(fig) == ""
-    reading = {"shape": "6x128", "final": True, "outcome": S.NEAR_BIGRAM}
+    reading = {"shape": "6x128", "final": True, "outcome": S.NEAR_BIGRAM, "middle": "not reproduced",
+               "departure_depth": 0.17}
     ladder = {"readings": [{**reading, "rung": "6x128-r0", "S1": 0.74, "tokens": 358_400},
                            {**reading, "rung": "6x128-r1", "S1": 0.61, "tokens": 1_433_600}],
               "extrapolation": [{"shape": "6x128", "S1_target": S.SHARE_THRESHOLD, "kind": "extrapolated",
-                                 "tokens": 9.1e6}], "mitigation_rung": {"rung": "6x128-r1", "why": "the lowest S1"}}
+                                 "tokens": 9.1e6, "target": "the deep-switch threshold (S1 0.5)"}], "mitigation_rung": {"rung": "6x128-r1", "why": "the lowest S1"}}
     (fig / f"{report.LADDER}.json").write_text(json.dumps(ladder))
     sentence = report._ladder_sentence(fig)
     assert "6x128 S1 0.74 → 0.61 over 358k–1.43M tokens (near-bigram at the largest)" in sentence
-    assert "No finished rung has the deep switch" in sentence and "9.1M tokens for 6x128" in sentence
+    assert "No finished rung has the deep switch" in sentence and "None of the 2 shows a quiet middle" in sentence
+    assert "leave the unigram level by l/L = 0.17" in sentence
+    assert "for S1 alone): 6x128 would reach the deep-switch threshold (S1 0.5) at about 9.1M tokens" in sentence
     assert "declared on 6x128-r1" in sentence and sentence in report.section_scale(fig, tmp_path)
 
 

@@ -672,23 +672,33 @@ def _ladder_sentence(fig: Path) -> str:
         per.append(f"{shape} S1 " + " → ".join(_num(r["S1"]) for r in rs) + f" over {_tokens(rs[0]['tokens'])}–"
                    f"{_tokens(rs[-1]['tokens'])} tokens ({rs[-1]['outcome']} at the largest)")
     deep = sorted({r["rung"] for r in fin if r["outcome"] == scale.DEEP_SWITCH})
+    quiet = sorted({r["rung"] for r in fin if r["middle"] == verdicts.REPRODUCED})
+    deps = [r["departure_depth"] for r in fin if r.get("departure_depth") is not None]
     text = (f"The scale ladder (notebook 10, `figures/{LADDER}.json`: baselines trained longer and deeper, one seed "
             f"per rung, windows as the unit) gives {'; '.join(per)}. "
-            + (f"Rungs with the deep switch: {', '.join(deep)}. " if deep else "No finished rung has the deep switch. "))
-    ex = [e for e in d["extrapolation"] if e["S1_target"] == scale.SHARE_THRESHOLD and e["kind"] == "extrapolated"]
+            + (f"Rungs with the deep switch: {', '.join(deep)}. " if deep else "No finished rung has the deep switch. ")
+            + (f"Rungs with a quiet middle (C1.middle): {', '.join(quiet)}. " if quiet else
+               f"None of the {len(fin)} shows a quiet middle (C1.middle)"
+               + (f": their next-token curves leave the unigram level by l/L = {max(deps):.2f}. " if deps else ". ")))
+    ex = [e for e in d["extrapolation"] if e["kind"] == "extrapolated"]
     if ex:
-        text += ("Extrapolated, not measured (a straight line in log10 tokens through the finished rungs): S1 would "
-                 "fall below 0.5 at about " + "; ".join(
-                     f"{_tokens(e['tokens'])} tokens for {e['shape']}" for e in ex) + ". ")
+        text += ("Extrapolated, not measured (a straight line in log10 tokens through each shape's finished rungs"
+                 + ("; for S1 alone" if not quiet else "") + "): " + "; ".join(
+                     f"{e['shape']} would reach {e['target']} at about {_tokens(e['tokens'])} tokens" for e in ex)
+                 + ". ")
     sc = _load(fig / f"{LADDER}-scale.json") or []
     mit = [r for r in sc if r.get("scale") and r.get("source") == LADDER]
     c = d.get("mitigation_rung") or {}
     if mit:
         counts = sum(bool(r["scale"]["counts_as_evidence"]) for r in mit)
+        sc0 = mit[0]["scale"]
         text += (f"The mitigation comparison on {mit[0]['model'].removeprefix('trained GPT ')} ("
-                 + "; ".join(f"{r['claim_id']} ({r.get('variant') or '–'}): **{r['verdict']}**" for r in mit)
-                 + f") runs on baselines that are {mit[0]['scale']['outcome']} (S1 {_num(mit[0]['scale']['early_share'])}); "
-                 f"{counts} of its {len(mit)} verdicts count as evidence about the paper's claims.")
+                 + "; ".join(f"{r['claim_id']} ({r.get('variant') or '–'}): **{r['verdict']}**, "
+                             f"{_ci(r['estimate'], *(r.get('ci') or (None, None)), digits=3)} nats" for r in mit)
+                 + f") runs on baselines that are {sc0['outcome']} across its {sc0['n']} seeds (S1 "
+                 f"{_num(sc0['early_share'])} [{_num(sc0['early_share_ci'][0])}, {_num(sc0['early_share_ci'][1])}], "
+                 f"C1.middle {sc0['middle']}); {counts} of its {len(mit)} verdicts count as evidence about the "
+                 "paper's claims.")
     elif c.get("rung"):
         text += f"The mitigation is declared on {c['rung']} ({c['why']}) and has not run yet."
     return text
