@@ -118,14 +118,14 @@ def _costs(spec):
 
 
 def _hours(P, tokens, tps):
-    return (P.ladder_mitigation_pilot * 3 - 1) * tokens / tps / 3600 * 1.1
+    return (P.ladder_mitigation_pilot * 3 - 1) * tokens / tps / 3600 * L.OVERHEAD
 
 
 def test_pilot_hours_arithmetic(P):
     costs = _costs({"6x32-r1": (4000, 20.0), "5x32-r1": (4000, 0.0), "5x32-r2": (16000, np.nan)})
-    assert M.pilot_hours(P, "6x32-r1", costs) == pytest.approx(5 * 4000 / 20 / 3600 * 1.1)  # 2 seeds x 3 - 1
+    assert M.pilot_hours(P, "6x32-r1", costs) == pytest.approx(5 * 4000 / 20 / 3600 * L.OVERHEAD)  # 2 seeds x 3 - 1
     P.ladder_mitigation_pilot = 3
-    assert M.pilot_hours(P, "6x32-r1", costs) == pytest.approx(8 * 4000 / 20 / 3600 * 1.1)
+    assert M.pilot_hours(P, "6x32-r1", costs) == pytest.approx(8 * 4000 / 20 / 3600 * L.OVERHEAD)
     assert M.pilot_hours(P, "5x32-r1", costs) is None  # unmeasured speed
     assert M.pilot_hours(P, "7x32-r0", costs) is None  # not in the table
 
@@ -432,7 +432,7 @@ def test_an_interrupted_comparison_resumes_to_the_uninterrupted_one(smoke, P, tm
     assert M.for_notebook(P, log=lines.append) == partial
     assert lines[0].startswith(f"mitigation on {partial['rung']} (") and lines[0].endswith(
         ": 1 seeds; not finished (`make ladder` resumes it)")
-    assert M.mitigation_lines(partial, []) == [f"Mitigation on {partial['rung']} ({partial['choice']['why']}): 1 seeds."]
+    assert M.mitigation_lines(partial) == [f"Mitigation on {partial['rung']} ({partial['choice']['why']}): 1 seeds."]
     P.ladder_in_study = True
 
     armed[0] = False
@@ -594,40 +594,50 @@ def test_mitigation_panel_numbers_are_the_seed_tests_of_the_paired_differences(s
     assert json.loads(json.dumps(numbers)) == numbers
 
 
-def test_mitigation_lines_print_the_rung_the_seeds_and_each_verdict(smoke, P):
+def test_mitigation_lines_print_the_design_and_what_each_rule_can_reach(smoke, P):
     rec = smoke.rec
-    rows, scaled = M.verdict_rows(rec, P)
-    lines = M.mitigation_lines(rec, scaled + [{"claim_id": "C1.early", "verdict": V.REPRODUCED}])  # unscaled: skipped
+    lines = M.mitigation_lines(rec)
     plan = rec["plan"]
     assert lines[0] == (
         f"Mitigation on {rec['rung']} ({rec['choice']['why']}): {len(rec['seeds'])} seeds (a pilot of "
         f"{plan['pilot_seeds']}, then {plan['n_seeds']} planned); the pilot's paired sd {plan['sd']:.4f} nats gives "
         f"a minimum detectable effect of {plan['mde']:.4f} nats at the planned count ({plan['why']}).")
     assert len(lines) == 3
-    for line, d in zip(lines[1:], scaled):
-        s = d["scale"]
-        lo, hi = d["ci"]
-        why = d["details"]["why"]
-        assert line == (
-            f"{d['claim_id']} ({d['variant']}): {d['verdict']}, {d['statistic']} = {d['estimate']:+.4f} "
-            f"[{lo:+.4f}, {hi:+.4f}]" + (f" ({why})" if why else "") + f"; its baselines: {s['outcome']} (S1 "
-            f"{s['early_share']:.2f}), so it does not count as evidence about the paper's claim.")
-    assert M.mitigation_lines(None, []) == [
-        "No mitigation record yet: `make ladder` runs the comparison after the rungs."]
-    # a deep-switch baseline: "counts"
-    deep = [dict(d, scale=dict(d["scale"], counts_as_evidence=True)) for d in scaled]
-    assert all(x.endswith("so it counts as evidence about the paper's claim.") for x in M.mitigation_lines(rec, deep)[1:])
+    _, x = M.arrays(rec)
+    for line, arm in zip(lines[1:], M.MITIGATIONS):
+        d = (x[arm] - x["baseline"]).mean(1)
+        r = V.seed_reach(len(d), float(np.std(d, ddof=1)), margin=V.LOSS_MARGIN)
+        assert line.startswith(f"{arm}: with the measured sd {np.std(d, ddof=1):.4f} nats over {len(d)} seeds")
+        assert f"at least {r['reproduced_from']:.3f} nats" in line
+        assert line.endswith("both outcomes are reachable." if r["reachable"] else f"{r['why']}.")
+    assert M.mitigation_lines(None) == ["No mitigation record yet: `make ladder` runs the comparison after the rungs."]
 
 
-def test_mitigation_lines_print_an_undefined_share(smoke, P, monkeypatch):
+def test_the_scale_of_each_mitigation_verdict_is_printed_in_the_rules_words(smoke, P):
+    from residshift.study.findings import scale_lines
+
+    _, scaled = M.verdict_rows(smoke.rec, P)
+    lines = scale_lines(scaled + [{"claim_id": "C1.early", "verdict": V.REPRODUCED}])  # unscaled rows: skipped
+    s = scaled[0]["scale"]
+    assert all(x.startswith(f"Scale: ") and f"measured on {s['model']}, whose deep-switch measure reads "
+               f"{s['outcome']}" in x for x in lines[:-1])
+    assert sum(int(x.split()[1]) for x in lines[:-1]) == len(scaled)  # every scaled row is counted once
+    assert lines[-1].startswith("By the scale rule") and not s["counts_as_evidence"]
+    deep = [dict(d, scale=dict(d["scale"], counts_as_evidence=True, evidence=scale.EVIDENCE_FOR)) for d in scaled]
+    assert not any(x.startswith("By the scale rule") for x in scale_lines(deep))
+
+
+def test_mitigation_lines_and_scale_lines_print_an_undefined_share(smoke, P, monkeypatch):
+    from residshift.study.findings import scale_lines
+
     rec = smoke.rec
     sw = M.switch_row(rec, P)
     undefined = dataclasses.replace(sw, early_share=None, early_share_ci=(None, None), outcome=scale.SWITCH_INCONCLUSIVE,
                                     why="no interval")
     monkeypatch.setattr(M, "switch_row", lambda rec_, P_: undefined)
     _, scaled = M.verdict_rows(rec, P)
-    lines = M.mitigation_lines(rec, scaled)
-    assert len(lines) == 3 and all("its baselines: inconclusive" in x for x in lines[1:])
+    assert len(M.mitigation_lines(rec)) == 3
+    assert any("reads inconclusive (S1 –" in x for x in scale_lines(scaled))
 
 
 def test_for_notebook_reads_the_record_and_trains_nothing_outside_the_study(smoke, P, tmp_path, monkeypatch):

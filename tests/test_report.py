@@ -204,7 +204,8 @@ def test_scale_section_states_what_each_training_verdict_speaks_for(tmp_path):
     assert "6x128 S1 0.74 → 0.61 over 358k–1.43M tokens (near-bigram at the largest)" in sentence
     assert "No finished rung has the deep switch" in sentence and "None of the 2 shows a quiet middle" in sentence
     assert "leave the unigram level by l/L = 0.17" in sentence
-    assert "for S1 alone): 6x128 would reach the deep-switch threshold (S1 0.5) at about 9.1M tokens" in sentence
+    assert "for S1 alone; in brackets the 95% interval over windows" in sentence
+    assert "6x128 would reach the deep-switch threshold (S1 0.5) at about 9.1M tokens" in sentence
     assert "declared on 6x128-r1" in sentence and sentence in report.section_scale(fig, tmp_path)
 
 

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from residshift.analysis import trend
+import numpy as np
 from residshift.analysis.trend import budget_to_reach, fit_trend
 
 BUDGETS = [1e3, 4e3, 1.6e4, 6.4e4]
@@ -127,3 +128,21 @@ def test_a_rising_target_is_reached_alike():
 def test_a_nearly_flat_line_gives_an_answer_not_an_overflow(values):
     got = budget_to_reach(fit_trend(BUDGETS[:3], values), 0.5)
     assert got["kind"] in (None, "extrapolated") and got["why"]
+
+
+def test_the_budget_interval_brackets_the_point_budget_and_opens_when_the_line_can_be_flat():
+    from residshift.analysis.trend import budget_interval, tokens_text
+
+    rng = np.random.default_rng(0)
+    budgets = [1e5, 4e5, 1.6e6]
+    shares = [0.8, 0.6, 0.4]  # falling 0.332 per decade: 0.2 at about 6.4e6 tokens
+    final = [rng.uniform(0.2, 0.4, 200) for _ in budgets]
+    early = [f * s for f, s in zip(final, shares)]
+    point = budget_to_reach(fit_trend(budgets, shares), 0.2)["tokens"]
+    iv = budget_interval(budgets, early, final, 0.2, n_boot=200)
+    assert iv["lo"] < point < iv["hi"] and iv["never"] == 0.0
+    noisy = [rng.uniform(0, 1, 5) * s for s in (0.5, 0.5, 0.5)]  # flat line, 5 windows: often never
+    iv = budget_interval(budgets, noisy, [np.ones(5)] * 3, 0.1, n_boot=200)
+    assert iv["hi"] is None and iv["never"] > 0.025
+    assert [tokens_text(n) for n in (358_400, 5_734_400, 4.85e8, 1.2e9, 9.2e13)] == ["358k", "5.73M", "485M", "1.2B",
+                                                                                    "9.2e+13"]

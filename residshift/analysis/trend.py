@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["MIN_POINTS", "Trend", "fit_trend", "budget_to_reach"]
+__all__ = ["MIN_POINTS", "Trend", "fit_trend", "budget_to_reach", "budget_interval", "tokens_text"]
 
 MIN_POINTS = 2
 MAX_DECADES = 15  # beyond 10^15 tokens (more than any language model has been trained on): reported as never
@@ -99,3 +99,39 @@ def budget_to_reach(trend: Trend, target: float, *, direction: str | None = None
                        f"{target:g} beyond 10^{MAX_DECADES} tokens"}
     return {"target": target, "tokens": float(10 ** exponent), "kind": "extrapolated",
             "why": "extrapolated beyond the measured budgets: a straight line in log10(tokens)"}
+
+
+def tokens_text(n: float) -> str:
+    """A token count as people write it: 358k, 5.73M, 485M, 1.2B (beyond 10^12: 9.2e+13)."""
+    return (f"{n:.2g}" if n >= 1e12 else f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6
+            else f"{n / 1e3:.3g}k")
+
+
+def budget_interval(tokens: Sequence[float], early, final, target: float, *, direction: str = "down",
+                    n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """The window-bootstrap interval of :func:`budget_to_reach` for a ratio measure (S1 = mean early /
+    mean final): per resample, each rung's windows are drawn with replacement (independently per rung),
+    the ratio recomputed, the line refitted and the budget read off. ``early``/``final``: one array of
+    per-window values per rung, in the order of ``tokens``. Returns ``{lo, hi, never, n_boot, level}``:
+    percentiles of the budgets (log scale), ``hi`` None when more than ``(1 - level) / 2`` of the resamples
+    never reach the target (the interval is open above); ``never`` is that share. It covers window noise
+    only: with one seed per rung, the spread between seeds is not in it."""
+    rng = np.random.default_rng(seed)
+    early = [np.asarray(e, dtype=np.float64) for e in early]
+    final = [np.asarray(f, dtype=np.float64) for f in final]
+    out = []
+    for _ in range(n_boot):
+        vals = []
+        for e, f in zip(early, final, strict=True):
+            i = rng.integers(0, e.size, e.size)
+            den = f[i].mean()
+            vals.append(e[i].mean() / den if den > 0 else None)
+        b = budget_to_reach(fit_trend(tokens, vals), target, direction=direction)
+        out.append(math.log10(b["tokens"]) if b["tokens"] else math.inf)
+    a = np.sort(np.asarray(out))
+    never = float(np.mean(np.isinf(a)))
+    q = (1 - level) / 2
+    lo = a[int(math.floor(q * (n_boot - 1)))]
+    hi = a[int(math.ceil((1 - q) * (n_boot - 1)))]
+    return {"lo": None if math.isinf(lo) else float(10 ** lo), "hi": None if math.isinf(hi) else float(10 ** hi),
+            "never": never, "n_boot": n_boot, "level": level}

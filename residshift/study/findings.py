@@ -337,7 +337,8 @@ def scale_lines(scaled_rows) -> list[str]:
     for (model, outcome, label), items in groups.items():
         s = items[0][1]
         lo, hi = s["early_share_ci"]
-        share = f"{s['early_share']:.2f}" + ("" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
+        share = ("–" if s["early_share"] is None else f"{s['early_share']:.2f}") + (
+            "" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
         n = len(items)
         lines.append(f"Scale: {_plural(n, 'C2–C4 verdict')} here {'was' if n == 1 else 'were'} measured on {model}, "
                      f"whose deep-switch measure reads {outcome} (S1 {share}, C1.middle {s['middle']}, "

@@ -61,6 +61,9 @@ from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT, unigram_rates
 NAME = "10-the-scale-ladder"
 RECORD_KIND = "residshift-ladder/1"
 FIRST_POINT = -2  # the first reading at base x 2^-2 tokens
+# What the plan adds to tokens / (tokens/s) for evaluations, checkpoints and lens readings: an allowance, not a
+# measurement (the records hold what each rung took: training seconds and every segment's and reading's seconds).
+OVERHEAD = 1.1
 
 
 class LadderError(ValueError):
@@ -253,7 +256,7 @@ def plan(P, selected: Sequence[Rung], records: Path, *, device: str | None, hour
                 f"{s['seconds']:.0f} s)")
         done = (rec or {}).get("points", [])
         left = rung.tokens - (done[-1]["tokens"] if done else 0)
-        h = left / speeds[rung.shape] / 3600 * 1.08  # evaluations, checkpoints and readings: ~8% measured at default
+        h = left / speeds[rung.shape] / 3600 * OVERHEAD
         fits = spent + h <= budget
         spent += h if fits else 0.0
         rows.append({"rung": rung, "status": "partial" if done else "new", "hours": h, "fits": fits,
@@ -514,10 +517,13 @@ def cost_table(recs: Mapping[str, Mapping[str, Any]]):
 
 
 def extrapolation(rows: Sequence[Mapping[str, Any]], refs: Sequence[Mapping[str, Any]],
-                  costs) -> list[dict[str, Any]]:
+                  costs, recs: Mapping[str, Mapping[str, Any]] | None = None, *, n_boot: int = 1000,
+                  seed: int = 0) -> list[dict[str, Any]]:
     """Per shape: the trend of S1 over the finished rungs (``trend.fit_trend``) and the budget at which
     the line reaches each pretrained model's S1 and the 0.5 threshold (``trend.budget_to_reach``), with
-    the hours it would take at the shape's measured tokens/s on this machine."""
+    the hours it would take at the shape's measured tokens/s on this machine; given the records, each
+    extrapolated budget's 95% interval over the finished readings' windows (``trend.budget_interval``:
+    window noise only, one seed per rung)."""
     from ..analysis import scale, trend
 
     out = []
@@ -531,6 +537,10 @@ def extrapolation(rows: Sequence[Mapping[str, Any]], refs: Sequence[Mapping[str,
         for what, y in targets:
             b = trend.budget_to_reach(t, y, direction="down")  # S1 falling toward the pretrained models
             hours = b["tokens"] / tps / 3600 if (b["tokens"] and tps) else None
+            if b["kind"] == "extrapolated" and recs is not None:
+                last = [np.asarray(recs[r["rung"]]["points"][-1]["top1_next"]) for r in fin]
+                b["interval"] = trend.budget_interval([r["tokens"] for r in fin], [a[:, 1] for a in last],
+                                                      [a[:, -1] for a in last], y, n_boot=n_boot, seed=seed)
             out.append({**b, "shape": shape, "target": what, "S1_target": y, "hours_here": hours,
                         "tokens_per_s_here": tps, "trend": t.as_dict()})
     return out
@@ -639,8 +649,9 @@ def _f2(x: float | None) -> str:
 
 
 def _tok(n: float) -> str:
-    return (f"{n:.2g}" if n >= 1e12 else f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6
-            else f"{n / 1e3:.3g}k")
+    from ..analysis.trend import tokens_text
+
+    return tokens_text(n)
 
 
 def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
@@ -678,9 +689,14 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
         elif e["kind"] == "extrapolated":
             hrs = f", about {_hours(e['hours_here'])} on this machine at {e['tokens_per_s_here']:,.0f} tokens/s" \
                 if e["hours_here"] else ""
+            iv = e.get("interval")
+            band = "" if not iv else (
+                f" (95% over windows: {_tok(iv['lo']) if iv['lo'] else 'already'} to "
+                + (f"{_tok(iv['hi'])}" if iv["hi"] else f"never, in {iv['never']:.0%} of resamples")
+                + "; one seed per rung, so the spread between seeds is not in it)")
             lines.append(f"Extrapolation, not a measurement ({t['n']} finished rungs, S1 changing by "
                          f"{t['slope']:+.3f} per tenfold budget): {e['shape']} would reach {e['target']} at about "
-                         f"{_tok(e['tokens'])} tokens{hrs}.")
+                         f"{_tok(e['tokens'])} tokens{band}{hrs}.")
         else:
             lines.append(f"{e['shape']}: no budget reaches {e['target']} on the fitted line ({e['why']}).")
     if fin and not any(r["middle"] == verdicts_reproduced() for r in fin):
@@ -688,12 +704,16 @@ def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
                      "other half, so none of them is a budget at which the deep switch is predicted.")
     c = numbers.get("closest")
     if c:
-        lines.append(f"Closest to the paper's regime by the rule: {c['rung']} (S1 {c['S1']:.2f}; {c['why']}).")
+        ci = next(((r["S1_lo"], r["S1_hi"]) for r in fin if r["rung"] == c["rung"]), (None, None))
+        lines.append(f"Closest to the paper's regime by the rule: {c['rung']} (S1 {c['S1']:.2f} "
+                     f"[{_f2(ci[0])}, {_f2(ci[1])}], one seed; {c['why']}).")
     m = numbers.get("mitigation_rung")
     if m and m.get("rung"):
         left = "; larger candidates left out for their cost: " + ", ".join(
             f"{x['rung']} ({_hours(x['pilot_hours'])} for the pilot)" for x in m["left_out"]) if m["left_out"] else ""
-        lines.append(f"The mitigation runs on {m['rung']} (S1 {m['S1']:.2f}): {m['why']}{left}.")
+        ci = next(((r["S1_lo"], r["S1_hi"]) for r in fin if r["rung"] == m["rung"]), (None, None))
+        lines.append(f"The mitigation runs on {m['rung']} (S1 {m['S1']:.2f} [{_f2(ci[0])}, {_f2(ci[1])}] on the "
+                     f"ladder's one seed): {m['why']}{left}.")
     elif m:
         lines.append(f"No rung for the mitigation: {m['why']}.")
     return lines

@@ -93,7 +93,7 @@ def pilot_hours(P, rung_name: str, costs) -> float | None:
     if not tps:
         return None
     runs = int(P.ladder_mitigation_pilot) * len(ARMS) - 1
-    return runs * float(costs.loc[rung_name, "tokens"]) / float(tps) / 3600 * 1.1
+    return runs * float(costs.loc[rung_name, "tokens"]) / float(tps) / 3600 * ladder.OVERHEAD
 
 
 def choose_rung(rows: Sequence[Mapping[str, Any]], costs, P) -> dict[str, Any] | None:
@@ -321,7 +321,8 @@ def mitigation_panel(rec: Mapping[str, Any], P):
         if t["lo"] is not None:
             ax.errorbar(t["estimate"], i, xerr=[[t["estimate"] - t["lo"]], [t["hi"] - t["estimate"]]], fmt="s",
                         color="#d95f02", capsize=3)
-        numbers["arms"][arm] = {k: t[k] for k in ("estimate", "lo", "hi", "sd", "mde", "per_seed", "verdict", "why")}
+        numbers["arms"][arm] = {**{k: t[k] for k in ("estimate", "lo", "hi", "sd", "mde", "per_seed", "verdict", "why")},
+                                "reach": verdicts.seed_reach(len(seeds), t["sd"], margin=m) if t["sd"] else None}
     ax.set_yticks(range(len(MITIGATIONS)), [f"{a}\n- baseline" for a in MITIGATIONS])
     ax.set_xlabel("final validation loss change (nats; < 0: the mitigation helps)")
     plan = rec.get("plan") or {}
@@ -349,25 +350,24 @@ def for_notebook(P, *, log: Callable[[str], None] = print) -> dict[str, Any] | N
     return rec
 
 
-def mitigation_lines(rec: Mapping[str, Any] | None, scaled: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The mitigation's findings, each printed from the record and the scaled verdict rows."""
+def mitigation_lines(rec: Mapping[str, Any] | None) -> list[str]:
+    """The comparison's design in sentences printed from the record: the rung and why, the seeds, the pilot's
+    spread and the planned MDE, and per mitigation which outcomes its rule can reach at this seed count with
+    the spread measured (``verdicts.seed_reach``). The verdicts themselves: ``tables.verdict_lines``; their
+    scale: ``findings.scale_lines``."""
     if rec is None:
         return ["No mitigation record yet: `make ladder` runs the comparison after the rungs."]
     plan = rec.get("plan") or {}
-    n = len(rec["seeds"])
-    out = [f"Mitigation on {rec['rung']} ({rec['choice']['why']}): {n} seeds"
+    seeds, x = arrays(rec)
+    out = [f"Mitigation on {rec['rung']} ({rec['choice']['why']}): {len(seeds)} seeds"
            + (f" (a pilot of {plan['pilot_seeds']}, then {plan['n_seeds']} planned); the pilot's paired sd "
               f"{plan['sd']:.4f} nats gives a minimum detectable effect of {plan['mde']:.4f} nats at the planned count "
               f"({plan['why']})." if plan.get("pilot_seeds") else ".")]
-    for d in scaled:
-        s = d.get("scale")
-        if s is None:
-            continue
-        est = "–" if d.get("estimate") is None else f"{d['estimate']:+.4f}"
-        lo, hi = d.get("ci") or (None, None)
-        ci = "" if lo is None or hi is None else f" [{lo:+.4f}, {hi:+.4f}]"
-        out.append(f"{d['claim_id']} ({d.get('variant') or '–'}): {d['verdict']}, {d['statistic']} = {est}{ci}"
-                   + (f" ({d['details']['why']})" if (d.get("details") or {}).get("why") else "") + f"; its baselines: {s['outcome']} (S1 "
-                   f"{ladder._f2(s['early_share'])}), so it {'counts' if s['counts_as_evidence'] else 'does not count'} "
-                   "as evidence about the paper's claim.")
+    for arm in MITIGATIONS if len(seeds) >= verdicts.MIN_SEEDS else ():  # one seed: no spread to reason from
+        d = (x[arm] - x["baseline"]).mean(1)
+        r = verdicts.seed_reach(len(seeds), float(np.std(d, ddof=1)), margin=verdicts.LOSS_MARGIN)
+        out.append(f"{arm}: with the measured sd {np.std(d, ddof=1):.4f} nats over {len(seeds)} seeds, 'reproduced' "
+                   f"needs a mean improvement of at least {r['reproduced_from']:.3f} nats and 'not reproduced' a mean "
+                   f"above {-r['not_reproduced_below']:+.3f}"
+                   + ("; both outcomes are reachable." if r["reachable"] else f"; {r['why']}."))
     return out

@@ -651,7 +651,15 @@ LADDER = "10-the-scale-ladder"  # figures/<this>.json: the scale ladder (study/l
 
 
 def _tokens(n: float) -> str:
-    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n / 1e3:.3g}k"
+    from ..analysis.trend import tokens_text
+
+    return tokens_text(n)
+
+
+def _band(iv: Mapping[str, Any] | None) -> str:
+    if not iv:
+        return ""
+    return f" ({_tokens(iv['lo']) if iv['lo'] else 'already'}–" + (_tokens(iv["hi"]) if iv["hi"] else "never") + ")"
 
 
 def _ladder_sentence(fig: Path) -> str:
@@ -683,8 +691,10 @@ def _ladder_sentence(fig: Path) -> str:
     ex = [e for e in d["extrapolation"] if e["kind"] == "extrapolated"]
     if ex:
         text += ("Extrapolated, not measured (a straight line in log10 tokens through each shape's finished rungs"
-                 + ("; for S1 alone" if not quiet else "") + "): " + "; ".join(
-                     f"{e['shape']} would reach {e['target']} at about {_tokens(e['tokens'])} tokens" for e in ex)
+                 + ("; for S1 alone" if not quiet else "") + "; in brackets the 95% interval over windows, one seed "
+                 "per rung, so the spread between seeds is not in it): " + "; ".join(
+                     f"{e['shape']} would reach {e['target']} at about {_tokens(e['tokens'])} tokens"
+                     + _band(e.get("interval")) for e in ex)
                  + ". ")
     sc = _load(fig / f"{LADDER}-scale.json") or []
     mit = [r for r in sc if r.get("scale") and r.get("source") == LADDER]

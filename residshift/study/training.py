@@ -770,12 +770,13 @@ def arms(P) -> dict[str, str]:
     return out
 
 
-def arm_unigrams(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P
-                 ) -> dict[tuple[str, int], dict]:
-    """The unigram decoder's rates for each baseline of each arm (:func:`arms`), every seed: one
-    tokenizer load and one count per model, shared by :func:`c1_rows` and :func:`regimes_panel`."""
+def arm_unigrams(lenses: Mapping[tuple[str, int], Any], runs: Mapping[tuple[str, int], Path], P,
+                 names: Sequence[str] | None = None) -> dict[tuple[str, int], dict]:
+    """The unigram decoder's rates for each baseline of each arm (:func:`arms`; or the variants ``names``),
+    every seed: one tokenizer load and one count per model, shared by :func:`c1_rows`,
+    :func:`regimes_panel` and :func:`baseline_switch`."""
     out = {}
-    for name in arms(P):
+    for name in (arms(P) if names is None else names):
         for s in seeds(P):
             _, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
             out[(name, s)] = unigram_rates(lenses[(name, s)], tok, info)
@@ -998,13 +999,10 @@ def baseline_switch(runs: Mapping[tuple[str, int], Path], P):
     from ..analysis import scale
 
     lenses = lens_runs(runs, P, names=["baseline"], verbose=False)
+    unigrams = arm_unigrams(lenses, runs, P, names=["baseline"])
     S = seeds(P)
-    unigrams = {}
-    for s in S:
-        _, tok, info = load_model(str(runs[("baseline", s)] / "model"), device=P.device)
-        unigrams[s] = unigram_rates(lenses[("baseline", s)], tok, info)
     stack = [np.stack([as_numpy(lenses[("baseline", s)].per_seq[k]) for s in S]) for k in ("top1_input", "top1_next")]
-    stack += [np.stack([as_numpy(unigrams[s][k]) for s in S]) for k in ("top1_input", "top1_next")]
+    stack += [np.stack([as_numpy(unigrams[("baseline", s)][k]) for s in S]) for k in ("top1_input", "top1_next")]
     return scale.switch_across_seeds(*stack, model=f"{model_name(P)}, {P.train_embedding} embedding ({len(S)} seeds)",
                                      variant=scale.DECODER, seeds=S, n_boot=int(P.train_boot), seed=int(P.seed),
                                      source=f"{NAME08}-regimes")[-1]
