@@ -283,8 +283,9 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     # as good as fresh data up to 4: Muennighoff et al. 2023, "Scaling data-constrained language
     # models"), else on ladder_large_corpus. ladder_hours: the CPU/GPU hours the planner may spend
     # (rungs whose measured cost does not fit are left out and listed). default: 6, 12 and 24 blocks at the
-    # training half's width, WikiText-2's 4.1M tokens under its 1,024-token BPE allow rungs 0-2 (5.7M)
-    # on it; rung 3 (22.9M) needs WikiText-103's training split (the hub, or data/). The mitigation
+    # training half's width; under the 4-epoch rule WikiText-2's training split supplies rungs 0-2 (the
+    # epochs each needed are in notebook 10's cost table), and rung 3 needs WikiText-103's training split
+    # (the hub, or data/; `-p ladder_rungs=4` asks for it). The mitigation
     # (study/mitigation.py): baseline vs alpha = ladder_mitigation_alpha at the last block vs learned gates on
     # the chosen rung, a pilot of ladder_mitigation_pilot seeds, then the seed count whose MDE reaches the
     # loss margin (at most ladder_mitigation_max_seeds, within ladder_mitigation_hours).
