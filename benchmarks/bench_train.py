@@ -79,24 +79,25 @@ def default_shape() -> dict:
 
 
 class Variant:
-    def __init__(self, name: str, shape: dict, mode: str, bf16: bool, compiled: bool):
-        self.name, self.bf16, self.compiled = name, bf16, compiled
+    def __init__(self, name: str, shape: dict, mode: str, bf16: bool, compiled: bool, device: str = "cpu"):
+        self.name, self.bf16, self.compiled, self.device = name, bf16, compiled, device
         kw = {k: v for k, v in shape.items() if k != "batch"}
         extra = MODES[mode]
         if mode == "fixed":
             extra = {"alpha": 0.5, "alpha_layers": [shape["n_layer"] // 2]}
         torch.manual_seed(0)
-        self.model = GPT(GPTConfig(**kw, residual=mode, **extra)).train()
+        self.model = GPT(GPTConfig(**kw, residual=mode, **extra)).to(device).train()
         self.fwd = torch.compile(self.model) if compiled else self.model
         self.opt = torch.optim.AdamW(self.model.param_groups(0.1), lr=1e-4, betas=(0.9, 0.95), fused=True)
         g = torch.Generator().manual_seed(1)
-        self.x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["block_size"]), generator=g)
+        self.x = torch.randint(0, shape["vocab_size"], (shape["batch"], shape["block_size"]), generator=g).to(device)
         self.tokens = self.x.numel()
         self.rates: list[float] = []
         self.compile_s = None
 
     def step(self) -> float:
-        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        kind = torch.device(self.device).type
+        ctx = torch.autocast(kind, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         with ctx:
             logits = self.fwd(self.x).logits
         loss = next_token_losses(logits, self.x).mean()
@@ -106,18 +107,27 @@ class Variant:
         self.opt.zero_grad(set_to_none=True)
         return float(loss.detach())
 
+    def sync(self) -> None:
+        """Wait for the device (a CUDA step returns before its kernels end)."""
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize()
+
     def warm(self, steps: int) -> None:
         t0 = time.perf_counter()
         self.step()
+        self.sync()
         if self.compiled:
             self.compile_s = time.perf_counter() - t0
         for _ in range(steps - 1):
             self.step()
+        self.sync()
 
     def timed(self, steps: int) -> None:
+        self.sync()
         t0 = time.perf_counter()
         for _ in range(steps):
             self.step()
+        self.sync()
         self.rates.append(steps * self.tokens / (time.perf_counter() - t0))
 
     @property
@@ -125,8 +135,11 @@ class Variant:
         return statistics.median(self.rates)
 
 
-def measure(shape: dict, variants: list[tuple[str, str, bool, bool]], rounds: int, steps: int, warm: int) -> dict:
-    vs = [Variant(name, shape, mode, bf16, comp) for name, mode, bf16, comp in variants]
+def measure(shape: dict, variants: list[tuple[str, str, bool, bool]], rounds: int, steps: int, warm: int,
+            device: str = "cpu") -> dict:
+    """Every variant ``(name, mode, bf16, compiled)`` of ``shape`` on ``device``, timed in interleaved
+    rounds; ratios against the first variant."""
+    vs = [Variant(name, shape, mode, bf16, comp, device) for name, mode, bf16, comp in variants]
     for v in vs:
         v.warm(warm)
     for _ in range(rounds):

@@ -1,0 +1,79 @@
+"""benchmarks/device_check.py: the one-line answer where there is no CUDA device, and its train and lens
+sections run on the CPU at tiny sizes (the same code measures the GPU)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import device_check  # noqa: E402
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_no_cuda_device_says_so_in_one_line_and_writes_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "device_check.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=REPO, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines == [device_check.NO_DEVICE] and lines[0].startswith("no CUDA device")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_section_is_refused_with_the_choices(capsys):
+    if not torch.cuda.is_available():
+        pytest.skip("the sections are checked after the CUDA check")
+    with pytest.raises(SystemExit):
+        device_check.main(["--sections", "trian"])
+
+
+def test_train_section_measures_each_precision_in_the_grid_launchers_layout():
+    shape = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, mlp="geglu", batch=2)
+    out = device_check.train_section(device_check.Budget(600), 1, 1, device="cpu",
+                                     shapes_=(("paper", shape, device_check.PRECISIONS[:2]),))
+    entry = out["shapes"]["paper"]
+    assert entry["shape"] == shape and set(entry["precision"]) == {"fp32-eager", "bf16-eager"}
+    assert all(v["tokens_per_s"] > 0 for v in entry["precision"].values())
+    assert entry["precision"]["fp32-eager"]["ratio_vs_fp32_eager"] == 1.0
+    # the launcher reads exactly this layout (study.grid_launcher.measured_speed)
+    from residshift.study import grid_launcher as G
+    from residshift.train.trainer import TrainConfig
+
+    cfg = TrainConfig(layers=2, heads=2, width=32, context=16, mlp="geglu", bf16=False, compile=False)
+    data = {"machine": {"device": "cuda", "gpu": "Test GPU"}, **out}
+    path = Path(__file__).parent / "_bench-train-cuda-test.json"
+    try:
+        path.write_text(json.dumps(data))
+        speed = G.measured_speed(cfg, "cuda", vocab=64, bench=[path])
+    finally:
+        path.unlink(missing_ok=True)
+    assert speed and speed["machine"] == "Test GPU"
+    assert speed["tokens_per_s"] == entry["precision"]["fp32-eager"]["tokens_per_s"]
+
+
+def test_a_spent_budget_skips_a_section_with_its_reason():
+    out = device_check.train_section(device_check.Budget(0), 1, 1, device="cpu")
+    assert all("budget" in v["skipped"] for v in out["shapes"].values())
+
+
+def test_lens_section_times_a_random_draw_of_a_model_card(tmp_path):
+    from residshift.core.models import build_tiny
+
+    model, tok = build_tiny("tiny-llama")
+    card = tmp_path / "tiny"
+    model.config.save_pretrained(card)
+    tok.save_pretrained(card)
+    out = device_check.lens_section(device_check.Budget(600), tmp_path, 3, 12, 2, device="cpu",
+                                    models=("tiny", "absent"))
+    assert "no model card" in out["models"]["absent"]["skipped"]
+    for dtype in ("float32", "bfloat16"):
+        r = out["models"][f"tiny-{dtype}"]
+        assert r["tokens"] == 36 and r["layers"] == model.config.num_hidden_layers and r["tokens_per_s"] > 0
+        assert "rank_next" in " ".join(r["metrics"])
