@@ -327,6 +327,7 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
     ids = check_ids(ids, info)
     if ids.shape != (B, T):
         raise LensError(f"ids {tuple(ids.shape)} do not match residuals {(B, T)}")
+    ids = ids.to(hs.device)  # windows arrive on the CPU; the residuals are where the model runs
     where = opt.position_index(T)
     P_ = where.numel()
     cur = ids[:, where].reshape(-1)
