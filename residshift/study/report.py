@@ -376,7 +376,12 @@ def section_benchmarks(fig: Path, bench: Path) -> str:
     if items_b is not None:
         parts.append(_item_scoring_benchmark(items_b))
     for path in sorted(bench.glob("bench-train*.json")):  # one file per machine measured
-        parts.append(_train_benchmark(_load(path), path.name))
+        b = _load(path)
+        if b.get("machine", {}).get("device") != "cuda":
+            parts.append(_train_benchmark(b, path.name))
+    device_b = _device_check(bench)
+    if device_b:
+        parts.append(device_b)
     tuned_b = _load(bench / "bench-tuned-lens.json")
     if tuned_b is not None:
         parts.append(_tuned_lens_benchmark(tuned_b))
@@ -472,6 +477,35 @@ def _lens_benchmark(b: dict) -> str:
              f"{_num(100 * b['agreement_compiled_vs_eager']['rank_next_agree'], 2)}%, log-probs within "
              f"{b['agreement_compiled_vs_eager']['logprob_next_maxreldiff']:.0e} (relative).")
     return text
+
+
+def _device_check(bench: Path) -> str | None:
+    """The device check's files (``benchmarks/device_check.py`` on a CUDA machine): one paragraph and a table."""
+    train, lens_b, ladder = (_load(bench / f"bench-{k}-cuda.json") for k in ("train", "lens", "ladder"))
+    if train is None and lens_b is None and ladder is None:
+        return None
+    m = (train or lens_b or ladder)["machine"]
+    rows = []
+    for name, sh in ((train or {}).get("shapes") or {}).items():
+        d = sh["shape"]
+        for k, v in (sh.get("precision") or {}).items():
+            rows.append([f"training step, {name} ({d['n_layer']} layers, width {d['n_embd']}, context "
+                         f"{d['block_size']}, batch {d['batch']}), {k}", f"{v['tokens_per_s']:,.0f} tokens/s"
+                         + (f" (compile {v['compile_s']:.0f} s)" if "compile_s" in v else "")])
+    for name, v in ((lens_b or {}).get("models") or {}).items():
+        if "tokens_per_s" in v:
+            rows.append([f"logit lens, {name} architecture ({v['layers'] + 1} residuals, {v['tokens']:,} tokens)",
+                         f"{v['tokens_per_s']:,.0f} tokens/s"])
+    for rung, v in ((ladder or {}).get("rungs") or {}).items():
+        cu, cpu = v.get("cuda"), v.get("cpu_record")
+        if cu:
+            rows.append([f"ladder rung {rung} (default profile): training + lens readings",
+                         f"{cu['summary']['train_seconds']:.1f} + {cu['lens_seconds']:.1f} s"
+                         + (f" (CPU record: {cpu['summary']['train_seconds']:.1f} + {cpu['lens_seconds']:.1f} s, "
+                            f"{cpu['machine']['cpu']})" if cpu else "")])
+    return (f"**Device check** (`benchmarks/device_check.py` on {m['gpu']}, host CPU {m['cpu']}, torch {m['torch']}, "
+            f"CUDA {m['cuda']}; the lens rows time random draws of each embedded model's architecture, whose "
+            "weights do not travel to the device machine):\n\n" + _table(["what", "measured"], rows))
 
 
 def _train_benchmark(b: dict, name_: str = "bench-train.json") -> str:
