@@ -20,6 +20,10 @@ VALIDATE_ARGS ?= --limit arc-easy=250 --limit arc-challenge=250
 # The shared corpora, when this checkout sits beside them (CI does); override as you like.
 RESIDSHIFT_DATA ?= $(shell [ -d ../shared/data ] && cd ../shared/data && pwd)
 export RESIDSHIFT_DATA
+# oneMKL's reproducible kernels (residshift/core/machine.py): the same training run gives the same bits on
+# Intel and AMD CPUs (benchmarks/cpu_repro.py). A value you set yourself is kept.
+MKL_CBWR ?= AVX2,STRICT
+export MKL_CBWR
 
 .PHONY: setup models study test smoke data lens-example clean-results validate-harness browser browser-auto book lab exercises ladder
 

@@ -14,6 +14,9 @@ from .core.profiles import PROFILES
 
 def main(argv: list[str] | None = None) -> int:
     from . import __version__
+    from .core.machine import use_reproducible_kernels
+
+    use_reproducible_kernels()  # before any matrix product: oneMKL reads it at its first call
 
     parser = argparse.ArgumentParser(prog="residshift", description=__doc__)
     parser.add_argument("--version", action="version", version=f"residshift {__version__}")

@@ -77,3 +77,25 @@ def test_lens_section_times_a_random_draw_of_a_model_card(tmp_path):
         r = out["models"][f"tiny-{dtype}"]
         assert r["tokens"] == 36 and r["layers"] == model.config.num_hidden_layers and r["tokens_per_s"] > 0
         assert "rank_next" in " ".join(r["metrics"])
+
+
+def test_the_command_line_asks_onemkl_for_its_reproducible_kernels_and_keeps_a_users_choice():
+    code = ("import os, residshift.__main__ as m\n"
+            "try:\n    m.main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "print(os.environ.get('MKL_CBWR'))")
+    env = {"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    run = lambda e: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,  # noqa: E731
+                                   env=e, timeout=120).stdout.strip().splitlines()[-1]
+    assert run(env) == "AVX2,STRICT"
+    assert run({**env, "MKL_CBWR": "COMPATIBLE"}) == "COMPATIBLE"
+
+
+def test_kernels_note_names_the_setting_when_it_is_off(monkeypatch):
+    from residshift.core import machine
+
+    monkeypatch.setattr(machine.torch.backends.mkl, "is_available", lambda: True)
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
+    assert machine.kernels_note() is None
+    monkeypatch.delenv("MKL_CBWR")
+    note = machine.kernels_note()
+    assert "MKL_CBWR=AVX2,STRICT" in note and "Intel and AMD" in note

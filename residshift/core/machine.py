@@ -13,6 +13,40 @@ from typing import Any
 import torch
 
 
+# oneMKL's conditional numerical reproducibility, strict, on its AVX2 code path. oneMKL otherwise picks its
+# GEMM kernels by CPU vendor (AVX-512 on an Intel Xeon, AVX2 on an AMD EPYC), so the same training run
+# rounds differently on the two and the trajectories drift apart (issue 34: 7 of 59 verdict rows of
+# notebooks 06-08 flipped between a fresh clone on each). benchmarks/cpu_repro.py measured 30 trainer
+# steps at the default shape: with this setting the final weights are bit-identical on an Intel Xeon
+# (avx512_fp16 class; torch 2.11) and an AMD EPYC (torch 2.13), and identical to the EPYC's default;
+# without it the Xeon's differ (benchmarks/cpu-repro-*.json; the cost there was 1.27x per step, none
+# on the EPYC). oneMKL reads the variable at its first call, so it must be set before any matrix
+# product runs in the process: `python -m residshift` sets it first thing, and the Makefile exports it.
+REPRODUCIBLE_KERNELS = {"MKL_CBWR": "AVX2,STRICT"}
+
+
+def use_reproducible_kernels() -> None:
+    """Ask oneMKL for its reproducible kernels in this process and the ones it starts (unless the
+    user chose a setting: an existing ``MKL_CBWR`` is kept). Effective only before the first matrix
+    product of the process."""
+    for key, value in REPRODUCIBLE_KERNELS.items():
+        os.environ.setdefault(key, value)
+
+
+def kernels_note() -> str | None:
+    """Why CPU training here may not reproduce the committed numbers bit for bit, or None."""
+    if not torch.backends.mkl.is_available():
+        return None
+    off = {k: os.environ.get(k) for k, v in REPRODUCIBLE_KERNELS.items() if os.environ.get(k) != v}
+    if not off:
+        return None
+    want = " ".join(f"{k}={v}" for k, v in REPRODUCIBLE_KERNELS.items())
+    return (f"note: {', '.join(f'{k}={v!r}' for k, v in off.items())} in this process: oneMKL picks its kernels "
+            f"by CPU, so runs trained here can differ from the committed ones in the last bits and drift from "
+            f"there. Start Jupyter or Python with {want} (make lab and python -m residshift do) for runs "
+            "that are bit-identical on Intel and AMD CPUs.")
+
+
 def cpu_facts() -> dict[str, Any]:
     """The CPU a speed figure was measured on: model name, native bf16 flags, threads, 1-min load."""
     try:

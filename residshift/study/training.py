@@ -190,11 +190,17 @@ def train_grid(P, only: str | Iterable[str] | Callable[[Variant], bool] | None =
     """
     runs: dict[tuple[str, int], Path] = {}
     todo = [(v, s) for v in _select(grid(P), only) for s in seeds(P)]
-    t0, trained = time.perf_counter(), 0
+    t0, trained, noted = time.perf_counter(), 0, False
     for i, (v, s) in enumerate(todo):
         cfg = config(P, v, s)
         before = T.run_dir_for(cfg, P.device)
         fresh = not (before / "summary.json").is_file()
+        if fresh and verbose and not noted and str(P.device).startswith("cpu"):
+            noted = True
+            from ..core.machine import kernels_note
+
+            if kernels_note():
+                print(kernels_note())
         runs[(v.name, s)] = run = T.train(cfg, device=P.device, progress=progress)
         if fresh:
             trained += 1
