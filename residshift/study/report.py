@@ -288,8 +288,8 @@ def section_verdicts(fig: Path, bench: Path) -> str:
                      + "\n\n" + _rules(rows))
     if not parts:
         return _missing("Verdicts", "figures/*verdict*.json")
-    return ("**Verdicts**, each from a rule in `residshift.analysis.verdicts` fixed before the numbers "
-            "(statistic, test, level, correction and what produces each outcome are stated under each "
+    return ("**Verdicts**, each from a rule in `residshift.analysis.verdicts` (a rule revised after its first "
+            "numbers says *post hoc* in its text; statistic, test, level, correction and what produces each outcome are stated under each "
             "table; MDE = the minimum detectable effect at 80% power where the rule reports one):\n\n"
             + "\n\n".join(parts))
 
