@@ -1069,6 +1069,34 @@ def _confirmation_sentence(c: Mapping[str, Any], n: int, margin: float) -> str:
     return f"{head}: {tail}"
 
 
+def best_cut_findings(summary: Mapping[str, dict]) -> list[str]:
+    """One finding per model for a notebook's closing list: where the single fixed cut that helps on
+    a frozen model sits (early, middle or late), read off :func:`best_cut_anywhere`'s confirmation
+    windows, beside the best late cell. Printed from the numbers; [] for an empty summary."""
+    out = []
+    for name, s in summary.items():
+        o, late = s["overall"], s["late"]
+        late_part = (f"the best late cell ({_cell_label(late)}) changes it by "
+                     f"{_ci(late['mean'], late['lo'], late['hi'])} nats" if late.get("mean") is not None
+                     else f"the best late cell ({_cell_label(late)}) was not confirmed")
+        if o["layer"] is None:
+            out.append(f"Frozen {name}: no single fixed cut lowers the loss on the selection windows, early or late.")
+        elif o["status"] == "confirmed" and o["region"] != "late":
+            out.append(f"Frozen {name}: the cut that helps most on the selection windows is {_a(o['region'])} cut "
+                       f"({_cell_label(o)}), outside the paper's late region, and it lowers the loss on fresh windows "
+                       f"({_ci(o['mean'], o['lo'], o['hi'])} nats); {late_part}.")
+        elif o["status"] == "confirmed":
+            out.append(f"Frozen {name}: the best single cut is late ({_cell_label(o)}) and lowers the loss on fresh "
+                       f"windows ({_ci(o['mean'], o['lo'], o['hi'])} nats).")
+        else:
+            status = {"ruled out": f"not confirmed, an improvement of {s['margin']:g} nats or more ruled out",
+                      "undecided": "not confirmed, and not ruled out either"}.get(o["status"], o["status"])
+            out.append(f"Frozen {name}: no single fixed cut is confirmed to lower the loss on fresh windows (the best "
+                       f"on the selection windows, {_cell_label(o)}, {_a(o['region'])} block: {status}); "
+                       f"{late_part}.")
+    return out
+
+
 def early_cut_lines(summary: Mapping[str, dict]) -> list[str]:
     """Per model, printed: where the best single cut over all blocks sits (selection windows), its
     effect on the confirmation windows, the best late cell beside it, and whether the best cut lies
