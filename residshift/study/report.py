@@ -310,46 +310,69 @@ def _match_key(row) -> tuple:
 def before_after(old_rows, new_rows) -> list[list[str]]:
     """One line per new row: its verdict under the new rules beside the paired old row's ('–' when the
     claim is new), marking changes."""
-    old = {}
+    old, exact = {}, {}
     for r in old_rows:
         old.setdefault(_match_key(r), r)
+        exact.setdefault((r.model, r.claim_id, r.variant, r.details.get("metric")), []).append(r)
     out = []
-    for r in new_rows:
-        o = old.get(_match_key(r))
+    for r in new_rows:  # the same claim id first (in order, for repeated rows), else the claim it was split from
+        same = exact.get((r.model, r.claim_id, r.variant, r.details.get("metric")))
+        o = same.pop(0) if same else old.get(_match_key(r))
         before = "–" if o is None else o.verdict
         mark = "" if o is not None and o.verdict == r.verdict else " (changed)" if o is not None else " (new row)"
         out.append([r.model, r.variant or "–", r.claim_id, before, f"**{r.verdict}**{mark}"])
     return out
 
 
-def section_rules_change(fig: Path, bench: Path) -> str:
-    """Issue 19 changed the rules of the pretrained half (and made every inconclusive row say why):
-    each verdict before and after, from the saved files of the last run under the old rules."""
-    old_dir = bench / BEFORE_19
+BEFORE_34 = "verdicts-before-issue-34"  # benchmarks/<this>/: the verdict files as they stood before issue 34
+BEFORE_34_COMMIT = "8ffc90c"
+# What issue 34 changed, in words (the rows before and after are computed): filled in with the changes.
+CHANGED_34 = ("C1.early's extent rule and C1.depth are labelled post hoc; the tuned lens's C1.early and C1.middle "
+              "rows are not counted as evidence; the training verdicts need the exact sign-flip test beside the "
+              "t-interval, show the candidate that decides, hold gates and cuts to one 'not materially worse' "
+              "clause, and the training grid was retrained with oneMKL's reproducible kernels (bit-identical on "
+              "Intel and AMD CPUs).")
+
+
+def _rules_change(old_dir: Path, new_files: list[Path], *, title: str, commit: str, what: str) -> str:
+    """Each verdict row of ``new_files`` beside the row of the same name in ``old_dir`` (one revision)."""
     if not old_dir.is_dir():
-        return _missing("Verdicts before and after the rules of issue 19", f"benchmarks/{BEFORE_19}/")
+        return _missing(f"Verdicts before and after {title}", f"benchmarks/{old_dir.name}/")
     lines, changed, total = [], 0, 0
-    for path in sorted(fig.glob("*verdicts.json")):
+    for path in new_files:
         old_path = old_dir / path.name
         new_data, old_data = _load(path), _load(old_path)
         if not (is_verdict_layout(new_data) and is_verdict_layout(old_data)):
             continue
-        rows = before_after(rows_from_json(old_data, str(old_path)), rows_from_json(new_data, f"figures/{path.name}"))
+        rows = before_after(rows_from_json(old_data, str(old_path)), rows_from_json(new_data, str(path)))
         changed += sum("(changed)" in r[-1] for r in rows)
         total += len(rows)
         lines.append(f"`{path.name}`:\n\n" + _table(["model", "variant", "claim", "before", "after"], rows))
     if not lines:
-        return _missing("Verdicts before and after the rules of issue 19", "figures/*verdicts.json")
-    return ("<details><summary><b>Verdicts before → after the rules of issue 19</b> "
-            f"({changed} of {total} rows changed verdict; before = the files in `benchmarks/{BEFORE_19}/`, "
-            f"made by the previous rules at commit {BEFORE_19_COMMIT})</summary>\n\n"
-            "What changed: C1.early / C1.late judge a regime's extent (a run of at least "
-            f"ceil({verdicts.C1_EXTENT_FRACTION:g} L) layers), "
-            "not one layer; C1.depth is labelled post hoc, reads one primary metric (the others are sensitivity "
-            "rows) and turns inconclusive when raw text moves it by more than its interval; "
-            "C2.layer-sensitive compares late blocks only, with a permutation test; an improvement must be "
-            "material to be reproduced; concentration is two rows (relative, material); every inconclusive row "
-            "says why.\n\n" + "\n\n".join(lines) + "\n\n</details>")
+        return _missing(f"Verdicts before and after {title}", "figures/*verdicts.json")
+    return (f"<details><summary><b>Verdicts before → after {title}</b> "
+            f"({changed} of {total} rows changed verdict; before = the files in `benchmarks/{old_dir.name}/`, "
+            f"made at commit {commit})</summary>\n\n"
+            f"What changed: {what}\n\n" + "\n\n".join(lines) + "\n\n</details>")
+
+
+def section_rules_change(fig: Path, bench: Path) -> str:
+    """The rule revisions made after the numbers were seen, newest first: each verdict before and after,
+    from the saved files of the last run before each revision. Issue 19's 'after' is the files as they
+    stood before issue 34 (the revision in between them)."""
+    parts = [_rules_change(bench / BEFORE_34, sorted(fig.glob("*verdicts.json")), title="issue 34",
+                           commit=BEFORE_34_COMMIT, what=CHANGED_34)]
+    after_19 = sorted((bench / BEFORE_34).glob("*verdicts.json")) or sorted(fig.glob("*verdicts.json"))
+    parts.append(_rules_change(
+        bench / BEFORE_19, after_19, title="the rules of issue 19", commit=BEFORE_19_COMMIT,
+        what=("C1.early / C1.late judge a regime's extent (a run of at least "
+              f"ceil({verdicts.C1_EXTENT_FRACTION:g} L) layers), "
+              "not one layer; C1.depth is labelled post hoc, reads one primary metric (the others are sensitivity "
+              "rows) and turns inconclusive when raw text moves it by more than its interval; "
+              "C2.layer-sensitive compares late blocks only, with a permutation test; an improvement must be "
+              "material to be reproduced; concentration is two rows (relative, material); every inconclusive row "
+              "says why.")))
+    return "\n\n".join(parts)
 
 
 def _met(ok: bool) -> str:
