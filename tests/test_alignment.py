@@ -112,6 +112,17 @@ def test_c1_rows_judge_the_excess_over_the_unigram_decoder():
     assert by[("C1.middle", None)].estimate == pytest.approx(0.0, abs=0.02)
     assert {r.details["metric"] for r in rows if r.claim_id.startswith("C1.depth")} == {"top1", "prob"}
     assert [r.details["metric"] for r in rows if r.claim_id == "C1.depth"] == ["top1"]  # the primary metric
+    # C1.late is a sanity check under any decoder; under the tuned lens (fitted to the output) C1.early,
+    # C1.middle and C1 are reported but not evidence, with the same verdicts
+    assert [r.claim_id for r in rows if not verdicts.is_evidence(r)] == ["C1.late"]
+    tuned = A.c1_rows(res, base, P, model="m", decoder="tuned lens")
+    assert [r.claim_id for r in tuned if not verdicts.is_evidence(r)] == ["C1.early", "C1.middle", "C1.late", "C1"]
+    assert [r.verdict for r in tuned] == [r.verdict for r in rows]
+    assert all(verdicts.is_evidence(r) for r in A.c1_rows(res, base, P, model="m", decoder="tuned lens",
+                                                           fitted_to_output=False) if r.claim_id != "C1.late")
+    lines = A.summary_lines(rows + tuned, {})
+    tuned_line = next(line for line in lines if line.startswith("  tuned lens: C1 "))
+    assert "late reproduced (sanity check)" in lines[1] and "early reproduced (not evidence)" in tuned_line
     # the same curves without the late regime: the next token never beats the frequency guess
     flat, counts = _regimes(late=0.0)
     flat.per_seq["top1_next"][:, -1] = flat.per_seq["top1_next"][:, -2]

@@ -95,6 +95,47 @@ def test_per_seed_splits_are_counted():
     assert findings.seed_counts([I, N, R, N]) == "1 reproduced, 2 not reproduced, 1 inconclusive (of 4)"
 
 
+def test_rows_not_counted_as_evidence_are_reported_apart():
+    from residshift.analysis.verdicts import C1_FITTED_WHY, C1_LATE_WHY
+    sanity = dict(evidence=False, evidence_why=C1_LATE_WHY)
+    fitted = dict(evidence=False, evidence_why=C1_FITTED_WHY)
+    rows = [row("smol", "logit lens", "C1.early", N), row("smol", "logit lens", "C1.late", R, **sanity),
+            row("smol", "tuned lens", "C1.early", N, **fitted), row("smol", "tuned lens", "C1.middle", R, **fitted),
+            row("smol", "tuned lens", "C1.late", R, **sanity), row("gemma", "logit lens", "C1.late", R, **sanity)]
+    lines = findings.run_shows(rows)
+    check_length(lines)
+    # the counts and the outcome sentences read only the one row that counts
+    assert lines[0] == ("Not one of the 1 verdict on 1 claim of the paper reproduces it: every one disagrees with "
+                        "the paper (5 more are reported but not counted as evidence).")
+    assert lines[1] == "Not reproduced, disagreeing with the paper: C1.early for smol (logit lens)."
+    assert lines[2] == "None agrees with the paper, and none is left open."
+    assert lines[3] == ("Reported but not counted as evidence, either way: decoder fitted to the model's output — "
+                        "C1.early for smol (tuned lens), C1.middle for smol (tuned lens); sanity check — C1.late for "
+                        "smol (logit lens, tuned lens) and gemma (logit lens).")
+    assert not any("agreeing with the paper: C1.late" in line for line in lines)
+    only = findings.run_shows(rows[1:2])
+    assert only[0] == "None of the 1 verdict of this run counts as evidence about the paper's claims."
+    assert only[1] == "Reported but not counted as evidence, either way: sanity check — C1.late for smol (logit lens)."
+    # the claims table keeps every row and says which does not count
+    res = list(findings.claims_table(rows).reset_index()["our result"])
+    assert sum("[not evidence: sanity check]" in x for x in res) == 3
+    assert sum("[not evidence: decoder fitted to the model's output]" in x for x in res) == 2
+
+
+def test_a_post_hoc_rule_shows_the_pre_registered_verdict():
+    rows = [row("gemma", "logit lens", "C1.early", N, post_hoc=True, pre_registered_verdict=R),
+            row("smol", "logit lens", "C1.early", N, post_hoc=True, pre_registered_verdict=N),
+            row("gemma", "logit lens", "C1.middle", R)]
+    lines = findings.run_shows(rows)
+    check_length(lines)
+    assert lines[-1] == ("Where a rule changed after the first numbers, the rule declared before them reads otherwise: "
+                         "C1.early for gemma (logit lens) is not reproduced (pre-registered: reproduced).")
+    res = list(findings.claims_table(rows).reset_index()["our result"])
+    assert res[0].endswith("[post hoc; the pre-registered rule: reproduced]")
+    assert res[1].endswith("[post hoc; the pre-registered rule: not reproduced]")
+    assert res[2] == "reproduced: 0.5 [0.25, 0.75]"
+
+
 def test_extra_sentences_are_appended_and_checked():
     rows = [row("m", None, "C1.late", R)]
     assert findings.run_shows(rows, extra=["The notebook's own sentence."])[-1] == "The notebook's own sentence."

@@ -92,6 +92,13 @@ def test_every_view_renders_a_row_the_same_way():
     assert rec["estimate [CI]"] in line and rec["per seed"] in line
     from residshift.study import report
     assert report._verdict_rows([row])[0][5] == rec["estimate [CI]"]
+    # what a rule marked shows in every view; an unmarked row shows none (as the committed files render)
+    assert tables.marks(row) == "" and rec["verdict"] == R
+    marked = _row(verdict=N, details={"post_hoc": True, "pre_registered_verdict": R, "evidence": False,
+                                      "evidence_why": V.C1_LATE_WHY})
+    assert tables.verdict_record(marked)["verdict"] == (f"{N} [post hoc; the pre-registered rule: {R}] "
+                                                        "[not evidence: sanity check]")
+    assert tables.marks(_row(details={"post_hoc": True})) == ""  # C1.depth: post hoc, no earlier rule to show
 
 
 
@@ -221,6 +228,156 @@ def test_c1_regimes_bad_input():
     d["unigram_input"] = d["unigram_input"][:5]
     with pytest.raises(ValueError, match="same windows"):
         V.c1_regimes(**d, model="m", decoder="d")
+
+
+def test_c1_extent_is_labelled_post_hoc_beside_the_pre_registered_verdict():
+    # input decodable at h_1 only (L = 12, k = 2): the extent rule says not reproduced, the rule declared
+    # before the numbers (h_1 alone) reproduced; the same for C1.late at h_(L-1), and C1 combines them
+    rows = _c1_rows(0.5, 0.0, 0.3, extent=1)
+    early, late, c1 = rows["C1.early"], rows["C1.late"], rows["C1"]
+    assert early.verdict == N and early.details["pre_registered_verdict"] == R
+    assert early.details["pre_registered"]["layer"] == 1 and early.details["post_hoc"] is True
+    assert early.details["pre_registered"]["ci"][0] > V.C1_MARGIN
+    assert late.verdict == N and late.details["pre_registered_verdict"] == R and late.details["pre_registered"]["layer"] == 11
+    assert rows["C1.middle"].verdict == R
+    assert c1.verdict == N and c1.details["pre_registered_verdict"] == R and c1.details["post_hoc"] is True
+    for r in (early, late, c1):
+        assert "POST HOC" in r.rule and "pre_registered_verdict" in r.rule, r.claim_id
+    assert V.C1_EXTENT_SINCE in early.rule and V.C1_EXTENT_SINCE in late.rule
+    assert "post_hoc" not in rows["C1.middle"].details and "POST HOC" not in rows["C1.middle"].rule
+    # where both rules agree the row still carries the pre-registered verdict (it is computed, not inferred)
+    ok = _c1_rows(0.5, 0.0, 0.3)
+    assert ok["C1.early"].details["pre_registered_verdict"] == R == ok["C1.early"].verdict
+    # a layer whose decoder did not converge is not read by the pre-registered rule either
+    assert _c1_rows(0.5, 0.0, 0.3, unconverged=[1])["C1.early"].details["pre_registered_verdict"] == I
+
+
+def test_c1_late_is_a_sanity_check_and_a_fitted_decoder_is_not_evidence():
+    rows = _c1_rows(0.5, 0.0, 0.3)
+    assert not V.is_evidence(rows["C1.late"]) and rows["C1.late"].details["evidence_why"] == V.C1_LATE_WHY
+    assert "rules out" in rows["C1.late"].rule and "SANITY CHECK" in rows["C1.late"].rule
+    assert all(V.is_evidence(rows[k]) for k in ("C1.early", "C1.middle", "C1"))
+    tuned = _c1_rows(0.5, 0.0, 0.3, fitted_to_output=True)
+    for k in ("C1.early", "C1.middle", "C1"):
+        assert not V.is_evidence(tuned[k]) and tuned[k].details["evidence_why"] == V.C1_FITTED_WHY, k
+    assert tuned["C1.late"].details["evidence_why"] == V.C1_LATE_WHY
+    # the mark does not change the verdict
+    assert [tuned[k].verdict for k in ("C1.early", "C1.middle", "C1.late", "C1")] == [R, R, R, R]
+    assert "fitted towards the model's final next-token distribution" in tuned["C1.early"].rule
+    # across seeds the marks carry over; the pre-registered verdicts combine by unanimity
+    by_seed = [V.c1_regimes(**_c1(0.5, 0.0, 0.3, extent=1, seed=s), model="m", decoder="d", n_boot=200)
+               for s in range(3)]
+    across = _by_id(V.c1_across_seeds(by_seed, model="m"))
+    assert not V.is_evidence(across["C1.late"]) and V.is_evidence(across["C1.early"])
+    assert across["C1.early"].verdict == N and across["C1.early"].details["pre_registered_verdict"] == R
+    assert across["C1.early"].details["pre_registered_per_seed"] == [R, R, R]
+    assert across["C1.early"].details["post_hoc"] and "post_hoc" not in across["C1.middle"].details
+
+
+# C1 at the sizes it runs at: the default profile on the real models' layer counts (SmolLM2-135M 30
+# blocks, Gemma-3-270M 18), with the noise measured on them (benchmarks/c1-noise.json)
+REAL_LAYERS = {"smollm2-135m": 30, "gemma3-270m": 18}
+OLD_DEFAULT = (32, 16)  # lens_windows x lens_positions before C1's sizes were derived
+
+
+def _default_sizes():
+    from residshift.core import profiles
+    P = profiles.resolve("default")
+    return P.lens_windows, P.lens_positions
+
+
+@pytest.mark.parametrize("model", REAL_LAYERS)
+def test_c1_reach_every_outcome_at_default_on_the_real_layer_counts(model):
+    L = REAL_LAYERS[model]
+    n, pos = _default_sizes()
+    r = V.c1_reach(n, pos, L)
+    assert r["reachable"] and r["why"] == "", r["why"]
+    for part in ("early", "middle", "late"):
+        assert r[part]["reproduced"] and r[part]["not_reproduced"] and r[part]["inconclusive"], part
+    # the binding outcome: a middle layer exactly at the unigram level is certified quiet
+    assert r["middle"]["family"] == L - 3 and r["middle"]["mde"] <= V.C1_MARGIN
+    assert r["middle"]["half_width"] < r["middle"]["mde"] <= V.C1_MARGIN
+    assert r["early"]["mde"] < r["middle"]["mde"]  # Bonferroni costs the middle more than one test
+
+
+@pytest.mark.parametrize("model", REAL_LAYERS)
+def test_c1_reach_at_the_old_sizes_middle_cannot_certify_the_unigram_level(model):
+    """Why the default sizes changed: at 32 windows x 16 positions C1.middle's Bonferroni interval is
+    wider than the margin, so only a layer BELOW a frequency guess could be quiet."""
+    r = V.c1_reach(*OLD_DEFAULT, REAL_LAYERS[model])
+    assert not r["middle"]["reproduced"] and r["middle"]["half_width"] > V.C1_MARGIN
+    assert not r["early"]["not_reproduced"] and not r["reachable"]
+    assert "C1.middle reproduced" in r["why"] and "C1.early not reproduced" in r["why"]
+    assert r["middle"]["not_reproduced"] and r["early"]["reproduced"]  # the other side was never the problem
+
+
+def test_default_windows_are_the_fewest_that_reach_every_outcome():
+    n, pos = _default_sizes()
+    assert V.c1_min_windows(pos, list(REAL_LAYERS.values())) == n
+    assert not V.c1_reach(n - 1, pos, REAL_LAYERS["smollm2-135m"])["reachable"]
+    # more positions per window buy the same power with fewer windows, never more windows
+    assert V.c1_min_windows(2 * pos, [30, 18]) < n
+    with pytest.raises(ValueError, match="no middle candidate"):
+        V.c1_reach(n, pos, 3)
+    with pytest.raises(ValueError, match="at least 2 windows"):
+        V.c1_reach(1, pos, 30)
+    with pytest.raises(ValueError, match="block counts"):
+        V.c1_min_windows(pos, [])
+
+
+def test_c1_noise_constants_are_the_measured_ones():
+    """C1_NOISE_* round up the largest SDs measured at the middle layers at or below the margin."""
+    from residshift.core.paths import REPO_ROOT
+    data = json.loads((REPO_ROOT / "benchmarks" / "c1-noise.json").read_text())
+    assert set(data["models"]) == set(REAL_LAYERS)
+    between, within = [], []
+    for name, m in data["models"].items():
+        L = m["n_layers"]
+        assert L == REAL_LAYERS[name]
+        quiet = [l for l in V.c1_middle_candidates(L)
+                 if all(m[w]["mean_excess"][l] < data["margin"] for w in ("input", "next"))]
+        assert len(quiet) >= 4, name
+        between += [m[w]["sd_between"][l] for w in ("input", "next") for l in quiet]
+        within += [m[w]["sd_within"][l] for w in ("input", "next") for l in quiet]
+        # the model sqrt(b^2 + w^2 / P) reproduces the SD measured directly at the default's 16 positions
+        sd16 = max(m[w]["sd_by_positions"]["16"][l] for w in ("input", "next") for l in quiet)
+        assert sd16 <= V.c1_reach(32, 16, L)["sd_window"] * 1.01, name
+    assert max(between) <= V.C1_NOISE_BETWEEN < max(between) + 0.005
+    assert max(within) <= V.C1_NOISE_WITHIN < max(within) + 0.005
+
+
+@pytest.mark.parametrize("model", REAL_LAYERS)
+def test_c1_regimes_reach_each_outcome_at_default_with_the_measured_noise(model):
+    """c1_reach's promise, checked on the rule itself: windows with the measured noise at the default
+    sizes, on the real layer count, give each outcome of each sub-rule."""
+    L = REAL_LAYERS[model]
+    n, pos = _default_sizes()
+    sd, k = V.c1_reach(n, pos, L)["sd_window"], V.c1_min_extent(L)
+
+    def verdicts_(h1, mid, late, seed=0):
+        rows = V.c1_regimes(**_c1(h1, mid, late, n=n, L=L, noise=sd, extent=k, seed=seed), model=model,
+                            decoder="logit lens", n_boot=400, min_run=V.c1_min_run(L))
+        return {r.claim_id: r.verdict for r in rows}
+
+    # c1_reach's MDEs are c1_power's on such windows (the noisiest middle layer: a few % above sd)
+    power = V.c1_power(**_c1(0.2, 0.0, 0.2, n=n, L=L, noise=sd, extent=k))
+    reach = V.c1_reach(n, pos, L)
+    assert power["middle"] == pytest.approx(reach["middle"]["mde"], rel=0.1)
+    assert power["early"] == pytest.approx(reach["early"]["mde"], rel=0.1)
+    # regimes clear of the margin, and a middle exactly at the unigram level (excess 0): all reproduced
+    assert verdicts_(0.2, 0.0, 0.2) == {"C1.early": R, "C1.middle": R, "C1.late": R, "C1": R}
+    # early and late layers at the unigram level: not reproduced (the middle is quiet)
+    assert verdicts_(0.0, 0.0, 0.0) == {"C1.early": N, "C1.middle": R, "C1.late": N, "C1": N}
+    # every middle candidate decodable (h_2.. carry the early regime, ..h_(L-2) the late one): not reproduced
+    assert verdicts_(0.2, 0.2, 0.2)["C1.middle"] == N
+    # everything at the margin: all inconclusive
+    assert verdicts_(0.02, 0.02, 0.02) == {"C1.early": I, "C1.middle": I, "C1.late": I, "C1": I}
+    # at the old sizes the same unigram-level middle is never certified quiet
+    n_old, pos_old = OLD_DEFAULT
+    sd_old = V.c1_reach(n_old, pos_old, L)["sd_window"]
+    old = V.c1_regimes(**_c1(0.2, 0.0, 0.2, n=n_old, L=L, noise=sd_old, extent=k), model=model,
+                       decoder="logit lens", n_boot=400)
+    assert _by_id(old)["C1.middle"].verdict == I
 
 
 def _emerging(c, *, L=20, n=40, noise=0.02, seed=0, metric="top1"):

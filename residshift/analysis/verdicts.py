@@ -40,6 +40,14 @@ rule tests across seeds (:func:`seed_test`: a paired t-interval over the per-see
 its minimum detectable effect in seed units), so the variation from training itself is what a
 mitigation is compared against; :func:`seed_reach` says whether each outcome can happen at a
 profile's seeds. An inconclusive row names why in ``details["why"]``.
+
+**Marks.** A rule may report a row that does not count as evidence for or against the paper
+(``details["evidence"]`` false, ``details["evidence_why"]``; :func:`is_evidence`): C1.late, a sanity
+check, and C1's regimes under a decoder fitted to the model's output (the tuned lens). A rule changed
+after the first numbers says POST HOC in its text (``details["post_hoc"]``) and, where an earlier rule
+was declared, carries that rule's verdict on the same draws (``details["pre_registered_verdict"]``).
+:func:`c1_reach` says which C1 outcomes a profile's lens sizes can reach (the default's are derived
+from it).
 """
 from __future__ import annotations
 
@@ -130,6 +138,14 @@ LATE_FRACTION = 2 / 3  # block l (0-based) of an L-block model is "late" when l 
 C1_MARGIN = 0.02  # C1: excess top-1 rate over the unigram decoder that counts as material
 C1_MIN_RUN = 2  # C1.middle: consecutive quiet layers that make a middle regime
 C1_EXTENT_FRACTION = 0.1  # C1.early / C1.late: a regime must span ceil(0.1 L) layers (at least 1)
+C1_EXTENT_SINCE = "6dd3d8a"  # the commit that added that extent, after the first numbers (POST HOC)
+# C1's noise, for sizing only (c1_reach; no rule reads it): measured, not chosen. The largest SDs, over
+# the middle layers of SmolLM2-135M and Gemma-3-270M whose excess over the unigram decoder lies below
+# the margin, of a window's mean excess between windows and of one position's excess within a window
+# (benchmarks/c1_noise.py -> benchmarks/c1-noise.json: 0.0315 / 0.349 on SmolLM2, 0.0248 / 0.314 on
+# Gemma-3); a window of P positions then varies by sqrt(between^2 + within^2 / P).
+C1_NOISE_BETWEEN, C1_NOISE_WITHIN = 0.032, 0.35
+C1_PLAUSIBLE_EXCESS = 0.2  # top-1 rate: the excess a regime plausibly shows (both models' late layers: ~0.2)
 DEPTH_BAND = (0.5, 0.8)  # C1.depth: the band around the paper's ~0.65 (Gemma-2-2B, layer 17 of 26)
 DEPTH_START, DEPTH_FRAC = 1, 0.5  # C1.depth: emergence = half-way from h_1 to h_L
 LOSS_MARGIN = 0.005  # nats: the smallest loss change that counts as material
@@ -425,8 +441,27 @@ def _setting_prefix(claim: str, setting: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+# details["evidence_why"] of the rows C1 does not count as evidence; the text before the colon names the kind
+C1_FITTED_WHY = (
+    "decoder fitted to the model's output: a tuned lens is trained towards the final next-token "
+    "distribution, so it reads every layer as a next-token guess; by construction an input regime cannot "
+    "appear and a quiet middle only means its fit failed")
+C1_LATE_WHY = (
+    "sanity check: any trained LM decodes the next token in its last layers (they are trained to predict "
+    "it through the same decoder), so this tests the measurement, not the paper")
+C1_NOT_EVIDENCE = (
+    "Not counted as evidence, either way (details: evidence = false, evidence_why), when the decoder was "
+    "fitted towards the model's final next-token distribution (a tuned lens): such a decoder reads every "
+    "layer as a next-token guess, so by construction an input regime cannot appear and a quiet middle "
+    "only means its fit failed.")
 C1_EARLY_RULE = (
-    "C1.early. Judged on h_1..h_L only (h_0 is the token's own embedding: input alignment there is "
+    "C1.early. POST HOC: the extent requirement (k layers from h_1, not h_1 alone) was added at commit "
+    + C1_EXTENT_SINCE + ", after the first numbers were seen, and it changed a verdict (Gemma-3-270M's "
+    "logit lens: reproduced at h_1 alone, not reproduced with k = 2), so this verdict is exploratory. "
+    "The rule declared before the numbers, computed beside it on the same draws (details: "
+    "pre_registered_verdict): the threshold rule at h_1 alone (reproduced if the {level} CI of d_in(1) "
+    "lies above the margin {margin}, not reproduced if below, inconclusive otherwise). "
+    "Judged on h_1..h_L only (h_0 is the token's own embedding: input alignment there is "
     "true by construction), and on the regime's extent, not one layer. Per window, d_in(l) = top-1 "
     "rate of the input token under the decoder at h_l minus the unigram decoder's top-1 rate for "
     "the input token (it always predicts the reference corpus's most frequent token) on the same "
@@ -438,7 +473,7 @@ C1_EARLY_RULE = (
     "the first layer of h_1..h_k outside the run has its CI below the margin (the regime provably "
     "ends too early); inconclusive if that CI contains the margin, or the decoder did not converge "
     "at that layer. Statistic shown: d_in at the deciding layer (h_k when reproduced, else the "
-    "first layer outside the run).")
+    "first layer outside the run). " + C1_NOT_EVIDENCE)
 C1_MIDDLE_RULE = (
     "C1.middle. Candidate layers h_2..h_(L-2), the m layers strictly between the first early and "
     "the last late test layers. Per window, d_in(l) and d_next(l) = the decoder's top-1 rate for "
@@ -451,9 +486,20 @@ C1_MIDDLE_RULE = (
     "decoder did not converge is neither. Reproduced if at least {min_run} consecutive candidate "
     "layers are quiet; not reproduced if every candidate layer is busy; inconclusive otherwise. "
     "Statistic shown: the larger of the two excesses at the quietest layer, with its Bonferroni "
-    "interval.")
+    "interval. " + C1_NOT_EVIDENCE)
 C1_LATE_RULE = (
-    "C1.late. The late regime's extent: the run of consecutive layers h_(L-1), h_(L-2), ... (down "
+    "C1.late. A SANITY CHECK, not evidence (details: evidence = false): what it rules out is a model "
+    "whose next token beats a frequency guess by less than the margin somewhere in its last k = "
+    "max(1, ceil({extent_fraction} L)) layers before the output, i.e. whose next-token information "
+    "appears only in its final blocks; any "
+    "trained LM nearly guarantees the opposite (its last layers are trained to predict the next token "
+    "through the same decoder), so 'reproduced' confirms the measurement (decoder, baseline, windows) "
+    "rather than the paper, and 'not reproduced' would point at the measurement first. POST HOC: the "
+    "extent (k layers, not h_(L-1) alone) was added at commit " + C1_EXTENT_SINCE + ", after the first "
+    "numbers were seen; the rule declared before them, the threshold rule at h_(L-1) alone (the {level} "
+    "CI of d_next(L-1) above the margin reproduces, below it does not, containing it is inconclusive), "
+    "is computed beside it (details: pre_registered_verdict). "
+    "The late regime's extent: the run of consecutive layers h_(L-1), h_(L-2), ... (down "
     "from the last state before the output; at h_L the next-token top-1 is the model's own "
     "accuracy, above a frequency guess for any trained model) whose two-sided {level} percentile "
     "bootstrap CI of d_next(l) = next-token top-1 rate minus the unigram decoder's lies above the "
@@ -464,14 +510,46 @@ C1_RULE = (
     "C1. Reproduced if C1.early, C1.middle and C1.late are all reproduced (the regimes are then in "
     "order: an early run from h_1, a quiet run inside h_2..h_(L-2) after it, a late run up to "
     "h_(L-1)); an intersection of three claims, so no correction is needed for 'reproduced'. Not "
-    "reproduced if any of the three is not reproduced; inconclusive otherwise. The emergence depth "
-    "is judged separately (C1.depth), on independent bootstrap draws.")
+    "reproduced if any of the three is not reproduced; inconclusive otherwise. POST HOC where its "
+    "parts are (the extent of C1.early and C1.late): the verdict of the same combination of the parts' "
+    "pre-registered verdicts is shown beside it (details: pre_registered_verdict). Evidence only where "
+    "C1.early and C1.middle are (not for a decoder fitted to the model's output: details: evidence). "
+    "The emergence depth is judged separately (C1.depth), on independent bootstrap draws.")
 
 
 def c1_min_extent(n_layers: int, fraction: float = None) -> int:
     """The extent C1.early and C1.late require: ``max(1, ceil(C1_EXTENT_FRACTION * n_layers))`` layers."""
     f = C1_EXTENT_FRACTION if fraction is None else fraction
     return max(1, math.ceil(f * n_layers - 1e-9))
+
+
+def _pre_registered(m: np.ndarray, lo: np.ndarray, hi: np.ndarray, layer: int, margin: float,
+                    unconverged: set[int]) -> dict[str, Any]:
+    """The rule C1.early / C1.late had before their extent was added (commit :data:`C1_EXTENT_SINCE`):
+    the threshold rule at one layer (h_1 / h_(L-1)); a layer whose decoder did not converge is not
+    read (inconclusive), as in the current rule."""
+    v = INCONCLUSIVE if layer in unconverged else threshold_verdict(lo[layer], hi[layer], margin)
+    return {"verdict": v, "layer": layer, "estimate": float(m[layer]), "ci": [float(lo[layer]), float(hi[layer])],
+            "rule": f"threshold rule at h_{layer} alone: the CI above the margin {margin:g} reproduces, below it "
+                    "does not, containing it is inconclusive"}
+
+
+def _joint(parts: Sequence[str]) -> str:
+    """C1's combination of its parts: reproduced if all are, not reproduced if any is not."""
+    if all(v == REPRODUCED for v in parts):
+        return REPRODUCED
+    return NOT_REPRODUCED if any(v == NOT_REPRODUCED for v in parts) else INCONCLUSIVE
+
+
+def is_evidence(row: VerdictRow) -> bool:
+    """Whether a row counts as evidence for or against the paper: every row does unless its rule marked
+    it otherwise (``details["evidence"] is False``, with ``details["evidence_why"]``: C1.late, a sanity
+    check; C1.early / C1.middle / C1 under a decoder fitted to the model's output)."""
+    return row.details.get("evidence") is not False
+
+
+def _not_evidence(why: str) -> dict[str, Any]:
+    return {"evidence": False, "evidence_why": why}
 
 
 def _extent(lo: np.ndarray, hi: np.ndarray, order: list[int], k: int, margin: float,
@@ -498,7 +576,8 @@ def _extent(lo: np.ndarray, hi: np.ndarray, order: list[int], k: int, margin: fl
 def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str, decoder: str,
                margin: float = C1_MARGIN, min_run: int = C1_MIN_RUN,
                extent_fraction: float = C1_EXTENT_FRACTION, unconverged: Sequence[int] = (),
-               n_boot: int = 1000, seed: int = 0, level: float = LEVEL, source: str = "") -> list[VerdictRow]:
+               fitted_to_output: bool = False, n_boot: int = 1000, seed: int = 0, level: float = LEVEL,
+               source: str = "") -> list[VerdictRow]:
     """Claim C1's three regimes for one model and decoder (logit lens, tuned lens, ...).
 
     ``top1_input``, ``top1_next``: ``[n_windows, L+1]`` per-window top-1 rates at ``h_0..h_L``
@@ -507,6 +586,11 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     (``residshift.measure.lens.unigram_baseline(result, counts)["top1_input"]`` etc.).
     ``unconverged``: residual indices l whose decoder did not converge (a tuned-lens translator still
     improving at its step cap): no test reads them, and a regime that needs one is inconclusive.
+    ``fitted_to_output``: the decoder was fitted towards the model's final next-token distribution (a
+    tuned lens): its C1.early, C1.middle and C1 rows are marked not evidence (:func:`is_evidence`).
+    C1.late is always marked: a sanity check. C1.early, C1.late and C1 carry
+    ``details["pre_registered_verdict"]``, the verdict of the rule declared before the first numbers
+    (``details["pre_registered"]``: its layer, estimate and interval); ``details["post_hoc"]`` is true.
     Returns rows ``C1.early``, ``C1.middle``, ``C1.late`` and ``C1``.
     """
     ti, tn = _arr(top1_input, "top1_input", 2), _arr(top1_next, "top1_next", 2)
@@ -539,6 +623,10 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
     p = dict(level=level, margin=margin, min_run=min_run, extent_fraction=extent_fraction)
     common = {"required_extent": k, "unconverged": sorted(skip), "margin": margin}
 
+    fitted = _not_evidence(C1_FITTED_WHY) if fitted_to_output else {}
+    pre_e = _pre_registered(m_in, lo_in, hi_in, 1, margin, skip)
+    pre_l = _pre_registered(m_next, lo_nx, hi_nx, L - 1, margin, skip)
+
     early, why_e, run_e, f_e = _extent(lo_in, hi_in, list(range(1, L)), k, margin, skip)
     r_early = _row("C1.early", **who, verdict=early, why=why_e,
                    statistic=f"input top-1 minus unigram top-1 at h_{f_e} (early run h_1..: {len(run_e)} layers)",
@@ -546,7 +634,8 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
                    rule=C1_EARLY_RULE.format(**p),
                    details={"layer": f_e, "extent": run_e, **common, "top1_input": float(ti[:, 1].mean()),
                             "unigram_input": float(ui.mean()), "excess_lo": lo_in.tolist(),
-                            "excess_hi": hi_in.tolist()})
+                            "excess_hi": hi_in.tolist(), "post_hoc": True,
+                            "pre_registered_verdict": pre_e["verdict"], "pre_registered": pre_e, **fitted})
     late, why_l, run_l, f_l = _extent(lo_nx, hi_nx, list(range(L - 1, 0, -1)), k, margin, skip)
     r_late = _row("C1.late", **who, verdict=late, why=why_l,
                   statistic=f"next top-1 minus unigram top-1 at h_{f_l} (late run ..h_{L - 1}: {len(run_l)} layers)",
@@ -554,7 +643,9 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
                   rule=C1_LATE_RULE.format(**p),
                   details={"layer": f_l, "extent": sorted(run_l), **common,
                            "top1_next": float(tn[:, L - 1].mean()), "unigram_next": float(un.mean()),
-                           "excess_lo": lo_nx.tolist(), "excess_hi": hi_nx.tolist()})
+                           "excess_lo": lo_nx.tolist(), "excess_hi": hi_nx.tolist(), "post_hoc": True,
+                           "pre_registered_verdict": pre_l["verdict"], "pre_registered": pre_l,
+                           **_not_evidence(C1_LATE_WHY)})
 
     quiet = [l for l in cand if l not in skip and bhi_in[l] < margin and bhi_nx[l] < margin]
     busy = [l for l in cand if l not in skip and (lo_in[l] > margin or lo_nx[l] > margin)]
@@ -587,19 +678,16 @@ def c1_regimes(top1_input, top1_next, unigram_input, unigram_next, *, model: str
                           "longest_quiet_run": longest, "bonferroni_level": level_b, "margin": margin,
                           "unconverged": sorted(skip),
                           "excess_input": m_in.tolist(), "excess_next": m_next.tolist(),
-                          "upper_input_bonferroni": bhi_in.tolist(), "upper_next_bonferroni": bhi_nx.tolist()})
+                          "upper_input_bonferroni": bhi_in.tolist(), "upper_next_bonferroni": bhi_nx.tolist(),
+                          **fitted})
     parts = {"early": early, "middle": middle, "late": late}
-    if all(v == REPRODUCED for v in parts.values()):
-        overall = REPRODUCED
-    elif any(v == NOT_REPRODUCED for v in parts.values()):
-        overall = NOT_REPRODUCED
-    else:
-        overall = INCONCLUSIVE
+    overall = _joint(list(parts.values()))
     why_all = "" if overall != INCONCLUSIVE else "inconclusive part(s): " + ", ".join(
         f"C1.{k_}" for k_, v in parts.items() if v == INCONCLUSIVE)
+    pre_all = _joint([pre_e["verdict"], middle, pre_l["verdict"]])
     r_all = _row("C1", **who, verdict=overall, why=why_all, statistic="three regimes in order (early, middle, late)",
                  estimate=None, lo=None, hi=None, level=None, n=n, rule=C1_RULE.format(**p),
-                 details={**parts, "n_layers": L})
+                 details={**parts, "n_layers": L, "post_hoc": True, "pre_registered_verdict": pre_all, **fitted})
     return [r_early, r_mid, r_late, r_all]
 
 
@@ -626,6 +714,77 @@ def c1_power(top1_input, top1_next, unigram_input, unigram_next, *, alpha: float
     return {"early": mde(sd(d_in[:, 1])), "late": mde(sd(d_nx[:, L - 1])),
             "middle": (mde(max(max(sd(d_in[:, l]), sd(d_nx[:, l])) for l in cand), alpha / len(cand))
                        if cand else None)}
+
+
+def c1_reach(n_windows: int, n_positions: int, n_layers: int, *, sd_between: float = C1_NOISE_BETWEEN,
+             sd_within: float = C1_NOISE_WITHIN, margin: float = C1_MARGIN, level: float = LEVEL,
+             power: float = POWER, plausible: float = C1_PLAUSIBLE_EXCESS) -> dict[str, Any]:
+    """Can each outcome of C1.early, C1.middle and C1.late happen, with ``power``, at ``n_windows``
+    windows of ``n_positions`` analysed positions on a model of ``n_layers`` blocks?
+
+    The noise of a layer at the unigram level: a window's mean excess varies over windows by
+    ``sd = sqrt(sd_between^2 + sd_within^2 / n_positions)`` (defaults: :data:`C1_NOISE_BETWEEN`,
+    :data:`C1_NOISE_WITHIN`, measured on both models), so ``se = sd / sqrt(n_windows)``. Per sub-rule,
+    ``half_width`` is the half-width of the interval its rule reads (C1.early / C1.late: two-sided
+    ``level``; C1.middle's quiet test: Bonferroni over its ``m = L - 3`` candidates, ``bonferroni_level``)
+    and ``mde`` that test's minimum detectable effect at ``power`` (``stats.mde_paired_mean``, as
+    :func:`c1_power`). An outcome is reachable when a layer with a plausible true excess gives it with
+    probability ``power`` (per layer and token):
+
+    - C1.early / C1.late: *reproduced* if ``margin + mde <= plausible`` (a regime whose excess clears the
+      margin by the MDE); *not reproduced* if ``mde <= margin`` (a layer exactly at the unigram level,
+      excess 0, has its interval below the margin); *inconclusive* always (a layer at the margin);
+    - C1.middle: *reproduced* if ``mde <= margin`` with the Bonferroni level (a layer exactly at the
+      unigram level is certified quiet); *not reproduced* if ``margin + mde <= plausible`` at ``level``
+      (every candidate busy); *inconclusive* always.
+
+    Returns ``{"early", "middle", "late"}``, each ``{"half_width", "mde", "reproduced",
+    "not_reproduced", "inconclusive"}`` (middle also ``"family"``, m), with ``"sd_window"``, ``"se"``,
+    ``"reachable"`` (every outcome of every sub-rule) and ``"why"`` (what is missing; ``""`` if none).
+    """
+    if n_windows < 2 or n_positions < 1:
+        raise ValueError(f"need at least 2 windows and 1 position per window, got {n_windows} x {n_positions}")
+    m = len(c1_middle_candidates(n_layers))
+    if m < 1:
+        raise ValueError(f"{n_layers} blocks leave no middle candidate (h_2..h_(L-2)): C1 needs at least 4")
+    sd = math.sqrt(sd_between ** 2 + sd_within ** 2 / n_positions)
+    se = sd / math.sqrt(n_windows)
+    alpha = 1 - level
+    z, z_b = float(_sp_norm.ppf(1 - alpha / 2)), float(_sp_norm.ppf(1 - alpha / (2 * m)))
+    mde = stats.mde_paired_mean(sd, n_windows, alpha=alpha, power=power, sided="two")
+    mde_b = stats.mde_paired_mean(sd, n_windows, alpha=alpha / m, power=power, sided="two")
+
+    def side(hw, quiet_mde, busy_mde):
+        return {"half_width": hw, "mde": quiet_mde, "reproduced": margin + busy_mde <= plausible,
+                "not_reproduced": quiet_mde <= margin, "inconclusive": True}
+
+    out = {"n_windows": n_windows, "n_positions": n_positions, "n_layers": n_layers, "sd_window": sd, "se": se,
+           "margin": margin, "early": side(z * se, mde, mde), "late": side(z * se, mde, mde),
+           "middle": {"half_width": z_b * se, "mde": mde_b, "family": m, "reproduced": mde_b <= margin,
+                      "not_reproduced": margin + mde <= plausible, "inconclusive": True}}
+    missing = []
+    for part in ("early", "middle", "late"):
+        for outcome, what in (("reproduced", REPRODUCED), ("not_reproduced", NOT_REPRODUCED)):
+            if not out[part][outcome]:
+                missing.append(f"C1.{part} {what} (MDE {out[part]['mde']:.3g}, half-width "
+                               f"{out[part]['half_width']:.3g}, margin {margin:g})")
+    out["reachable"] = not missing
+    out["why"] = "" if not missing else (f"at {n_windows} windows x {n_positions} positions ({n_layers} blocks) "
+                                         "unreachable: " + "; ".join(missing))
+    return out
+
+
+def c1_min_windows(n_positions: int, layer_counts: Sequence[int], **kw) -> int:
+    """The fewest windows of ``n_positions`` analysed positions at which :func:`c1_reach` finds every
+    outcome of C1's sub-rules reachable on models of each of ``layer_counts`` blocks (``kw`` as its)."""
+    if not layer_counts:
+        raise ValueError("give the models' block counts, e.g. [30, 18]")
+    n = 2
+    while not all(c1_reach(n, n_positions, L, **kw)["reachable"] for L in layer_counts):
+        n += 1
+        if n > 1_000_000:
+            raise ValueError(f"no window count up to 10^6 reaches every outcome at {n_positions} positions")
+    return n
 
 
 # Metrics whose half-way depth means something, with their orientation (+1: larger = more aligned).
@@ -1934,7 +2093,8 @@ C1_SEEDS_RULE = (
     "{claim_id} across seeds. Each seed's trained baseline is judged by the rule of {claim_id} on its "
     "own lens windows; seeds are the unit: reproduced if every seed is, not reproduced if every seed "
     "is not, inconclusive otherwise ('seeds disagree'). Shown: the mean over seeds of the per-seed "
-    "estimates.")
+    "estimates. What the per-seed rule marks carries over: post hoc (with the pre-registered rule's "
+    "verdicts combined the same way) and not evidence.")
 
 
 def c1_across_seeds(rows_by_seed: Sequence[Sequence[VerdictRow]], *, model: str, source: str = "") -> list[VerdictRow]:
@@ -1953,11 +2113,20 @@ def c1_across_seeds(rows_by_seed: Sequence[Sequence[VerdictRow]], *, model: str,
         v = stats.combine_verdicts(verdicts_, how="unanimous")
         est = [r.estimate for r in per]
         mean = float(np.mean(est)) if all(e is not None for e in est) else None
+        marks = {}  # what each seed's rule marked, carried over: post hoc, pre-registered, not evidence
+        if all(r.details.get("post_hoc") for r in per):
+            marks["post_hoc"] = True
+        pre = [r.details.get("pre_registered_verdict") for r in per]
+        if all(p_ in OUTCOMES for p_ in pre):
+            marks.update(pre_registered_verdict=stats.combine_verdicts(pre, how="unanimous"),
+                         pre_registered_per_seed=pre)
+        if not any(is_evidence(r) for r in per):
+            marks.update(_not_evidence(per[0].details.get("evidence_why") or "its rule marks it not evidence"))
         out.append(_row(cid, model=model, variant=f"{per[0].variant}, seeds as the unit", verdict=v,
                         statistic=per[0].statistic + " (mean over seeds)", estimate=mean, lo=None, hi=None,
                         level=None, n=len(per), rule=C1_SEEDS_RULE.format(claim_id=cid), per_seed=verdicts_,
                         source=source,
-                        details={"unit": "seed", "per_seed_values": est,
+                        details={"unit": "seed", "per_seed_values": est, **marks,
                                  "why": "" if v != INCONCLUSIVE else (
                                      "seeds disagree" if len(set(verdicts_)) > 1 else "every seed is inconclusive")}))
     return out

@@ -54,11 +54,22 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "lens_positions": None, "lens_check_windows": 3,
                   "lens_sentences": ["The Eiffel Tower is in Paris, the capital of France.",
                                      "One, two, three, four, five, six, seven, eight."]},
-        # Sized for notebook 03 to run in under 8 minutes on 2 idle CPU cores from an empty results
-        # cache (the last measured times: figures/RUNS.json, rendered in the README); float32
-        # unembedding: faster than bf16 on a CPU without native bf16, and exact.
+        # lens_windows x lens_positions: sized so that every outcome of C1's rules can happen on both
+        # models (30 and 18 blocks; C1.middle's Bonferroni family 27 and 15 layers): 344 is
+        # verdicts.c1_min_windows(16, [30, 18]), the fewest windows of 16 positions at which
+        # verdicts.c1_reach finds each outcome reachable at 80% power, with the noise measured on both
+        # models (verdicts.C1_NOISE_*, benchmarks/c1-noise.json). The binding outcome: C1.middle
+        # certifying a layer exactly at the unigram level (its Bonferroni MDE <= the 0.02 margin); at
+        # the former 32 x 16 its interval's half-width alone (0.051) exceeded the margin. 16 positions
+        # (as before): at the measured costs (SmolLM2 ~0.17 s per window + ~0.019 s per position,
+        # Gemma-3 ~1-2 s per window of 16 positions, benchmarks/c1-noise.json) any of 12-32 positions
+        # (with c1_min_windows' windows) costs within ~5% of the cheapest for this power. The lens
+        # reads 10.75x the positions it read at 32 windows (5,504 per model, 44,032 tokens through the
+        # model): ~9-14 min per pass over both models on 2 cores (Gemma-3 was timed under load), and
+        # notebook 03 makes two such passes (logit and tuned lens).
+        # float32 unembedding: faster than bf16 on a CPU without native bf16, and exact.
         "default": {"lens_corpus": "wikitext-103", "lens_split": "validation", "lens_window": 128,
-                    "lens_windows": 32, "lens_batch": 8, "n_boot": 1000, "lens_matmul": "float32",
+                    "lens_windows": 344, "lens_batch": 8, "n_boot": 1000, "lens_matmul": "float32",
                     "lens_positions": 16, "lens_check_windows": 12,
                     "lens_sentences": ["The Eiffel Tower is in Paris, the capital of France.",
                                        "One, two, three, four, five, six, seven, eight.",

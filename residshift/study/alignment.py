@@ -243,18 +243,25 @@ def depth_curves(result) -> dict[str, np.ndarray]:
 
 
 PREPROCESSING = "raw WikiText"  # the text-preprocessing setting whose depth shift enters C1.depth
+# Decoders fitted towards the model's final next-token distribution: C1.early / C1.middle / C1 under
+# them are reported but not evidence (verdicts.c1_regimes(fitted_to_output=True), verdicts.C1_FITTED_WHY)
+FITTED_TO_OUTPUT = frozenset({"tuned lens"})
 
 
 def c1_rows(result, baseline, P, *, model: str, decoder: str, unconverged: Sequence[int] = (),
-            preprocessing: Mapping[str, Any] | None = None) -> list:
+            preprocessing: Mapping[str, Any] | None = None, fitted_to_output: bool | None = None) -> list:
     """C1.early / middle / late / C1 and the C1.depth rows (the primary metric's, then the sensitivity
     metrics'), for one model and decoder. ``unconverged``: layers whose decoder did not converge (no
     test reads them); ``preprocessing``: setting -> lens result on the first windows of the same draw
     under another text preprocessing (``sensitivity_passes(...)[model]``, of which only
-    :data:`PREPROCESSING` is read): a depth it moves by more than its interval is inconclusive."""
+    :data:`PREPROCESSING` is read): a depth it moves by more than its interval is inconclusive.
+    ``fitted_to_output``: whether the decoder was fitted towards the model's output (default: whether
+    ``decoder`` is one of :data:`FITTED_TO_OUTPUT`, the tuned lens); its C1.early, C1.middle and C1
+    rows are then marked not evidence."""
+    fitted = decoder in FITTED_TO_OUTPUT if fitted_to_output is None else bool(fitted_to_output)
     rows = verdicts.c1_regimes(**c1_arrays(result, baseline), model=model, decoder=decoder,
                                min_run=verdicts.c1_min_run(result.n_layers), unconverged=unconverged,
-                               n_boot=P.n_boot, seed=P.seed, source=f"{NAME}-c1")
+                               fitted_to_output=fitted, n_boot=P.n_boot, seed=P.seed, source=f"{NAME}-c1")
     prep = {s: depth_curves(r) for s, r in (preprocessing or {}).items() if s == PREPROCESSING}
     rows += verdicts.c1_depth(depth_curves(result), model=model, decoder=decoder, n_boot=P.n_boot,
                               seed=P.seed, preprocessing=prep or None, source=f"{NAME}-shift-depth")
@@ -854,6 +861,8 @@ def summary_lines(rows, transitions: Mapping[str, list], causal_rows: list | Non
             parts = {r.claim_id: r for r in rs if r.variant == decoder}
             depth = [r for r in rs if r.variant == decoder and r.claim_id.startswith("C1.depth")]
             text = ", ".join(f"{k[3:] if k != 'C1' else 'overall'} {parts[k].verdict}"
+                             + ("" if verdicts.is_evidence(parts[k]) else
+                                " (sanity check)" if k == "C1.late" else " (not evidence)")
                              for k in ("C1.early", "C1.middle", "C1.late", "C1") if k in parts)
             lines.append(f"  {decoder}: C1 {text}")
             for d in depth:

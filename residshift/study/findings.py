@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 import pandas as pd
 
 from ..analysis.verdicts import (CLAIMS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, VerdictError, VerdictRow,
-                                 load_verdicts)
+                                 is_evidence, load_verdicts)
 from . import tables
 
 __all__ = ["PAPER_COLUMN", "TABLE_COLUMNS", "claims_table", "run_shows", "print_findings", "reason",
@@ -196,7 +196,7 @@ def _result(row: VerdictRow) -> str:
     ev = tables.evidence(row)
     text = row.verdict + (f": {ev}" if ev != "–" else "")
     why = reason(row)
-    return text + (f" ({why})" if why else "")
+    return text + (f" ({why})" if why else "") + tables.marks(row)
 
 
 def _seeds(row: VerdictRow) -> str:
@@ -260,29 +260,60 @@ def _items(rows: Sequence[VerdictRow], labels: Sequence[str | None], outcome: st
     return items
 
 
+def _not_evidence_line(rows: Sequence[VerdictRow], labels: Sequence[str | None]) -> str:
+    """The rows their rules mark as not evidence, per kind (``tables.evidence_kind``) and claim."""
+    groups: dict[str, dict[str, list[int]]] = {}
+    for i, r in enumerate(rows):
+        if not is_evidence(r):
+            groups.setdefault(tables.evidence_kind(r), {}).setdefault(r.claim_id, []).append(i)
+    parts = []
+    for kind, claims in groups.items():
+        items = [f"{cid} for {_subjects([(rows[i].model, labels[i]) for i in idx])}" for cid, idx in claims.items()]
+        parts.append(f"{kind} — " + ", ".join(items))
+    return "Reported but not counted as evidence, either way: " + "; ".join(parts) + "."
+
+
+def _post_hoc_line(rows: Sequence[VerdictRow], labels: Sequence[str | None]) -> str | None:
+    """Rows of a post-hoc rule whose pre-registered rule gives another verdict, or None."""
+    differ = [(i, r) for i, r in enumerate(rows) if r.details.get("pre_registered_verdict") not in (None, r.verdict)]
+    if not differ:
+        return None
+    return ("Where a rule changed after the first numbers, the rule declared before them reads otherwise: "
+            + "; ".join(f"{r.claim_id} for {_subjects([(r.model, labels[i])])} is {r.verdict} "
+                        f"(pre-registered: {r.details['pre_registered_verdict']})" for i, r in differ) + ".")
+
+
 def run_shows(rows, *, extra: Iterable[str] = ()) -> list[str]:
-    """What this run shows, in 3-5 plain sentences computed from the verdict rows, then ``extra``.
+    """What this run shows, in 3-7 plain sentences computed from the verdict rows, then ``extra``.
 
     First the count of verdicts and claims by outcome; then one sentence per outcome that occurs,
     naming per claim the models and variants with it (a claim decided the same way on all its rows
     is said to hold 'everywhere it was tested'; inconclusive rows are grouped by the kind of their
     reason, :func:`reason`); then which outcomes did not occur ('none disagrees with the paper');
-    then, where a rule judged each seed and the seeds split, how. ``extra``: sentences a notebook's
-    own study functions computed, appended as given (a list of strings). ``rows``: verdict rows, or
-    the path of a saved verdict file."""
+    then, where a rule judged each seed and the seeds split, how. Only rows that count as evidence
+    (``verdicts.is_evidence``) enter those sentences; the others (C1.late, a sanity check; C1's
+    regimes under a decoder fitted to the output) are named in one sentence of their own, and a
+    post-hoc rule whose pre-registered version gives another verdict in one more. ``extra``:
+    sentences a notebook's own study functions computed, appended as given (a list of strings).
+    ``rows``: verdict rows, or the path of a saved verdict file."""
     if isinstance(extra, str):
         raise TypeError("extra takes a list of sentences, e.g. extra=[sentence]; got one string")
     extra = list(extra)
     bad = [e for e in extra if not isinstance(e, str) or not e.strip()]
     if bad:
         raise ValueError(f"extra sentences must be non-empty strings, got {bad[:3]!r}")
-    rows = _ordered(_rows(rows))
-    labels = _labels(rows)
+    every = _ordered(_rows(rows))
+    every_labels = _labels(every)
+    counted = [i for i, r in enumerate(every) if is_evidence(r)]
+    rows, labels = [every[i] for i in counted], [every_labels[i] for i in counted]
     n, k = len(rows), len(dict.fromkeys(r.claim_id for r in rows))
     counts = {v: sum(r.verdict == v for r in rows) for v in OUTCOME_ORDER}
     present = [v for v in OUTCOME_ORDER if counts[v]]
     on = f"{_plural(n, 'verdict')} on {_plural(k, 'claim')}"
-    if present == [REPRODUCED]:
+    if not rows:
+        lines = [f"None of the {_plural(len(every), 'verdict')} of this run counts as evidence about the paper's "
+                 "claims."]
+    elif present == [REPRODUCED]:
         lines = [f"All {on} of the paper reproduce it." if n > 1 else f"The {on} of the paper reproduces it."]
     elif present == [NOT_REPRODUCED]:
         lines = [f"Not one of the {on} of the paper reproduces it: every one disagrees with the paper."]
@@ -293,12 +324,20 @@ def run_shows(rows, *, extra: Iterable[str] = ()) -> list[str]:
         verb = "is" if counts[present[0]] == 1 else "are"
         lines = [f"Of the {on} of the paper, {parts[0].split(' ', 1)[0]} {verb} "
                  + _join([parts[0].split(" ", 1)[1]] + parts[1:]) + "."]
+    left = len(every) - len(rows)
+    if left and rows:
+        lines[0] = lines[0][:-1] + f" ({left} more {'is' if left == 1 else 'are'} reported but not counted as evidence)."
     for v in present:
         lines.append(_LEAD[v] + "; ".join(_items(rows, labels, v)) + ".")
     absent = [_NONE[v] for v in OUTCOME_ORDER if not counts[v]]
-    if absent:
+    if absent and rows:
         text = ", and ".join(absent)
         lines.append(text[0].upper() + text[1:] + ".")
+    if len(rows) < len(every):
+        lines.append(_not_evidence_line(every, every_labels))
+    post_hoc = _post_hoc_line(every, every_labels)
+    if post_hoc:
+        lines.append(post_hoc)
     split = [i for i, r in enumerate(rows) if r.per_seed and len(set(r.per_seed)) > 1]
     if split:
         groups: dict[tuple[str, str], list[int]] = {}

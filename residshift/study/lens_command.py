@@ -374,6 +374,7 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     from ..analysis import stats
     from .alignment import _rel
     from .findings import reason
+    from .tables import marks
 
     lines = [f"# The causal shift in {req.model}", "",
              f"- model: `{req.model}` ({info.source}); {info.n_layers} layers, d {info.d_model}, "
@@ -413,6 +414,6 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     for r in rows:
         lo, hi = r.ci
         est = stats.format_ci(r.estimate, lo, hi, 3) if r.estimate is not None else "-"
-        lines.append(_md_row([r.claim_id, r.verdict, r.statistic, est, reason(r) or "-"]))
+        lines.append(_md_row([r.claim_id, r.verdict + marks(r), r.statistic, est, reason(r) or "-"]))
     lines += ["", "Files: " + ", ".join(f"[{f}]({f})" for f in files + ["summary.md"]), ""]
     return "\n".join(lines)

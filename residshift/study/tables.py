@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from ..analysis.verdicts import LEVEL, VerdictError, VerdictRow
+from ..analysis.verdicts import LEVEL, VerdictError, VerdictRow, is_evidence
 from ..core.outputs import save_numbers
 
 COLUMNS = ("model", "variant", "claim", "verdict", "statistic", "estimate [CI]", "n", "MDE", "per seed")
@@ -48,14 +48,36 @@ def per_seed_text(row: VerdictRow) -> str:
     return "–"
 
 
+def evidence_kind(row: VerdictRow) -> str:
+    """Why a row is not counted as evidence, in a few words (the text of ``details["evidence_why"]``
+    before its colon); ``""`` for a row that counts."""
+    if is_evidence(row):
+        return ""
+    return str(row.details.get("evidence_why") or "").split(":")[0].strip() or "marked by its rule"
+
+
+def marks(row: VerdictRow) -> str:
+    """What a row's rule marked, in brackets: a post-hoc rule with the verdict of the rule declared
+    before the numbers (``details["pre_registered_verdict"]``), and a row not counted as evidence
+    (:func:`evidence_kind`); ``""`` for a row with neither mark."""
+    out = []
+    pre = row.details.get("pre_registered_verdict")
+    if pre is not None:
+        out.append(f"post hoc; the pre-registered rule: {pre}")
+    if not is_evidence(row):
+        out.append(f"not evidence: {evidence_kind(row)}")
+    return "".join(f" [{m}]" for m in out)
+
+
 def verdict_record(row: VerdictRow) -> dict[str, str]:
     """One row as the strings every view shows (:data:`COLUMNS`); an inconclusive verdict carries its
-    reason (``details["why"]``), and ``n`` says when its units are seeds."""
+    reason (``details["why"]``), a marked one its marks (:func:`marks`), and ``n`` says when its units
+    are seeds."""
     mde = row.details.get("mde")
     why = row.details.get("why") or ""
     n = "–" if row.n is None else str(row.n) + (" seeds" if row.details.get("unit") == "seed" else "")
     return {"model": row.model, "variant": row.variant or "–", "claim": row.claim_id,
-            "verdict": row.verdict + (f" ({why})" if why else ""),
+            "verdict": row.verdict + (f" ({why})" if why else "") + marks(row),
             "statistic": row.statistic, "estimate [CI]": evidence(row), "n": n,
             "MDE": "–" if mde is None else f"{number(mde)} {row.details.get('mde_unit', '')}".strip(),
             "per seed": per_seed_text(row)}
