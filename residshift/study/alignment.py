@@ -899,6 +899,37 @@ def causal_evidence(profiles: Mapping[str, dict], P) -> dict[str, dict[str, list
     return out
 
 
+def decoder_vs_information_lines(evidence: Mapping[str, Mapping[str, list[int]]], results: Mapping[str, Any],
+                                 baselines: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Where the lens and the causal profile part ways on the input token, per model: the profiled
+    layers at which removing x_t's direction costs measurably more than a random token's
+    (:func:`causal_evidence`) although the logit lens's top-1 decodes x_t no more often than the
+    unigram decoder (a frequency guess) there. Where there are such layers, the lens's missing input
+    regime describes what its decoder reads, not whether x_t's information is gone."""
+    lines = []
+    for name, e in evidence.items():
+        rate = results[name].per_seq["top1_input"].double().mean(0)  # [L+1], mean over windows
+        guess = float(baselines[name]["top1_input"].mean())
+        quiet = [l for l in e["profiled"] if float(rate[l]) <= guess]
+        both = [l for l in e["input"] if l in quiet]
+        if not quiet:
+            lines.append(f"{name}: the logit lens decodes the input token more often than a frequency guess "
+                         f"({guess:.3f}) at every profiled layer, so the two views are not compared here.")
+        elif both:
+            shown = ", ".join(f"h_{l} ({float(rate[l]):.3f})" for l in both)
+            lines.append(f"{name}: at {len(both)} of the {len(quiet)} profiled layers where the lens's top-1 decodes "
+                         f"the input token no more often than a frequency guess ({guess:.3f}), removing x_t's "
+                         f"direction still costs measurably more than a random token's: {shown}. There the "
+                         "missing input regime describes what the lens's decoder reads, not whether x_t's "
+                         "information is gone.")
+        else:
+            lines.append(f"{name}: at none of the {len(quiet)} profiled layers where the lens's top-1 decodes the "
+                         f"input token no more often than a frequency guess ({guess:.3f}) does removing x_t's "
+                         "direction cost measurably more than a random token's: there the lens and the causal "
+                         "profile agree that x_t's direction is not used.")
+    return lines
+
+
 def causal_evidence_lines(evidence: Mapping[str, Mapping[str, list[int]]]) -> list[str]:
     """Sentences from :func:`causal_evidence`: at how many profiled layers each direction's removal costs
     measurably more than removing a random token's direction."""
