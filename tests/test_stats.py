@@ -378,3 +378,39 @@ def test_mde_has_the_stated_power():
     assert stats.discordance_upper(24, 24) == 1.0
     with pytest.raises(ValueError, match="sided"):
         stats.mde_paired_mean(1.0, 10, sided="both")
+
+
+def _brute_sign_flip(d, null=0.0):
+    """Two-sided p of the sign-flip test by plain enumeration: every sign pattern, |mean| >= observed."""
+    import itertools
+
+    y = np.asarray(d, dtype=float) - null
+    obs = abs(y.mean())
+    hits = sum(abs((np.asarray(signs) * y).mean()) >= obs * (1 - 1e-12)
+               for signs in itertools.product((1.0, -1.0), repeat=y.size))
+    return hits / 2 ** y.size
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 8])
+def test_sign_flip_test_matches_brute_force_enumeration(n):
+    rng = np.random.default_rng(n)
+    for d in (rng.normal(0.3, 1.0, n), rng.normal(0.0, 1.0, n), np.abs(rng.normal(1.0, 0.2, n))):
+        for null in (0.0, 0.1):
+            got = stats.sign_flip_test(d, null=null)
+            assert got["p"] == pytest.approx(_brute_sign_flip(d, null)), (d, null)
+            assert got["patterns"] == 2 ** n and got["floor"] == 2.0 ** (1 - n)
+
+
+def test_sign_flip_floor_and_units():
+    # every difference on one side: p is the floor 2 / 2^n, the smallest there is
+    assert stats.sign_flip_test([0.5, 1.0, 1.5, 2.0, 2.5])["p"] == pytest.approx(0.0625) == stats.sign_flip_floor(5)
+    assert stats.sign_flip_test([0.5, 1.0, 1.5, 2.0, -0.1])["p"] == pytest.approx(4 / 32)  # one on the other side
+    assert stats.sign_flip_test([0.0, 0.0, 0.0])["p"] == 1.0
+    assert stats.sign_flip_units(0.05) == 6 and stats.sign_flip_floor(6) < 0.05 <= stats.sign_flip_floor(5)
+    assert stats.sign_flip_units(0.01) == 8
+    # ties: the mirror-image values make several patterns as extreme as the observed one
+    assert stats.sign_flip_test([1.0, 1.0, -1.0, 1.0])["p"] == pytest.approx(_brute_sign_flip([1.0, 1.0, -1.0, 1.0]))
+    with pytest.raises(ValueError, match="capped at"):
+        stats.sign_flip_test(np.ones(stats.SIGN_FLIP_MAX_UNITS + 1))
+    with pytest.raises(ValueError, match="NaN"):
+        stats.sign_flip_test([1.0, np.nan])

@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+from scipy.stats import t as t_dist
 
 from residshift.analysis import verdicts as V
 from residshift.core import profiles
@@ -11,14 +12,47 @@ from residshift.study import tables
 
 R, N, I = V.REPRODUCED, V.NOT_REPRODUCED, V.INCONCLUSIVE
 PROFILE_SEEDS = {p: len(profiles.resolve(p).train_seeds) for p in profiles.PROFILE_NAMES}
+VERDICT_FILES = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",
+                 "08-misalignment-after-mitigation-verdicts")
+# The paired seed-to-seed sds (nats, 4 decimals) of every seed-unit loss row of the committed default grid
+# (details["sd"] of the rows with margin LOSS_MARGIN in figures/06-training-with-attenuation-verdicts.json and
+# figures/07-learned-gates-and-benchmarks-verdicts.json; test_committed_spreads_are_the_ones_the_tests_use
+# checks they still match). The reachability tests below run at each of them.
+COMMITTED_LOSS_SDS = (0.0187, 0.0566, 0.065, 0.0705, 0.0711, 0.0712, 0.0795, 0.0875, 0.1515, 0.2971, 0.3085)
 
 
 def _check(rows):
     for r in rows:
         assert r.verdict in V.OUTCOMES and "{" not in r.rule and r.claim == V.CLAIMS[r.claim_id]
         assert r.details["unit"] == "seed"
-        assert r.verdict != I or r.details["why"]  # an inconclusive row names its reason
+        # every row says what decided it; the two C2-training rules with their own multi-block decision
+        # (layer-sensitive, late-cut) still leave a decided row's why empty
+        assert r.details["why"] or (r.verdict != I and r.claim_id in ("C2-training.layer-sensitive",
+                                                                      "C2-training.late-cut"))
         json.dumps(r.as_dict())
+
+
+def _committed_rows():
+    from committed import committed_json
+
+    rows = []
+    for name in VERDICT_FILES:
+        path = f"figures/{name}.json"
+        rows += V.rows_from_json(committed_json(path), path)
+    return rows
+
+
+def _diffs(mean, sd, S):
+    """``S`` per-seed differences with exactly this mean and sample sd, spread evenly (no outlier)."""
+    z = np.linspace(-1.0, 1.0, S)
+    return mean + sd * (z - z.mean()) / z.std(ddof=1)
+
+
+def _paired(d, W=8):
+    """A baseline ``[S, W]`` and a run whose per-seed paired change (mean over windows) is ``d`` exactly."""
+    rng = np.random.default_rng(0)
+    base = 4.5 + rng.normal(0, 0.3, (len(d), W))
+    return base, base + np.asarray(d)[:, None]
 
 
 def _grid(effects, *, S=5, W=32, seed_sd=0.0, seed=0):
@@ -47,23 +81,91 @@ def test_seed_test_outcomes_and_reasons():
         V.seed_test([0.1, np.nan], sign=1, margin=0.005)
 
 
+def test_seed_test_needs_the_sign_flip_test_too_and_says_so_below_six_seeds():
+    """Every decided verdict needs the t rule AND the exact sign-flip test; below 6 seeds (no p < 0.05
+    exists) the sign-flip p must sit at its floor 2^(1-S), and the row says the verdict rests on the
+    t-interval. Each outcome stays reachable at 5 seeds."""
+    assert V.seed_test([0.1] * 5, sign=1, margin=0.005)["signflip_seeds"] == 6
+    # 5 seeds, bimodal (notebook 06's alpha = 0 at block 2): every seed on the claimed side -> reproduced,
+    # the sign-flip p at its floor 0.0625, not confirmed at 0.05
+    t = V.seed_test([1.0133, 1.0858, 0.8314, 0.501, 0.4265], sign=1, margin=0.005)
+    assert t["verdict"] == R and t["p_signflip"] == pytest.approx(0.0625) and t["signflip_confirms"] is False
+    assert "rests on the t-interval" in t["why"] and "6 seeds can" in t["why"]
+    # 5 seeds, one on the other side: the t-interval excludes 0, the sign-flip test (p 0.125) does not agree
+    t = V.seed_test([0.3, 0.3, 0.3, 0.3, -0.05], sign=1, margin=0.005)
+    assert t["t_verdict"] == R and t["lo"] > 0 and t["p_signflip"] == pytest.approx(0.125)
+    assert t["verdict"] == I and "sign-flip test does not confirm" in t["why"] and "seeds disagree: 4 of 5" in t["why"]
+    # not reproduced, 5 seeds: every seed below the margin is needed too
+    t = V.seed_test([-0.02, -0.03, -0.01, -0.02, -0.025], sign=1, margin=0.005)
+    assert t["verdict"] == N and t["p_signflip_margin"] == pytest.approx(0.0625) and "rests on" in t["why"]
+    # 6 seeds: the sign-flip test can confirm at 0.05 (p 2/64) ...
+    t = V.seed_test([1.0, 1.1, 0.9, 1.05, 0.95, 1.0], sign=1, margin=0.005)
+    assert t["verdict"] == R and t["p_signflip"] == pytest.approx(2 / 64) and t["signflip_confirms"] is True
+    assert "confirms it" in t["why"]
+    # ... and one seed on the wrong side leaves p = 4/64 >= 0.05 although the t-interval excludes 0
+    t = V.seed_test([1.0, 1.0, 1.0, 1.0, 1.0, -0.2], sign=1, margin=0.005)
+    assert t["t_verdict"] == R and t["p_signflip"] == pytest.approx(4 / 64) and t["verdict"] == I
+    t = V.seed_test([-0.1] * 5 + [0.02], sign=1, margin=0.005)  # one seed above the margin
+    assert t["t_verdict"] == N and t["p_signflip_margin"] == pytest.approx(4 / 64) and t["verdict"] == I
+    t = V.seed_test([-0.1, -0.11, -0.09, -0.1, -0.12, -0.08], sign=1, margin=0.005)
+    assert t["verdict"] == N and t["signflip_confirms"] is True
+
+
+def test_committed_spreads_are_the_ones_the_tests_use():
+    sds = {round(r.details["sd"], 4) for r in _committed_rows()
+           if r.details.get("unit") == "seed" and r.details.get("sd") and r.details.get("margin") == V.LOSS_MARGIN}
+    assert sds == set(COMMITTED_LOSS_SDS)
+
+
+def test_plausible_effect_is_the_largest_the_committed_grid_measured():
+    """PLAUSIBLE_EFFECT_SDS: the largest standardized paired loss effect |mean| / sd of an edit that keeps the
+    skip path (every alpha > 0 cut, both gates; each vs the baseline) in the committed grid."""
+    effects = {}
+    for r in _committed_rows():
+        if r.claim_id == "C2-training.late-cut" and not r.variant.endswith("alpha=0"):
+            for c in r.details["candidates"]:
+                x = np.asarray(c["per_seed_values"])
+                effects[f"block {c['block']}, {r.variant.split(', ')[1]}"] = abs(x.mean()) / x.std(ddof=1)
+        elif r.claim_id == "C3-training.beats-baseline":
+            x = np.asarray(r.details["per_seed_values"])
+            effects[r.variant] = abs(x.mean()) / x.std(ddof=1)
+    assert len(effects) == 6 + 2  # 2 late blocks x 3 alphas > 0, and 2 gates
+    top = max(effects, key=effects.get)
+    assert top == "block 4, alpha=0.5" and round(effects[top], 2) == V.PLAUSIBLE_EFFECT_SDS
+
+
+@pytest.mark.parametrize("sd", COMMITTED_LOSS_SDS)
 @pytest.mark.parametrize("profile", list(PROFILE_SEEDS))
-def test_every_outcome_is_reachable_at_each_profiles_seeds(profile):
-    """At the profile's seeds and the seed-to-seed spread of a paired loss difference seen in the
-    committed grid's order of magnitude (0.02 nats), each training rule can say each outcome within
-    a plausible effect; one seed cannot say anything."""
+def test_reachability_at_each_profiles_seeds_and_the_committed_spreads(profile, sd):
+    """At the profile's seeds and each paired spread the committed grid measured, each outcome is reachable
+    within the plausible effect (PLAUSIBLE_EFFECT_SDS sds) or seed_reach says it is not and how many seeds
+    would make it so; the rule itself then does (or does not) reach it there."""
     S = PROFILE_SEEDS[profile]
-    reach = V.seed_reach(S, 0.02, margin=V.LOSS_MARGIN)
-    assert reach["reachable"], reach["why"]
-    assert V.LOSS_MARGIN <= reach["reproduced_from"] < V.PLAUSIBLE_LOSS_EFFECT
-    assert -V.PLAUSIBLE_LOSS_EFFECT < reach["not_reproduced_below"] < V.LOSS_MARGIN
-    # and the rules do reach them at this S: a clear effect, none, and noise
-    base, (hurt, none, noisy) = _grid([0.1, -0.05, 0.0], S=S, seed_sd=0.0)
-    noisy = base + np.linspace(-0.1, 0.1, S)[:, None]
-    assert V.c2_training_alpha0(base, hurt, block=0, model="g")[0].verdict == R
-    assert V.c2_training_alpha0(base, none, block=0, model="g")[0].verdict == N
-    assert V.c2_training_alpha0(base, noisy, block=0, model="g")[0].verdict == I
-    assert not V.seed_reach(1, 0.02, margin=V.LOSS_MARGIN)["reachable"]
+    reach = V.seed_reach(S, sd, margin=V.LOSS_MARGIN)
+    q = float(t_dist.ppf(0.975, S - 1)) / np.sqrt(S)  # half-width in sds: 1.24 at 5 seeds, 2.48 at 3
+    assert reach["half_width"] == pytest.approx(q * sd) and reach["plausible"] == pytest.approx(V.PLAUSIBLE_EFFECT_SDS * sd)
+    assert reach["reachable"] == (q <= V.PLAUSIBLE_EFFECT_SDS)  # at these spreads (sd >> margin): a matter of seeds
+    assert reach["signflip_seeds"] == 6
+    effect = min(q + 0.25, V.PLAUSIBLE_EFFECT_SDS) * sd  # a plausible effect, beyond the half-width if it can be
+    up, down, flat = _paired(_diffs(effect, sd, S)), _paired(_diffs(V.LOSS_MARGIN - effect, sd, S)), \
+        _paired(_diffs(V.LOSS_MARGIN, sd, S))
+    got = [V.c2_training_alpha0(*x, block=0, model="g")[0].verdict for x in (up, down, flat)]
+    if reach["reachable"]:
+        assert S == 5 and reach["why"] == "" and got == [R, N, I]
+        assert reach["reproduced_from"] <= effect and reach["not_reproduced_below"] >= V.LOSS_MARGIN - effect
+    else:  # 3 seeds (smoke, paper): no plausible effect decides; 4 seeds would
+        assert S == 3 and got == [I, I, I]
+        assert reach["seeds_needed"] == 4 and "4 seeds reach both" in reach["why"]
+    one = V.seed_reach(1, sd, margin=V.LOSS_MARGIN)
+    assert not one["reachable"] and one["why"] == "1 seed: needs >= 2"
+
+
+def test_seed_reach_at_a_spread_below_the_margin_and_bad_input():
+    # a spread far below the margin: the margin itself is the plausible effect, reached at 2 seeds
+    r = V.seed_reach(2, 0.0001, margin=V.LOSS_MARGIN)
+    assert r["reachable"] and r["plausible"] == V.LOSS_MARGIN and r["seeds_needed"] == 2
+    with pytest.raises(ValueError, match="sd must be"):
+        V.seed_reach(5, float("nan"), margin=V.LOSS_MARGIN)
 
 
 def test_benchmark_rule_is_not_assessable_with_too_few_items():
@@ -141,10 +243,81 @@ def test_c3_training_beats_baseline_and_every_cut():
     assert row.verdict == I and row.details["why"]
 
 
+def _cands(**d):
+    """Gates at 0 loss and candidates whose per-seed change gated - candidate is ``d[name]`` exactly."""
+    S = len(next(iter(d.values())))
+    return np.zeros((S, 1)), {n.replace("_", " "): -np.asarray(v, dtype=float)[:, None] for n, v in d.items()}
+
+
+def test_c3_training_beats_every_cut_shows_the_candidate_that_decides():
+    """The row's estimate, interval and statistic are the deciding candidate's, named; its why says how it
+    decided, for every outcome. The lowest-mean candidate is not always the one that decides."""
+    # the lowest-mean candidate (wide, open) is not the one that decides: the baseline, matched exactly
+    gated, cands = _cands(wide=[0.1, -0.08, 0.09, -0.07, 0.01], baseline=[0.0, 0.001, -0.001, 0.0005, -0.0005],
+                          far_cut=[-0.5, -0.45, -0.55, -0.5, -0.48])
+    row, = V.c3_training_beats_every_cut(gated, cands, model="g", variant="learned")
+    _check([row])
+    assert row.verdict == N and row.details["best_candidate"] == "wide"
+    assert row.details["deciding_candidate"] == "baseline" and "gated - baseline" in row.statistic
+    assert row.estimate == pytest.approx(0.0) and row.ci[0] > -V.LOSS_MARGIN
+    assert row.details["why"].startswith("not beaten: baseline") and "the only candidate that does" in row.details["why"]
+    assert row.details["candidates"]["wide"]["verdict"] == I
+    # reproduced: every candidate beaten; shown, the one beaten by the least
+    gated, cands = _cands(baseline=[-0.05, -0.06, -0.04, -0.05, -0.055], cut=[-0.2, -0.25, -0.15, -0.2, -0.22])
+    row, = V.c3_training_beats_every_cut(gated, cands, model="g", variant="learned")
+    _check([row])
+    assert row.verdict == R and row.details["deciding_candidate"] == "baseline"
+    assert row.details["why"].startswith("every one of the 2 candidates beaten (interval below 0, at least 0.005 "
+                                         "lower); by the least baseline")
+    assert "rests on the t-interval" in row.details["why"]  # 5 seeds: the sign-flip floor
+    # inconclusive: no candidate ruled out, one open; shown, the open one
+    gated, cands = _cands(baseline=[-0.05, -0.06, -0.04, -0.05, -0.055], noisy=[-0.1, 0.05, -0.08, 0.06, -0.02])
+    row, = V.c3_training_beats_every_cut(gated, cands, model="g", variant="learned")
+    _check([row])
+    assert row.verdict == I and row.details["deciding_candidate"] == "noisy" and "gated - noisy" in row.statistic
+    assert row.details["why"].startswith("candidates neither beaten nor ruled out (1 of 2); the one reaching highest, "
+                                         "noisy")
+    # a candidate that the t-interval rules out but the sign-flip test does not (one seed below -margin):
+    # at 5 seeds, not a decided 'not beaten'
+    gated, cands = _cands(baseline=[0.02, 0.03, 0.025, 0.02, -0.006], cut=[-0.3, -0.25, -0.35, -0.3, -0.32])
+    row, = V.c3_training_beats_every_cut(gated, cands, model="g", variant="learned")
+    assert row.details["candidates"]["baseline"]["verdict"] == I and row.verdict == I
+    assert "sign-flip test does not confirm" in row.details["why"]
+    # one seed: not assessable, the lowest-mean candidate shown
+    gated, cands = _cands(baseline=[0.01], cut=[-0.2])
+    row, = V.c3_training_beats_every_cut(gated, cands, model="g", variant="learned")
+    assert row.verdict == I and row.details["why"].startswith("not assessable") and row.details["deciding_candidate"] == "baseline"
+
+
 def _ranks(shift, *, S=5, W=16, L=6, seed_sd=0.0, seed=0):
     rng = np.random.default_rng(seed)
     base = np.linspace(0.0, 2.0, L + 1)[None, None] + rng.normal(0, 0.05, (S, W, L + 1))
     return base, base + shift + rng.normal(0, seed_sd, (S, 1, 1))
+
+
+def test_gates_and_fixed_cuts_share_the_loss_clause():
+    """C3-training.misalignment (gates) and C2-training.cut-misalignment (a fixed cut) follow one rule: the
+    rank test decides only where the loss is not materially worse."""
+    before, after = _ranks(0.3)
+    loss = np.full((5, 16), 4.5)
+    worse = loss + np.linspace(0.2, 0.3, 5)[:, None]
+    open_ = loss + np.array([-0.07, 0.05, -0.02, 0.07, 0.16])[:, None]  # the token gate's +0.035 [-0.07, 0.14]
+    for fixed_cut, layers in ((False, range(1, 6)), (True, [5])):
+        kw = dict(after_layers=layers, model="g", variant="v", fixed_cut=fixed_cut, loss_before=loss)
+        cid = "C2-training.cut-misalignment" if fixed_cut else "C3-training.misalignment"
+        row, = V.training_misalignment(before, after, loss_after=worse, **kw)
+        _check([row])
+        assert row.claim_id == cid and row.verdict == N and row.details["loss_materially_worse"]
+        assert row.details["why"].startswith("not a mitigation: the loss is materially worse")
+        row, = V.training_misalignment(before, after, loss_after=open_, **kw)
+        assert row.verdict == I and row.details["why"].startswith("the rank rises, but whether the loss is materially "
+                                                                  "worse is open")
+        row, = V.training_misalignment(before, after, loss_after=loss - 0.01, **kw)
+        assert row.verdict == R and "the loss is not materially worse" in row.details["why"]
+        assert "does not make the model materially worse" in row.rule and "gates and fixed cuts alike" in row.rule
+    with pytest.raises(ValueError, match="loss_before and loss_after"):
+        V.training_misalignment(before, after, after_layers=[5], model="g", variant="v", loss_before=None,
+                                loss_after=None)
 
 
 def test_training_misalignment_outcomes_loss_and_not_applicable():

@@ -13,7 +13,9 @@ the share of resamples where it was.
 **Tests.** Paired one-sample t-test on per-unit differences (:func:`paired_ttest`), exact McNemar
 test on the discordant pairs of paired 0/1 outcomes (:func:`mcnemar_exact`; with a paired bootstrap
 CI over items: :func:`paired_accuracy`), Holm's step-down
-correction for a family of tests (:func:`holm`), an exact sign test (:func:`sign_test`).
+correction for a family of tests (:func:`holm`), an exact sign test (:func:`sign_test`), the exact
+paired sign-flip (randomisation) test (:func:`sign_flip_test`, with the smallest p it can give at n
+units, :func:`sign_flip_floor`, and the fewest units that can reach a level, :func:`sign_flip_units`).
 
 **Power.** Minimum detectable effects at 80% power (:func:`mde_paired_mean`,
 :func:`mde_paired_accuracy`) and the sample size needed for a given one (:func:`n_for_mde`).
@@ -228,6 +230,55 @@ def paired_ttest(diff, *, alternative: str = "two-sided") -> dict[str, float]:
         t = m / se
         p = float(_sp.ttest_1samp(d, 0.0, alternative=alternative).pvalue)
     return {"mean": m, "sd": sd, "se": se, "t": float(t), "df": n - 1, "p": p, "n": n}
+
+
+SIGN_FLIP_MAX_UNITS = 24  # exact enumeration of 2^n sign patterns: 16.8M at 24 units, in batches
+
+
+def sign_flip_floor(n: int) -> float:
+    """The smallest two-sided p the exact sign-flip test can give at ``n`` units: ``2 / 2^n`` (the
+    observed pattern and its mirror image; reached when every difference lies on one side of the null)."""
+    if n < 1:
+        raise ValueError(f"a sign-flip test needs at least 1 unit, got {n}")
+    return 2.0 ** (1 - n)
+
+
+def sign_flip_units(alpha: float) -> int:
+    """The fewest units at which the exact two-sided sign-flip test can give p < ``alpha`` (6 at 0.05)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    n = 1
+    while sign_flip_floor(n) >= alpha:
+        n += 1
+    return n
+
+
+def sign_flip_test(diff, *, null: float = 0.0) -> dict[str, Any]:
+    """The exact paired sign-flip (randomisation) test of per-unit differences against ``null``.
+
+    Under H0 each ``d_i - null`` is symmetric about 0, so its sign is a fair coin: the statistic, the
+    mean of ``d_i - null``, is recomputed for every one of the 2^n sign patterns (exact enumeration,
+    ``scipy.stats.permutation_test`` with one sample), and the two-sided p is the share of patterns
+    whose |mean| is at least the observed one (ties within floating-point tolerance count). No normality
+    is assumed. Returns ``p``, ``n``, ``patterns`` (2^n), ``floor`` (:func:`sign_flip_floor`) and
+    ``mean`` (of ``d - null``).
+    """
+    d = as_numpy(diff).reshape(-1) - float(null)
+    n = d.size
+    if n < 1:
+        raise ValueError("a sign-flip test needs at least 1 unit, got none")
+    if not np.all(np.isfinite(d)):
+        raise ValueError("the differences hold NaN or inf: check the run that produced them")
+    if n > SIGN_FLIP_MAX_UNITS:
+        raise ValueError(f"exact sign-flip enumeration is capped at {SIGN_FLIP_MAX_UNITS} units (2^n patterns), "
+                         f"got {n}: the t-test alone is the tool at that size")
+    if n == 1:  # both patterns have the observed |mean|
+        p = 1.0
+    else:
+        p = float(_sp.permutation_test((d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
+                                       n_resamples=np.inf, alternative="two-sided", vectorized=True,
+                                       batch=min(2 ** n, 1 << 16)).pvalue)
+    return {"p": min(1.0, p), "n": int(n), "patterns": 2 ** n, "floor": sign_flip_floor(n), "mean": float(d.mean())}
 
 
 def spread_of_means(x, *, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict[str, Any]:

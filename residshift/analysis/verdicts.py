@@ -37,9 +37,11 @@ otherwise (:func:`residshift.analysis.stats.combine_verdicts`). Claim ids: ``C1`
 
 **Trained models** (notebooks 06-08) have one more unit above the windows: the seed. Every training
 rule tests across seeds (:func:`seed_test`: a paired t-interval over the per-seed differences, with
-its minimum detectable effect in seed units), so the variation from training itself is what a
-mitigation is compared against; :func:`seed_reach` says whether each outcome can happen at a
-profile's seeds. An inconclusive row names why in ``details["why"]``.
+its minimum detectable effect in seed units, and beside it the exact paired sign-flip test, which a
+decided verdict also needs), so the variation from training itself is what a mitigation is compared
+against; :func:`seed_reach` says whether each outcome can happen at a profile's seeds within an effect
+the committed grid showed to be plausible (:data:`PLAUSIBLE_EFFECT_SDS`). Every training row says in
+``details["why"]`` what decided it.
 
 **Marks.** A rule may report a row that does not count as evidence for or against the paper
 (``details["evidence"]`` false, ``details["evidence_why"]``; :func:`is_evidence`): C1.late, a sanity
@@ -110,8 +112,9 @@ CLAIMS: dict[str, str] = {
                                 "layer (relative: the final block leads every other by a stated factor)",
     "C3-training.concentrates.material": "the attenuation that gates trained with the model put on the final "
                                          "layer is material (a stated minimum)",
-    "C3-training.misalignment": "gates trained with the model reduce the misalignment: the input token "
-                                "ranks lower between the edit and the output (log10 rank)",
+    "C3-training.misalignment": "gates trained with the model reduce the misalignment (the input token "
+                                "ranks lower between the edit and the output, log10 rank) without making "
+                                "the model materially worse",
     "C3-training.emergence-shift": "with gates trained with the model, the next token emerges earlier",
     "C2-training.cut-emergence-shift": "with a fixed cut trained with the model, the next token emerges earlier",
     "C2-training.cut-misalignment": "a fixed cut trained with the model reduces the misalignment (the input "
@@ -303,11 +306,22 @@ def load_verdicts(path) -> list[VerdictRow]:
 # --------------------------------------------------------------------------------------------
 
 
+def _derived(values: Mapping[str, Any]) -> dict[str, Any]:
+    """What a rule's text derives from its parameters: the sign-flip test's level (that of the
+    interval, ``1 - level``) and the fewest seeds that can reach it."""
+    level = values.get("level", LEVEL)
+    if not isinstance(level, (int, float)) or not 0 < level < 1:
+        return {}
+    sf_alpha = 1 - float(level)
+    return {"sf_alpha": sf_alpha, "sf_seeds": stats.sign_flip_units(sf_alpha)}
+
+
 def _rule(*templates: str) -> Callable:
     """Append the rule(s), filled with the function's default parameters, to its docstring."""
     def wrap(fn):
         defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()
                     if p.default is not inspect.Parameter.empty}
+        defaults = {**_derived(defaults), **defaults}
         text = "\n\n".join(textwrap.fill(t.format(**defaults), 96, initial_indent="    ",
                                          subsequent_indent="    ") for t in templates)
         fn.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n    Rule (default parameters):\n\n" + text + "\n"
@@ -1629,39 +1643,69 @@ def c4_benchmarks(before: Mapping[str, Any], after: Mapping[str, Any], *, model:
 # across seeds (Student t on S - 1 degrees of freedom), never a bootstrap over windows.
 
 MIN_SEEDS = 2  # a test across seeds needs at least two; one seed is "not assessable at this profile"
-PLAUSIBLE_LOSS_EFFECT = 0.5  # nats: larger training effects than this are not plausible at these sizes
-# (used only by the reachability check: an outcome that needs a larger effect cannot happen)
+# seed_reach's bound on a plausible effect, in paired seed-to-seed sds (an effect of k sds: a
+# standardized paired effect |mean d_s| / sd(d_s) of k). Measured, not chosen: the largest standardized
+# paired effect on the final validation loss of any edit in the committed default grid that keeps the
+# skip path (every alpha > 0 cut and both gates, each vs the baseline of its seed): 1.75, alpha = 0.5 at
+# block 4 (+0.150 nats, sd 0.085; figures/06-training-with-attenuation-verdicts.json, the
+# C2-training.late-cut candidates; tests/test_training_verdicts.py checks it against the committed
+# files). The next are 1.19 (the learned gates) and 1.16 (alpha = 0.5 at block 5). The alpha = 0 cuts
+# (2.5-7.2 sds) are left out: they remove the path, and the effects they show lie far outside any a
+# mitigation showed. Units-free, so it reads the rank and depth rows as it reads the loss rows.
+PLAUSIBLE_EFFECT_SDS = 1.75
 
 SEED_TEST = (
     "Unit: the seed (every variant of a seed starts from the same initialisation and sees the same "
     "data order). Per seed s, d_s = {what}, averaged over the evaluation {units}; statistic: the "
     "mean of d_s over the S seeds with a two-sided {level} Student-t interval on S - 1 degrees of "
-    "freedom (the paired t-test across seeds). ")
+    "freedom (the paired t-test across seeds); beside it the exact paired sign-flip (randomisation) "
+    "test: the mean recomputed under all 2^S sign patterns of the d_s, two-sided p (no normality "
+    "assumed; its p cannot fall below 2^(1-S), 0.0625 at 5 seeds). ")
 MATERIAL_RULE = (
-    "Claimed sign {claimed}: reproduced if the interval excludes 0 on the claimed side AND the "
-    "estimate is material (at least {margin} {unit} on that side); not reproduced if the interval "
-    "excludes every effect of {margin} {unit} or more on the claimed side; inconclusive otherwise, "
-    "with the reason (seeds disagree in sign / interval straddles the margin / underpowered: the "
-    "minimum detectable effect (t_(1-{alpha}/2) + t_{power}) sd(d)/sqrt(S) exceeds the margin). "
-    "Fewer than {min_seeds} seeds: not assessable at this profile.")
+    "Claimed sign {claimed}. The t rule: reproduced if the interval excludes 0 on the claimed side AND "
+    "the estimate is material (at least {margin} {unit} on that side); not reproduced if the interval "
+    "excludes every effect of {margin} {unit} or more on the claimed side. A decided verdict needs the "
+    "sign-flip test too: reproduced its p for the d_s against 0, not reproduced its p for the d_s "
+    "against the margin (d_s - {margin} on the claimed side), below {sf_alpha:g} -- or, with fewer "
+    "than {sf_seeds} seeds, where no p below {sf_alpha:g} exists, at its floor 2^(1-S) (every seed's "
+    "difference on the decided side): such a verdict rests on the t-interval, is not confirmed at "
+    "{sf_alpha:g} by the sign-flip test, and its row says so. Inconclusive otherwise, with the reason "
+    "(seeds disagree in sign / interval straddles the margin / the sign-flip test does not confirm the "
+    "t rule / underpowered: the minimum detectable effect (t_(1-{alpha}/2) + t_{power}) sd(d)/sqrt(S) "
+    "exceeds the margin). Fewer than {min_seeds} seeds: not assessable at this profile.")
+
+
+def _signflip_ok(p: float, floor: float, sf_alpha: float) -> bool:
+    """The sign-flip part of a decided verdict: p < ``sf_alpha`` where the seeds allow it, else p at its floor."""
+    return p < sf_alpha if floor < sf_alpha else p <= floor * (1 + 1e-9)
 
 
 def seed_test(d, *, sign: int, margin: float, level: float = LEVEL, alpha: float = TEST_ALPHA,
               power: float = POWER) -> dict[str, Any]:
-    """The paired t-test across seeds behind every training rule, with the material-improvement rule.
+    """The paired test across seeds behind every training rule: the t rule and the sign-flip test.
 
     ``d [n_seeds]``: one paired difference per seed; ``sign``: the claimed sign (+1: the claim says
-    ``d > 0``). Returns ``verdict``, ``why`` (for an inconclusive one; "" otherwise), ``estimate``,
-    ``lo``, ``hi`` (``level`` t-interval), ``sd``, ``t``, ``p`` (two-sided), ``df``, ``mde`` (two-sided
-    at ``alpha`` with ``power``), ``per_seed`` (the d_s) and ``n``.
+    ``d > 0``). The t rule (:data:`MATERIAL_RULE`) proposes a verdict (``t_verdict``); a decided one
+    stands only if the exact sign-flip test agrees: p of ``sign * d`` against 0 (``p_signflip``) for
+    reproduced, of ``sign * d - margin`` (``p_signflip_margin``) for not reproduced, below ``1 - level``
+    or, at fewer seeds than that needs (``signflip_seeds``: 6 at 0.95), at its floor ``2^(1-S)``
+    (``signflip_floor``: every seed on the decided side; ``signflip_confirms`` is then False: the
+    verdict rests on the t-interval). Returns ``verdict``, ``why`` (what decided it, for every
+    verdict), ``estimate``, ``lo``, ``hi`` (``level`` t-interval), ``sd``, ``t``, ``p`` (t, two-sided),
+    ``df``, ``mde`` (two-sided at ``alpha`` with ``power``), the sign-flip fields, ``per_seed`` (the d_s)
+    and ``n``.
     """
     if sign not in (1, -1):
         raise ValueError(f"sign must be +1 or -1, got {sign}")
     x = _arr(d, "per-seed differences", 1)
     S = x.size
+    sf_alpha = 1 - level
     out: dict[str, Any] = {"per_seed": x.tolist(), "n": S, "estimate": float(x.mean()) if S else None,
                            "lo": None, "hi": None, "sd": None, "t": None, "p": None, "df": S - 1, "mde": None,
-                           "margin": margin}
+                           "margin": margin, "t_verdict": None, "p_signflip": None, "p_signflip_margin": None,
+                           "signflip_floor": None, "signflip_alpha": sf_alpha,
+                           "signflip_seeds": stats.sign_flip_units(sf_alpha), "signflip_confirms": None,
+                           "signflip_note": ""}
     if S < MIN_SEEDS:
         return {**out, "verdict": INCONCLUSIVE,
                 "why": f"not assessable at this profile: {S} seed (a test across seeds needs >= {MIN_SEEDS})"}
@@ -1669,14 +1713,37 @@ def seed_test(d, *, sign: int, margin: float, level: float = LEVEL, alpha: float
     q = float(_sp_t.ppf((1 + level) / 2, S - 1))
     lo, hi = t["mean"] - q * t["se"], t["mean"] + q * t["se"]
     mde = stats.mde_paired_mean(t["sd"], S, alpha=alpha, power=power, sided="two")
-    out.update(lo=lo, hi=hi, sd=t["sd"], t=t["t"], p=t["p"], mde=mde)
+    p0 = stats.sign_flip_test(sign * x)["p"]
+    pm = stats.sign_flip_test(sign * x, null=margin)["p"]
+    floor = stats.sign_flip_floor(S)
+    out.update(lo=lo, hi=hi, sd=t["sd"], t=t["t"], p=t["p"], mde=mde, p_signflip=p0, p_signflip_margin=pm,
+               signflip_floor=floor)
     e, elo = sign * t["mean"], min(sign * lo, sign * hi)  # on the claimed side
     ehi = max(sign * lo, sign * hi)
-    if elo > 0 and e >= margin:
-        return {**out, "verdict": REPRODUCED, "why": ""}
-    if ehi < margin:
-        return {**out, "verdict": NOT_REPRODUCED, "why": ""}
     on_side = int((sign * x > 0).sum())
+    t_verdict = REPRODUCED if elo > 0 and e >= margin else NOT_REPRODUCED if ehi < margin else INCONCLUSIVE
+    out["t_verdict"] = t_verdict
+    iv = f"[{lo:.3g}, {hi:.3g}]"
+    if t_verdict != INCONCLUSIVE:
+        p_sf, against = (p0, "0") if t_verdict == REPRODUCED else (pm, f"the margin {margin:g}")
+        if _signflip_ok(p_sf, floor, sf_alpha):
+            confirms = floor < sf_alpha
+            out["signflip_confirms"] = confirms
+            said = ("excludes 0 on the claimed side, estimate material" if t_verdict == REPRODUCED
+                    else f"excludes every effect of {margin:g} or more on the claimed side")
+            note = (f"sign-flip p {p_sf:.3g} < {sf_alpha:g} against {against} confirms it" if confirms else
+                    f"rests on the t-interval: sign-flip p {p_sf:.3g} against {against} is the floor at {S} "
+                    f"seeds (every seed on the decided side), which cannot fall below {sf_alpha:g}: "
+                    f"{out['signflip_seeds']} seeds can")
+            return {**out, "verdict": t_verdict, "why": f"t-interval {iv} {said}; {note}", "signflip_note": note}
+        out["signflip_confirms"] = False
+        need = (f"< {sf_alpha:g}" if floor < sf_alpha else
+                f"at its floor {floor:.3g} at {S} seeds, every seed on the decided side")
+        why = (f"the sign-flip test does not confirm the t rule's '{t_verdict}' (interval {iv}; sign-flip p "
+               f"{p_sf:.3g} against {against}, needs {need})")
+        if 0 < on_side < S:
+            why += f"; seeds disagree: {on_side} of {S} on the claimed side"
+        return {**out, "verdict": INCONCLUSIVE, "why": why}
     if 0 < on_side < S:
         why = f"seeds disagree: {on_side} of {S} on the claimed side"
     elif elo > 0:
@@ -1688,35 +1755,66 @@ def seed_test(d, *, sign: int, margin: float, level: float = LEVEL, alpha: float
     return {**out, "verdict": INCONCLUSIVE, "why": why}
 
 
-def seed_reach(n_seeds: int, sd: float, *, margin: float, level: float = LEVEL,
-               plausible: float = PLAUSIBLE_LOSS_EFFECT) -> dict[str, Any]:
-    """Can :func:`seed_test` give each outcome at ``n_seeds`` seeds with seed-to-seed spread ``sd``?
-
-    On the claimed side: the smallest effect that would be reproduced, ``max(margin, q sd/sqrt(S))``,
-    and the largest that would be not reproduced, ``margin - q sd/sqrt(S)`` (q the t quantile), for
-    an observed mean equal to the effect. An outcome is reachable if its boundary lies within
-    ``plausible`` of 0. Returns ``reproduced_from``, ``not_reproduced_below``, ``reachable`` and
-    ``why`` (what is missing when not).
-    """
-    if n_seeds < MIN_SEEDS:
-        return {"reproduced_from": None, "not_reproduced_below": None, "reachable": False,
-                "why": f"{n_seeds} seed: needs >= {MIN_SEEDS}"}
+def _reach_at(n_seeds: int, sd: float, margin: float, level: float, plausible_sds: float) -> dict[str, Any]:
     half = float(_sp_t.ppf((1 + level) / 2, n_seeds - 1)) * sd / math.sqrt(n_seeds)
+    plausible = max(plausible_sds * sd, margin)
     rep, notrep = max(margin, half), margin - half
-    ok_rep, ok_not = rep <= plausible, notrep >= -plausible
-    why = "" if ok_rep and ok_not else (
-        f"with sd {sd:.3g} over {n_seeds} seeds the interval's half-width is {half:.3g}: "
-        + ("'reproduced' needs an effect over the plausible " if not ok_rep else
-           "'not reproduced' needs the opposite effect over the plausible ") + f"{plausible:g}")
-    return {"reproduced_from": rep, "not_reproduced_below": notrep, "reachable": ok_rep and ok_not, "why": why,
-            "half_width": half}
+    return {"half_width": half, "plausible": plausible, "reproduced_from": rep, "not_reproduced_below": notrep,
+            "ok_rep": rep <= plausible, "ok_not": notrep >= -plausible}
+
+
+MAX_REACH_SEEDS = 1000  # seed_reach searches this far for the seed count that reaches both outcomes
+
+
+def seed_reach(n_seeds: int, sd: float, *, margin: float, level: float = LEVEL,
+               plausible_sds: float = PLAUSIBLE_EFFECT_SDS) -> dict[str, Any]:
+    """Can :func:`seed_test` give each outcome at ``n_seeds`` seeds with paired seed-to-seed spread ``sd``?
+
+    On the claimed side, for an observed mean equal to the effect: the smallest effect that is
+    reproduced, ``max(margin, h)``, and the largest that is not reproduced, ``margin - h``, with
+    ``h = t_(S-1) sd/sqrt(S)`` the interval's half-width. An outcome is reachable if its boundary lies
+    within the plausible effect ``max(plausible_sds * sd, margin)`` of 0: ``plausible_sds``
+    (:data:`PLAUSIBLE_EFFECT_SDS`) is the largest standardized effect the committed grid measured for an
+    edit that keeps the skip path; an effect the size of the margin is always plausible (it is the
+    claim's own scale). So at the committed spreads (sd >> margin) reachability is a matter of seeds:
+    ``t_(S-1)/sqrt(S) <= plausible_sds`` (1.24 at 5 seeds, 2.48 at 3). The sign-flip part of the rule
+    does not move these boundaries: a mean of ``h`` or more leaves room for every seed on one side.
+    Returns ``reproduced_from``, ``not_reproduced_below``, ``half_width``, ``plausible``, ``reachable``,
+    ``seeds_needed`` (the fewest seeds that reach both at this spread, ``None`` beyond
+    :data:`MAX_REACH_SEEDS`), ``signflip_seeds`` (the fewest whose sign-flip test can confirm at
+    ``1 - level``) and ``why`` (what is missing when not reachable).
+    """
+    if sd is None or not math.isfinite(sd) or sd < 0:
+        raise ValueError(f"sd must be a finite spread >= 0, got {sd}: measure it over 2 or more seeds")
+    sf_seeds = stats.sign_flip_units(1 - level)
+    need = next((s for s in range(MIN_SEEDS, MAX_REACH_SEEDS + 1)
+                 if all(_reach_at(s, sd, margin, level, plausible_sds)[k] for k in ("ok_rep", "ok_not"))), None)
+    if n_seeds < MIN_SEEDS:
+        return {"reproduced_from": None, "not_reproduced_below": None, "half_width": None, "plausible": None,
+                "reachable": False, "seeds_needed": need, "signflip_seeds": sf_seeds,
+                "why": f"{n_seeds} seed: needs >= {MIN_SEEDS}"}
+    r = _reach_at(n_seeds, sd, margin, level, plausible_sds)
+    ok_rep, ok_not = r.pop("ok_rep"), r.pop("ok_not")
+    half, plausible = r["half_width"], r["plausible"]
+    why = ""
+    if not (ok_rep and ok_not):
+        missing = [w for w, ok in (("'reproduced' needs an effect of " + f"{r['reproduced_from']:.3g}", ok_rep),
+                                   ("'not reproduced' the opposite effect of " + f"{-r['not_reproduced_below']:.3g}",
+                                    ok_not)) if not ok]
+        why = (f"with sd {sd:.3g} over {n_seeds} seeds the interval's half-width is {half:.3g} ({half / sd:.2f} sd): "
+               + " and ".join(missing) + f", beyond the plausible {plausible:.3g} ({plausible_sds:g} paired sds, the "
+               "largest standardized effect the committed grid measured for an edit that keeps the skip path); "
+               + (f"{need} seeds reach both" if need else f"no seed count up to {MAX_REACH_SEEDS} reaches both"))
+    return {**r, "reachable": ok_rep and ok_not, "seeds_needed": need, "signflip_seeds": sf_seeds, "why": why}
 
 
 def no_test(n_seeds: int, margin: float, why: str) -> dict[str, Any]:
     """What a rule reports when it does not apply (not applicable / no such state): no estimate,
     no interval, no per-seed values; the row is inconclusive with ``why``."""
     return {"per_seed": None, "n": n_seeds, "estimate": None, "lo": None, "hi": None, "sd": None, "t": None,
-            "p": None, "df": n_seeds - 1, "mde": None, "margin": margin, "verdict": INCONCLUSIVE, "why": why}
+            "p": None, "df": n_seeds - 1, "mde": None, "margin": margin, "t_verdict": None, "p_signflip": None,
+            "p_signflip_margin": None, "signflip_floor": None, "signflip_alpha": None, "signflip_seeds": None,
+            "signflip_confirms": None, "signflip_note": "", "verdict": INCONCLUSIVE, "why": why}
 
 
 def per_seed_mean(x, name: str, n_units: int | None = None) -> np.ndarray:
@@ -1736,6 +1834,8 @@ def _paired_seeds(x, base, name: str) -> np.ndarray:
 def _seed_row(claim_id: str, test: Mapping[str, Any], *, model: str, variant: str | None, statistic: str,
               rule: str, source: str, n_windows: int | None = None, details: dict | None = None,
               verdict: str | None = None, why: str | None = None, unit: str = "nats") -> VerdictRow:
+    """One training row from a :func:`seed_test` (``verdict``/``why`` override the test's); every row,
+    decided or not, says in ``details["why"]`` what decided it."""
     v = test["verdict"] if verdict is None else verdict
     w = test["why"] if why is None else why
     return _row(claim_id, model=model, variant=variant, verdict=v, statistic=statistic,
@@ -1743,15 +1843,17 @@ def _seed_row(claim_id: str, test: Mapping[str, Any], *, model: str, variant: st
                 n=test["n"], rule=rule, source=source,
                 details={"unit": "seed", "per_seed_values": test["per_seed"], "sd": test["sd"], "t": test["t"],
                          "p": test["p"], "df": test["df"], "mde": test["mde"], "mde_unit": unit,
-                         "margin": test["margin"], "why": w if (v == INCONCLUSIVE or why) else "",
-                         "windows_per_seed": n_windows, **(details or {})})
+                         "margin": test["margin"], "t_verdict": test["t_verdict"], "p_signflip": test["p_signflip"],
+                         "p_signflip_margin": test["p_signflip_margin"], "signflip_floor": test["signflip_floor"],
+                         "signflip_seeds": test["signflip_seeds"], "signflip_confirms": test["signflip_confirms"],
+                         "why": w, "windows_per_seed": n_windows, **(details or {})})
 
 
 def _fmt_rule(head: str, *, what: str, claimed: str, margin: float, unit: str = "nats", units: str = "windows",
               level: float = LEVEL, alpha: float = TEST_ALPHA, power: float = POWER) -> str:
     return (head + " " + SEED_TEST.format(what=what, units=units, level=level)
             + MATERIAL_RULE.format(claimed=claimed, margin=margin, unit=unit, alpha=alpha, power=power,
-                                   min_seeds=MIN_SEEDS))
+                                   min_seeds=MIN_SEEDS, **_derived({"level": level})))
 
 
 C2_ALPHA0_RULE = (
@@ -1920,11 +2022,17 @@ C3_TRAINING_CUTS_RULE = (
     "C3-training.beats-best-cut. No selection step: the gates must beat EVERY trained fixed cut and "
     "the baseline (alpha = 1), so they beat the best of them whichever it is (an intersection-union "
     "test: no correction is needed). Per candidate c, d_s = gated - c of the same seed (mean over "
-    "windows), a two-sided {level} t-interval across seeds. Reproduced if every candidate's "
-    "interval lies below 0 and the gates beat the candidate with the lowest mean by at least "
-    "{margin} nats; not reproduced if some candidate's interval lies above -{margin} nats (an "
-    "improvement of {margin} nats or more over that candidate is ruled out); inconclusive "
-    "otherwise. Fewer than {min_seeds} seeds: not assessable.")
+    "windows) and the paired seed test of C3-training.beats-baseline (claimed sign negative, margin "
+    "{margin} nats): a two-sided {level} t-interval across seeds and the exact sign-flip test, a "
+    "decided verdict needing both (p < {sf_alpha:g}, or at its floor 2^(1-S), every seed on the decided "
+    "side, with fewer than {sf_seeds} seeds). Reproduced if every candidate's test is reproduced "
+    "(its interval below 0, the gates at least {margin} nats lower); not reproduced if some "
+    "candidate's test is not reproduced (its interval above -{margin} nats: an improvement of "
+    "{margin} nats or more over it is ruled out); inconclusive otherwise. Shown, named in the "
+    "statistic: the candidate that decides -- for not reproduced the one whose interval lies "
+    "furthest above -{margin}; for reproduced the one beaten by the least (highest upper end); "
+    "for inconclusive the open one whose interval reaches highest; every candidate's numbers are in "
+    "the details. Fewer than {min_seeds} seeds: not assessable.")
 
 
 @_rule(C3_TRAINING_CUTS_RULE)
@@ -1932,34 +2040,56 @@ def c3_training_beats_every_cut(gated, candidates: Mapping[str, Any], *, model: 
                                 margin: float = LOSS_MARGIN, level: float = LEVEL, min_seeds: int = MIN_SEEDS,
                                 source: str = "") -> list[VerdictRow]:
     """Gates vs every fixed cut and the baseline: ``candidates`` name -> ``[n_seeds, n_windows]``
-    final validation losses (include ``"baseline"``), ``gated`` the same shape, paired by seed."""
+    final validation losses (include ``"baseline"``), ``gated`` the same shape, paired by seed.
+
+    The row's estimate and interval are those of the candidate that decides the verdict
+    (``details["deciding_candidate"]``, named in the statistic), and ``details["why"]`` says how it
+    decided; ``details["best_candidate"]`` is the candidate with the lowest mean loss."""
     if not candidates:
         raise ValueError("no candidate given: pass the baseline and the fixed cuts")
     names = list(candidates)
     tests = {n: seed_test(_paired_seeds(gated, candidates[n], f"gated vs {n}"), sign=-1, margin=margin, level=level)
              for n in names}
     best = min(names, key=lambda n: per_seed_mean(candidates[n], n).mean())
-    head = tests[best]
-    S = head["n"]
+    S = tests[best]["n"]
+    k = len(names)
+
+    def shown(n):
+        t = tests[n]
+        return f"{n}: {t['estimate']:+.3g} nats [{t['lo']:.3g}, {t['hi']:.3g}]"
+
     if S < min_seeds:
-        verdict, why = INCONCLUSIVE, head["why"]
-    elif all(t["hi"] < 0 for t in tests.values()) and head["estimate"] <= -margin:
-        verdict, why = REPRODUCED, ""
-    elif any(t["lo"] > -margin for t in tests.values()):
-        verdict, why = NOT_REPRODUCED, ""
+        decider, verdict = best, INCONCLUSIVE
+        why = tests[best]["why"]
+        role = "the lowest-mean candidate"
     else:
-        verdict = INCONCLUSIVE
-        why = "some candidate's interval straddles the margin"
-        if head["mde"] is not None and head["mde"] > margin:
-            why += f"; underpowered: MDE {head['mde']:.3g} > margin {margin:g} at {S} seeds"
-    rule = C3_TRAINING_CUTS_RULE.format(level=level, margin=margin, min_seeds=min_seeds)
-    per = {n: {"mean": t["estimate"], "lo": t["lo"], "hi": t["hi"], "per_seed_values": t["per_seed"]}
-           for n, t in tests.items()}
-    return [_seed_row("C3-training.beats-best-cut", head, model=model, variant=variant,
-                      statistic=f"final validation loss, gated - the lowest-mean candidate ({best}) (nats, mean "
-                            "over seeds)", rule=rule, source=source,
-                      n_windows=_per_seed(gated, "gated losses").shape[1],
-                      details={"best_candidate": best, "candidates": per}, verdict=verdict, why=why)]
+        ruled_out = [n for n in names if tests[n]["verdict"] == NOT_REPRODUCED]
+        open_ = [n for n in names if tests[n]["verdict"] == INCONCLUSIVE]
+        if ruled_out:
+            decider, verdict = max(ruled_out, key=lambda n: tests[n]["lo"]), NOT_REPRODUCED
+            role = "the candidate the gates do not beat"
+            why = (f"not beaten: {shown(decider)} lies above -{margin:g} "
+                   + (f"({len(ruled_out)} of {k} candidates do)" if len(ruled_out) > 1 else "(the only candidate that does)")
+                   + f"; {tests[decider]['signflip_note']}")
+        elif not open_:
+            decider, verdict = max(names, key=lambda n: tests[n]["hi"]), REPRODUCED
+            role = "the candidate beaten by the least"
+            why = (f"every one of the {k} candidates beaten (interval below 0, at least {margin:g} lower); by the "
+                   f"least {shown(decider)}; {tests[decider]['signflip_note']}")
+        else:
+            decider, verdict = max(open_, key=lambda n: tests[n]["hi"]), INCONCLUSIVE
+            role = "the open candidate reaching highest"
+            why = (f"candidates neither beaten nor ruled out ({len(open_)} of {k}); the one reaching highest, "
+                   f"{shown(decider)}: {tests[decider]['why']}")
+    rule = C3_TRAINING_CUTS_RULE.format(level=level, margin=margin, min_seeds=min_seeds, **_derived({"level": level}))
+    per = {n: {"mean": t["estimate"], "lo": t["lo"], "hi": t["hi"], "per_seed_values": t["per_seed"],
+               "verdict": t["verdict"], "p_signflip": t["p_signflip"], "p_signflip_margin": t["p_signflip_margin"],
+               "why": t["why"]} for n, t in tests.items()}
+    return [_seed_row("C3-training.beats-best-cut", tests[decider], model=model, variant=variant,
+                      statistic=f"final validation loss, gated - {decider} ({role}) (nats, mean over seeds)",
+                      rule=rule, source=source, n_windows=_per_seed(gated, "gated losses").shape[1],
+                      details={"deciding_candidate": decider, "best_candidate": best, "candidates": per},
+                      verdict=verdict, why=why)]
 
 
 MISALIGNMENT_TRAINING_RULE = (
@@ -1968,11 +2098,13 @@ MISALIGNMENT_TRAINING_RULE = (
     "logit is scaled or shifted), averaged over the states after the edit and before the output, "
     "{after}. d_s = that average with the edit minus without it, same seed, mean over the lens "
     "windows.")
-CUT_MITIGATION_CLAUSE = (
-    " A fixed cut counts as a mitigation only if it does not make the model materially worse: when "
-    "the paired loss test across seeds (claimed sign positive, margin {loss_margin} nats) says the "
-    "cut's loss is materially worse, the row is not reproduced ('loss materially worse'); when that "
-    "test is inconclusive, so is the row.")
+MITIGATION_LOSS_CLAUSE = (
+    " An edit counts as a mitigation only if it does not make the model materially worse, one "
+    "condition for gates and fixed cuts alike: the paired seed test above (t-interval and sign-flip "
+    "test) on the loss of the same windows, d_s = loss with the edit - without it, claimed sign "
+    "positive, margin {loss_margin} nats. When it says reproduced (the loss is materially worse), the "
+    "row is not reproduced ('not a mitigation'); when the rank test says reproduced and the loss "
+    "test is inconclusive, the row is inconclusive; otherwise the rank test decides.")
 
 
 def _rank_after(curves, layers: Sequence[int]) -> np.ndarray:
@@ -1982,25 +2114,29 @@ def _rank_after(curves, layers: Sequence[int]) -> np.ndarray:
 
 
 @_rule(MISALIGNMENT_TRAINING_RULE.replace("{claim_id}", "C3-training.misalignment / C2-training.cut-misalignment")
-       .replace("{after}", "h_(b+1)..h_(L-1)") + " " + SEED_TEST + MATERIAL_RULE + CUT_MITIGATION_CLAUSE)
+       .replace("{after}", "h_(b+1)..h_(L-1)") + " " + SEED_TEST + MATERIAL_RULE + MITIGATION_LOSS_CLAUSE)
 def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int], model: str, variant: str,
-                          loss_before=None, loss_after=None, fixed_cut: bool = False,
+                          loss_before, loss_after, fixed_cut: bool = False,
                           margin: float = MISALIGNMENT_MARGINS["logrank"], loss_margin: float = LOSS_MARGIN,
                           level: float = LEVEL, source: str = "", what: str = "edited - baseline",
                           units: str = "windows", claimed: str = "positive (the input token ranks lower)",
                           unit: str = "log10 rank", alpha: float = TEST_ALPHA, power: float = POWER,
                           min_seeds: int = MIN_SEEDS) -> list[VerdictRow]:
-    """Does the edit make the input token less decodable on the layers it leaves before the output?
+    """Does the edit make the input token less decodable on the layers it leaves before the output,
+    without making the model materially worse?
 
     ``before_rank``, ``after_rank``: ``[n_seeds, n_windows, L+1]`` lens ``logrank_input`` curves of
     the baseline and the edited model, seed s paired with seed s, the same windows. ``after_layers``:
     the residual states between the edit and the output (``h_(b+1)..h_(L-1)`` for a cut at block b;
     ``h_1..h_(L-1)`` for gates at every block); empty: not applicable (reported, inconclusive).
-    ``loss_before``/``loss_after``: ``[n_seeds, n_windows]`` losses on the same windows (reported;
-    for ``fixed_cut`` they decide whether the cut counts as a mitigation).
+    ``loss_before``/``loss_after``: ``[n_seeds, n_windows]`` losses on the same windows; they decide
+    whether the edit counts as a mitigation, for gates and fixed cuts alike.
     Claim id ``C3-training.misalignment`` (gates) or ``C2-training.cut-misalignment`` (a fixed cut).
     """
     cid = "C2-training.cut-misalignment" if fixed_cut else "C3-training.misalignment"
+    if loss_before is None or loss_after is None:
+        raise ValueError(f"{cid} needs loss_before and loss_after (the losses on the lens windows): an edit "
+                         "counts as a mitigation only if its loss is not materially worse")
     b, a = _arr(before_rank, "before_rank", 3), _arr(after_rank, "after_rank", 3)
     if a.shape != b.shape:
         raise ValueError(f"before and after curves differ in shape: {b.shape} vs {a.shape} (same seeds, windows)")
@@ -2009,16 +2145,14 @@ def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int
     if any(not 1 <= l <= L - 1 for l in idx):
         raise ValueError(f"after_layers must lie within 1..{L - 1} (after the edit, before the output h_{L})")
     after = f"h_{idx[0]}..h_{idx[-1]}" if idx else "none"
-    rule = _fmt_rule(MISALIGNMENT_TRAINING_RULE.format(claim_id=cid, after=after), what=what, claimed=claimed,
-                     margin=margin, unit=unit, level=level)
-    if fixed_cut:
-        rule += CUT_MITIGATION_CLAUSE.format(loss_margin=loss_margin)
+    rule = (_fmt_rule(MISALIGNMENT_TRAINING_RULE.format(claim_id=cid, after=after), what=what, claimed=claimed,
+                      margin=margin, unit=unit, level=level)
+            + MITIGATION_LOSS_CLAUSE.format(loss_margin=loss_margin))
     details: dict[str, Any] = {"after_layers": idx}
-    loss_test = None
-    if loss_before is not None and loss_after is not None:
-        loss_test = seed_test(_paired_seeds(loss_after, loss_before, "loss_after"), sign=1, margin=loss_margin,
-                              level=level)
-        details["loss_change"] = {k: loss_test[k] for k in ("estimate", "lo", "hi", "per_seed", "verdict")}
+    loss_test = seed_test(_paired_seeds(loss_after, loss_before, "loss_after"), sign=1, margin=loss_margin,
+                          level=level)
+    details["loss_change"] = {k: loss_test[k] for k in ("estimate", "lo", "hi", "per_seed", "verdict", "why",
+                                                        "p_signflip", "p_signflip_margin")}
     if not idx:
         test = no_test(b.shape[0], margin, f"not applicable: no residual state lies between the edit and the "
                                            f"output h_{L}")
@@ -2029,15 +2163,17 @@ def training_misalignment(before_rank, after_rank, *, after_layers: Sequence[int
                      power=power)
     verdict, why = test["verdict"], test["why"]
     details.update(before=float(_rank_after(b, idx).mean()), after=float(_rank_after(a, idx).mean()))
-    if fixed_cut:
-        if loss_test is None:
-            raise ValueError("a fixed cut's mitigation row needs loss_before and loss_after")
-        if loss_test["verdict"] == REPRODUCED:
-            verdict = NOT_REPRODUCED
-            why = f"not a mitigation: the loss is materially worse ({loss_test['estimate']:+.3g} nats)"
-            details["loss_materially_worse"] = True
-        elif verdict == REPRODUCED and loss_test["verdict"] == INCONCLUSIVE:
-            verdict, why = INCONCLUSIVE, f"the rank rises, but whether the loss is materially worse is open ({loss_test['why']})"
+    loss = (f"{loss_test['estimate']:+.3g} nats [{loss_test['lo']:.3g}, {loss_test['hi']:.3g}]"
+            if loss_test["lo"] is not None else "no interval")
+    details["loss_materially_worse"] = loss_test["verdict"] == REPRODUCED
+    if loss_test["verdict"] == REPRODUCED:
+        verdict = NOT_REPRODUCED
+        why = f"not a mitigation: the loss is materially worse ({loss}; {loss_test['why']})"
+    elif verdict == REPRODUCED and loss_test["verdict"] == INCONCLUSIVE:
+        verdict, why = INCONCLUSIVE, f"the rank rises, but whether the loss is materially worse is open ({loss}: {loss_test['why']})"
+    else:
+        why += ("; the loss is not materially worse (" if loss_test["verdict"] == NOT_REPRODUCED else
+                "; whether the loss is materially worse is open (") + f"{loss})"
     return [_seed_row(cid, test, model=model, variant=variant,
                       statistic=f"input-token log10 rank over {after}, edited - baseline (mean over seeds)",
                       rule=rule, source=source, n_windows=b.shape[1], details=details, verdict=verdict, why=why,

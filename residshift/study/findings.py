@@ -113,7 +113,8 @@ def _number(x) -> bool:
 
 def reason(row: VerdictRow) -> str:
     """Why a row came out as it did, where it says: the rule's ``details["why"]`` (every inconclusive
-    row of notebooks 06-08; some not-reproduced ones too, e.g. 'not a mitigation'). For an
+    row of notebooks 06-08, and the decided rows of the rules built on ``verdicts.seed_test``, which
+    say what decided them, e.g. 'not a mitigation' or a verdict resting on the t-interval). For an
     inconclusive row whose rule recorded no reason (notebooks 03-05), what its own fields show:
     seeds that disagree or are all inconclusive (``per_seed``), parts of a joint claim that are
     inconclusive (C1), layers neither quiet nor busy (C1.middle), a curve that does not rise or an

@@ -947,9 +947,9 @@ def persistence_lines(table: pd.DataFrame) -> list[str]:
 
 def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
     """Per variant vs the baseline, seeds as the unit: ``verdicts.training_misalignment`` (gates:
-    C3-training.misalignment; a fixed cut: C2-training.cut-misalignment, which also asks that the
-    loss is not materially worse) and ``verdicts.training_emergence_shift`` (not applicable for an
-    alpha = 0 cut, which forces it)."""
+    C3-training.misalignment; a fixed cut: C2-training.cut-misalignment; both ask that the loss on the
+    lens windows is not materially worse) and ``verdicts.training_emergence_shift`` (not applicable for
+    an alpha = 0 cut, which forces it)."""
     S = seeds(P)
     rb, nb = _stack(lenses, "baseline", "logrank_input", S), _stack(lenses, "baseline", "top1_next", S)
     lb = -_stack(lenses, "baseline", "logprob_next", S)[:, :, -1]
