@@ -44,11 +44,13 @@ def test_mixed_states_disagreement_as_plainly_as_agreement():
     check_length(lines)
     assert lines[0] == "Of the 5 verdicts on 3 claims of the paper, 2 are reproduced, 2 not reproduced and 1 inconclusive."
     assert lines[1] == "Reproduced, agreeing with the paper: C1.early for gemma (logit lens, tuned lens)."
-    assert lines[2] == ("Not reproduced, disagreeing with the paper: C1.early for smol (logit lens); "
-                        "C2.late-cut for smol.")
-    assert lines[3] == ("Inconclusive, neither confirming nor contradicting the paper: C2.layer-sensitive for smol: "
-                        "interval straddles the margin.")
-    assert len(lines) == 4  # every outcome occurs: no 'none ...' sentence
+    assert lines[2] == "Not reproduced, disagreeing with the paper: C1.early for smol (logit lens)."
+    # rows about frozen models test the paper's claims in a setting it does not report: no disagreement
+    assert lines[3] == ("Does not hold on the frozen models (our test in a setting the paper does not report; no "
+                        "disagreement with its trained-model results): C2.late-cut for smol.")
+    assert lines[4] == ("Inconclusive on the frozen models (a setting the paper does not report): C2.layer-sensitive "
+                        "for smol: interval straddles the margin.")
+    assert len(lines) == 5  # every outcome occurs: no 'none ...' sentence
 
 
 def test_none_reproduced():
@@ -58,10 +60,10 @@ def test_none_reproduced():
     check_length(lines)
     assert lines[0] == "Of the 3 verdicts on 2 claims of the paper, 2 are not reproduced and 1 inconclusive."
     assert "C3.concentrates everywhere it was tested (2 rows: m)" in lines[1]
-    assert lines[-1] == "None agrees with the paper."
+    assert lines[-1] == "None holds on the frozen models."
     only_not = findings.run_shows(rows[:2])
-    assert only_not[0].startswith("Not one of the 2 verdicts on 1 claim of the paper reproduces it")
-    assert only_not[-1] == "None agrees with the paper, and none is left open."
+    assert only_not[0] == "Not one of the 2 verdicts on 1 claim of the paper holds on the frozen models (a setting the paper does not report)."
+    assert only_not[-1] == "None holds on the frozen models, and none is left open."
 
 
 def test_all_inconclusive_grouped_by_reason():
@@ -235,3 +237,20 @@ def test_the_saved_verdicts_read_in_a_few_sentences(path):
     assert "no reason recorded" not in " ".join(lines), "an inconclusive row says no reason"
     table = findings.claims_table(rows)
     assert len(table) == len(rows) and table.index.is_unique
+
+
+def test_frozen_model_rows_neither_agree_nor_disagree_with_the_paper():
+    from residshift.analysis.verdicts import NOT_REPRODUCED, REPRODUCED, VerdictRow
+    from residshift.study import findings
+
+    def row(cid, verdict):
+        return VerdictRow(model="m", variant=None, claim_id=cid, claim="c", verdict=verdict, statistic="s",
+                          estimate=None, ci=(None, None), level=None, n=1, rule="r", details={"why": "x"})
+
+    lines = findings.run_shows([row("C2.late-cut", NOT_REPRODUCED), row("C2.layer-sensitive", NOT_REPRODUCED)])
+    assert "disagreeing with the paper" not in " ".join(lines) and "frozen models" in lines[0]
+    mixed = findings.run_shows([row("C2.late-cut", NOT_REPRODUCED), row("C2-training.late-cut", NOT_REPRODUCED),
+                                row("C3.concentrates", REPRODUCED)])
+    assert any(line.startswith("Not reproduced, disagreeing with the paper: C2-training.late-cut") for line in mixed)
+    assert any(line.startswith("Does not hold on the frozen models") and "C2.late-cut" in line for line in mixed)
+    assert any(line.startswith("Holds on the frozen models") and "C3.concentrates" in line for line in mixed)

@@ -37,6 +37,22 @@ _LEAD = {REPRODUCED: "Reproduced, agreeing with the paper: ",
 _NONE = {REPRODUCED: "none agrees with the paper", NOT_REPRODUCED: "none disagrees with the paper",
          INCONCLUSIVE: "none is left open"}
 NO_REASON = "no reason recorded (see the rule)"
+# Rows about frozen pretrained models (notebooks 04-05: C2.*, C3.*). The paper reports its attenuation
+# results for models trained with the edit, so these rows test its claims in a setting it does not
+# report: they neither agree nor disagree with it, and say so.
+_LEAD_FROZEN = {REPRODUCED: "Holds on the frozen models (our test in a setting the paper does not report): ",
+                NOT_REPRODUCED: "Does not hold on the frozen models (our test in a setting the paper does not report; "
+                                "no disagreement with its trained-model results): ",
+                INCONCLUSIVE: "Inconclusive on the frozen models (a setting the paper does not report): "}
+
+
+_NONE_FROZEN = {REPRODUCED: "none holds on the frozen models", NOT_REPRODUCED: "none fails on the frozen models",
+                INCONCLUSIVE: "none is left open"}
+
+
+def is_frozen_model_row(row: VerdictRow) -> bool:
+    """A row about attenuation on a frozen pretrained model (C2.* / C3.*, not the ``-training`` claims)."""
+    return row.claim_id.split(".")[0] in ("C2", "C3")
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,6 +332,9 @@ def run_shows(rows, *, extra: Iterable[str] = ()) -> list[str]:
                  "claims."]
     elif present == [REPRODUCED]:
         lines = [f"All {on} of the paper reproduce it." if n > 1 else f"The {on} of the paper reproduces it."]
+    elif present == [NOT_REPRODUCED] and all(is_frozen_model_row(r) for r in rows):
+        lines = [f"Not one of the {on} of the paper holds on the frozen models (a setting the paper does not "
+                 "report)."]
     elif present == [NOT_REPRODUCED]:
         lines = [f"Not one of the {on} of the paper reproduces it: every one disagrees with the paper."]
     elif present == [INCONCLUSIVE]:
@@ -329,8 +348,12 @@ def run_shows(rows, *, extra: Iterable[str] = ()) -> list[str]:
     if left and rows:
         lines[0] = lines[0][:-1] + f" ({left} more {'is' if left == 1 else 'are'} reported but not counted as evidence)."
     for v in present:
-        lines.append(_LEAD[v] + "; ".join(_items(rows, labels, v)) + ".")
-    absent = [_NONE[v] for v in OUTCOME_ORDER if not counts[v]]
+        for frozen, lead in ((False, _LEAD[v]), (True, _LEAD_FROZEN[v])):
+            keep = [i for i, r in enumerate(rows) if is_frozen_model_row(r) == frozen]
+            if any(rows[i].verdict == v for i in keep):
+                lines.append(lead + "; ".join(_items([rows[i] for i in keep], [labels[i] for i in keep], v)) + ".")
+    none = _NONE_FROZEN if all(is_frozen_model_row(r) for r in rows) else _NONE
+    absent = [none[v] for v in OUTCOME_ORDER if not counts[v]]
     if absent and rows:
         text = ", and ".join(absent)
         lines.append(text[0].upper() + text[1:] + ".")
