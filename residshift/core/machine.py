@@ -20,7 +20,9 @@ import torch
 # steps at the default shape: with this setting the final weights are bit-identical on an Intel Xeon
 # (avx512_fp16 class; torch 2.11) and an AMD EPYC (torch 2.13), and identical to the EPYC's default;
 # without it the Xeon's differ (benchmarks/cpu-repro-*.json; the cost there was 1.27x per step, none
-# on the EPYC). oneMKL reads the variable at its first call, so it must be set before any matrix
+# on the EPYC). A whole grid run (baseline, seed 1: 350 steps with its evaluations) trained on both came
+# out with the same weights and validation loss (benchmarks/cpu-repro-grid-run.json). CPUs without
+# AVX-512 run ATen's own kernels on AVX2 and round differently again (the ATEN_CPU_CAPABILITY row there). oneMKL reads the variable at its first call, so it must be set before any matrix
 # product runs in the process: `python -m residshift` sets it first thing, and the Makefile exports it.
 REPRODUCIBLE_KERNELS = {"MKL_CBWR": "AVX2,STRICT"}
 
