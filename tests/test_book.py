@@ -82,6 +82,33 @@ def test_progress_widgets_become_their_last_text():
     assert nb.cells[0].outputs[0]["data"] == {"text/plain": "sweep: 100% |" + "█" * 20 + "| 4/4 [00:01<00:00]"}
 
 
+def _stream(name, text):
+    return nbformat.v4.new_output("stream", name=name, text=text)
+
+
+def test_stream_outputs_coalesce_to_one_stderr_block_showing_the_last_state():
+    cell = nbformat.v4.new_code_cell("sweep()")
+    for model in ("a", "b", "c"):  # a tqdm bar per model on stderr, a printed line per model on stdout
+        cell.outputs += [_stream("stderr", f"\r{model} sweep:   0%|  | 0/4"),
+                         _stream("stderr", f"\r{model} sweep:  50%|# | 2/4"),
+                         _stream("stderr", f"\r{model} sweep: 100%|##| 4/4"),
+                         _stream("stdout", f"{model}: done\n"), _stream("stderr", "\n")]
+        cell.outputs += [_stream("stderr", "\rfit:   0%|  | 0/2"), _stream("stderr", "\r" + " " * 30),
+                         _stream("stderr", "\r")]  # a bar that clears itself (leave=False) shows nothing
+    cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/plain": "figure"}))
+    quiet = nbformat.v4.new_code_cell("fit()")
+    quiet.outputs = [_stream("stderr", "\rfit: 0%"), _stream("stderr", "\r    \r"), _stream("stdout", "ok\n")]
+    nb = _nb(cell, quiet)
+    book.coalesce_streams(nb)
+    assert [(o.output_type, o.get("name")) for o in nb.cells[0].outputs] == [
+        ("stream", "stderr"), ("stream", "stdout"), ("display_data", None)]
+    assert nb.cells[0].outputs[0].text == "a sweep: 100%|##| 4/4\nb sweep: 100%|##| 4/4\nc sweep: 100%|##| 4/4\n"
+    assert nb.cells[0].outputs[1].text == "a: done\nb: done\nc: done\n"
+    assert [(o.output_type, o.get("name")) for o in nb.cells[1].outputs] == [("stream", "stdout")]
+    body, _ = book._exporter().from_notebook_node(nb, resources={"book_nav": ""})
+    assert body.count('data-mime-type="application/vnd.jupyter.stderr"') == 1
+
+
 def test_missing_executed_notebooks_name_the_command(tmp_path):
     with pytest.raises(book.BookError, match="residshift run --profile smoke"):
         book.build_book("smoke", executed=tmp_path, out=tmp_path / "site")
@@ -202,6 +229,8 @@ PAGE_PROBE = r"""(() => {
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.href),
     ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
     math: document.querySelectorAll('math').length,
+    stderr: Array.from(document.querySelectorAll('.jp-Cell')).map(c =>
+      c.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]').length),
     tex: (prose.match(/\$\$|\\[A-Za-z]{2,}/g) || []).slice(0, 5),
     sources: Array.from(document.querySelectorAll('script[src], link[href], iframe[src]'))
                   .map(e => e.src || e.href),
@@ -225,7 +254,8 @@ def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
     exe, site, executed, seconds = smoke_site
     pages = sorted(p.name for p in site.glob("*.html"))
     stems = [p.stem for p in sorted(executed.glob("*.ipynb")) if book.NOTEBOOK.match(p.name)]
-    assert pages == sorted(["index.html", "figures.html", "instructor.html"] + [f"{s}.html" for s in stems])
+    assert pages == sorted(["index.html", "summary.html", "figures.html", "instructor.html"]
+                           + [f"{s}.html" for s in stems])
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -245,6 +275,12 @@ def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
 
                 shot = browser.call("Page.captureScreenshot", format="png")
                 SCREENSHOT.write_bytes(base64.b64decode(shot["data"]))
+            if page == "summary.html":  # the handout prints on one page
+                import base64
+                import re
+
+                pdf = base64.b64decode(browser.call("Page.printToPDF", preferCSSPageSize=True)["data"])
+                summary_pages = len(re.findall(rb"/Type\s*/Page\b", pdf))
             for href in probe["links"]:
                 url = urllib.parse.urldefrag(href).url
                 if url.startswith(base) and url.endswith(".html"):
@@ -258,6 +294,7 @@ def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
     for page, probe in probes.items():
         problems += [f"{page}: image without pixels {i['src']}" for i in probe["images"] if i["w"] <= 0]
         problems += [f"{page}: raw TeX {t!r}" for t in probe["tex"]]
+        problems += [f"{page}: {n} stderr blocks in cell {i}" for i, n in enumerate(probe["stderr"]) if n > 1]
         for href in probe["links"]:
             url, frag = urllib.parse.urldefrag(href)
             if not url.startswith(base):
@@ -289,6 +326,11 @@ def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
     text = (site / "index.html").read_text()
     assert text.count('<figure class="key-figure">') == len(stems)
     assert "<table" in text.split('id="results"', 1)[1], "the generated results tables are missing"
+    assert summary_pages == 1, f"summary.html prints on {summary_pages} pages"
+    summary = (site / "summary.html").read_text()
+    assert summary.count('<section class="claim"') >= 3 and summary.count('<figure>') >= 3
+    keyed = {s for s in stems if 'id="token-key"' in (site / f"{s}.html").read_text()}
+    assert keyed and keyed == {s for s in stems if book.shows_tokens(nbformat.read(executed / f"{s}.ipynb", 4))}
     assert SCREENSHOT.stat().st_size > 10_000
     size = sum(p.stat().st_size for p in site.rglob("*") if p.is_file())
     print(f"\nbook: {len(pages)} pages, {size / 2**20:.1f} MiB, built in {seconds:.1f} s; "
@@ -331,3 +373,140 @@ def test_instructor_page_reads_the_measured_exercise_costs(tmp_path):
     costs = book.exercise_costs(path)
     assert "122 s" in book._exercise_cost(costs["06-x"][2]) and "homework" in book._exercise_cost(costs["06-x"][2])
     assert book._exercise_cost(None) == "" and book.exercise_costs(tmp_path / "none.json") == {}
+
+
+def test_token_key_explains_every_glyph_the_token_maps_use_and_goes_on_pages_that_show_tokens():
+    from residshift.study import tour
+
+    key = dict(tour.token_key())
+    for glyph in ("␣door", "␣×4", "↵", "⇥", "∅", "⟨EE⟩", "⟨06⟩", "⟨U+200D⟩", "inter…", "&#"):
+        assert key.get(glyph), f"no meaning for {glyph!r}"
+    assert len(key) == len(tour.TOKEN_KEY)  # each notation shown once
+    page = book.token_key_html()
+    assert "<dt><code>⟨EE⟩</code></dt>" in page and "<dt><code>&amp;#</code></dt>" in page
+
+    assert book.shows_tokens(_nb(nbformat.v4.new_code_cell("fig, numbers = tour.trajectory_map(name, entry)")))
+    assert book.shows_tokens(_nb(nbformat.v4.new_code_cell("show = token_text (tok, 3)")))
+    assert not book.shows_tokens(_nb(nbformat.v4.new_markdown_cell("`token_text(tok, i)` shows a token"),
+                                     nbformat.v4.new_code_cell("my_token_text(1); tour.slug('a')")))
+    body, _ = book._exporter().from_notebook_node(_nb(nbformat.v4.new_code_cell("1")),
+                                                  resources={"book_nav": "", "book_token_key": page})
+    assert body.count('class="token-key"') == 1
+    body, _ = book._exporter().from_notebook_node(_nb(nbformat.v4.new_code_cell("1")), resources={"book_nav": ""})
+    assert 'class="token-key"' not in body
+
+
+def test_summary_page_groups_the_saved_verdicts_by_claim_with_one_figure_each(tmp_path):
+    from residshift.analysis.verdicts import CLAIMS, VerdictRow
+
+    def row(model, variant, cid, verdict, **details):
+        return VerdictRow(model=model, variant=variant, claim_id=cid, claim=CLAIMS[cid], verdict=verdict,
+                          statistic="mean", estimate=0.123, ci=(0.1, 0.2), level=0.95, n=7, rule=f"{cid}. a rule",
+                          details=details).as_dict()
+
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    (fig / "04-attenuation-sweep-verdicts.json").write_text(json.dumps([
+        row("model-x", "block 3", "C2.late-cut", "not reproduced"),
+        row("model-x", "block 3", "C2.layer-sensitive", "reproduced", evidence=False, evidence_why="a check"),
+        row("model-y", None, "C2.late-cut", "inconclusive", pre_registered_verdict="reproduced")]))
+    (fig / "07-learned-gates-and-benchmarks-verdicts.json").write_text(json.dumps([
+        row("trained", "learned", "C4.benchmarks", "reproduced")]))
+    (fig / "09-old-verdicts.json").write_text(json.dumps({"rows": []}))  # an older layout: named, not shown
+    groups, skipped = book.summary_tables(fig)
+    assert list(groups) == ["C2", "C4"] and skipped == ["09-old-verdicts.json"]
+    assert groups["C2"].claims == ["C2.late-cut", "C2.layer-sensitive"]
+    assert list(groups["C2"].rows) == [("04", "model-x", "block 3"), ("04", "model-y", "–")]
+
+    site = tmp_path / "site"
+    (site / "figures").mkdir(parents=True)
+    (site / "figures" / book.SUMMARY_FIGURES["C2"][0]).write_bytes(b"png")  # C4's figure is missing
+    page = book._summary_page("smoke", [], fig, site)
+    c2, c4 = page.split('id="C2"')[1].split('id="C4"')
+    assert c2.count("<tr><td>04</td>") == 2 and f'src="figures/{book.SUMMARY_FIGURES["C2"][0]}"' in c2
+    assert '<span class="v-not-reproduced" title="not reproduced; mean 0.123 [0.1, 0.2], n = 7">✗</span>' in c2
+    assert ">✓°</span>" in c2 and ">?*</span>" in c2  # not evidence; a post-hoc rule
+    assert "not produced yet" in c4 and ">✓</span>" in c4 and "<img" not in c4
+    assert CLAIMS["C2.late-cut"] in c2 and "09-old-verdicts.json" in page
+    assert "summary-page" in page and '<a href="summary.html">' not in page  # no link to itself
+
+
+def test_instructor_page_states_the_class_profiles_measured_times(tmp_path, monkeypatch):
+    """The class profile's times come from its own RUNS.json (build/class/figures, or committed as
+    benchmarks/RUNS-class.json), never from the committed figures/RUNS.json; the page sums 00-03."""
+    from residshift.study import book
+
+    assert book.committed_runs("class").name == "RUNS-class.json"
+    assert "not measured yet" in book._class_line({})
+    entry = lambda s, load=None: {"wall_s": s, "finished": "2027-01-01T00:00:00Z",  # noqa: E731
+                                  "machine": {"load_1min_at_start": load}}
+    some = {"class": {"00-models-and-data": entry(90.0, 2.4), "01-the-causal-shift": entry(30.0)}}
+    line = book._class_line(some)
+    assert "00 1.5 min, 01 0.5 min" in line and "02, 03 not measured yet" in line and "load average was up to 2.4" in line
+    every = {"class": {f"0{i}-x": entry(60.0 * (i + 1)) for i in range(4)}}
+    assert "(10.0 min in all)" in book._class_line(every)
+    # the runs a page reads: the class profile's own record, merged with the others
+    (tmp_path / "class").mkdir()
+    (tmp_path / "class" / "RUNS.json").write_text(json.dumps(every))
+    merged = book._runs(["smoke", "class", "default", "paper"], [tmp_path / "class" / "RUNS.json"])
+    assert set(merged) == {"class"}
+
+
+def _solved(number, title, question, outputs, *, failed=False):
+    heading = nbformat.v4.new_markdown_cell(f"### Exercise {number} — {title}\n\n{question}")
+    cell = nbformat.v4.new_code_cell(f"if show_solutions:\n    answer_{number}()", metadata={"tags": ["solution"]},
+                                     execution_count=number)
+    cell.outputs = outputs
+    cell.metadata["papermill"] = {"status": "failed" if failed else "completed", "duration": 1.0}
+    return [heading, cell]
+
+
+def test_answer_key_renders_each_question_and_its_executed_solution_folded(tmp_path):
+    """The instructor page's answer key, from synthetic executed notebooks of build/exercises/: the
+    question (MathML), the solution's code and outputs (text, tables, images written beside the page,
+    a raised assert with its last line) folded in <details>, the time measured at default beside it."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (4, 3), "red").save(png, format="PNG")
+    folder = tmp_path / "exercises"
+    folder.mkdir()
+    nb = _nb(nbformat.v4.new_markdown_cell("# 05 · Learned gates\n\nSummary."),
+             nbformat.v4.new_markdown_cell("## Exercises"),
+             *_solved(1, "Start at $\\alpha = 1$", "Fit the clamp gates for $n$ steps.",
+                      [nbformat.v4.new_output("stream", name="stdout", text="after 80 steps 3.1234\n"),
+                       nbformat.v4.new_output("display_data", data={
+                           "image/png": base64.b64encode(png.getvalue()).decode(), "text/plain": "<Figure>"})]),
+             *_solved(2, "Which tokens", "List them.",
+                      [nbformat.v4.new_output("execute_result", data={"text/html": "<table><tr><td>tok</td></tr></table>",
+                                                                      "text/plain": "df"}, execution_count=2),
+                       nbformat.v4.new_output("error", ename="AssertionError", evalue="means differ",
+                                              traceback=["\x1b[0;31mAssertionError\x1b[0m: means differ"])],
+                      failed=True))
+    nbformat.write(nb, folder / "05-learned-gates.ipynb")
+    costs = {"05-learned-gates": {1: {"exercise": 1, "seconds": 84.0, "ran": True, "homework": True, "passed": True}}}
+    site = tmp_path / "site"
+    chapters = [book.Chapter(path=tmp_path / "05-learned-gates.ipynb", number="05", title_html="05",
+                             summary_html="", page="05-learned-gates.html")]
+    page = book.answer_key_html(folder, chapters=chapters, costs=costs, site=site)
+
+    assert 'id="answer-key"' in page and '<a href="05-learned-gates.html">' in page
+    first, second = page.split("<h4>")[1:]
+    assert "Exercise 1 — Start at <math" in first and "Fit the clamp gates for <math" in first
+    question, folded = first.split('<details class="book-solution answer">')
+    assert "84 s of solution at default; homework" in folded and "answer check passed" in folded
+    assert "answer_1()" in folded and "after 80 steps 3.1234" in folded
+    img = folded.split('<img src="')[1].split('"')[0]
+    assert (site / img).is_file() and Image.open(site / img).size == (4, 3)
+    assert "<table><tr><td>tok</td></tr></table>" in second and "not timed at default yet" in second
+    assert "answer check failed: AssertionError: means differ" in second and "\x1b" not in second
+    assert page.count("<details") == page.count("</details>") == 2
+
+
+def test_answer_key_without_executed_solutions_names_the_command(tmp_path):
+    page = book.answer_key_html(tmp_path / "none", costs={})
+    assert 'id="answer-key"' in page and "<code>make exercises</code>" in page and "<details" not in page
+    assert "No executed solutions" in page

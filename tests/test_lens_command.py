@@ -46,7 +46,9 @@ def test_lens_on_a_local_folder_writes_every_output(tmp_path, capsys):
                             tmp_path, capsys)
     assert status == 0, cap.err
     summary = _written(out)
-    assert (out / "trajectory-2.png").is_file() and "tied: yes" in summary
+    maps = sorted(p.name for p in out.glob("trajectory-2*.png"))  # one map, or its token / layer ranges
+    assert maps and (out / "trajectory-2.json").is_file() and "tied: yes" in summary
+    assert all(m in summary for m in maps)
     c1 = json.loads((out / "c1.json").read_text())
     assert {r["claim_id"] for r in c1["rows"]} >= {"C1.early", "C1.middle", "C1.late", "C1", "C1.depth"}
     meta = json.loads((out / "request.json").read_text())
@@ -95,6 +97,15 @@ def test_lens_on_a_trained_gpt_run_folder_and_a_gguf_file(tmp_path, capsys):
     write_gguf(tmp_path / "m.gguf", model, tok)
     out = tmp_path / "gguf-out"
     assert main(["lens", str(tmp_path / "m.gguf"), "--text", TEXT, *FAST, "--out", str(out)]) == 0
+    _written(out)
+
+    untied, _ = models.build_tiny("tiny-llama", seed=4, tie_word_embeddings=False)
+    write_gguf(tmp_path / "u.gguf", untied, tok, tied=False)
+    assert main(["lens", str(tmp_path / "u.gguf"), "--text", TEXT, *FAST, "--out", str(tmp_path / "x")]) == 2
+    assert "--decoder" in capsys.readouterr().err and not (tmp_path / "x").exists()
+    out = tmp_path / "untied-out"
+    assert main(["lens", str(tmp_path / "u.gguf"), "--decoder", "output", "--text", TEXT, *FAST,
+                 "--out", str(out)]) == 0, capsys.readouterr().err
     _written(out)
 
 

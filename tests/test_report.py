@@ -62,8 +62,8 @@ def test_provenance_names_commits_run_times_and_uncommitted_outputs(tmp_path):
         "07-c": {"wall_s": 30.0, "peak_rss_mib": 512, "commit": "abc1234", "code_dirty": False,
                  "results_written": 0, "machine": {"cpus": 2, "load_1min_at_start": 0.5}}}}))
     text = report.section_provenance(fig, tmp_path)
-    assert "| `03-a` | 1.5 | 2048 | 1.2 | 3 | 1.1: `lenses = fit(x / y)` | abc1234 | 2 | abc1234 | default |" in text
-    assert "| `07-c` | 0.5 | 512 | 0.5 | 0 (all cached) | – | abc1234 | 0 | – | – |" in text  # a warm rerun
+    assert "| `03-a` | 1.5 | 2048 | 1.2 | 3 | 1.1: `lenses = fit(x / y)` | – | abc1234 | 2 | abc1234 | default |" in text
+    assert "| `07-c` | 0.5 | 512 | 0.5 | 0 (all cached) | – | – | abc1234 | 0 | – | – |" in text  # a warm rerun
     assert "2 CPU cores, Some CPU (amx_bf16)" in text
     assert "| `04-…` | – |" in text and "def5678-dirty" in text
     assert "**1 outputs do not come from committed code**" in text
@@ -235,3 +235,57 @@ def test_scale_section_names_a_missing_input(tmp_path):
     assert text == report._missing("Scale of the C2–C4 training verdicts",
                                    "figures/08-misalignment-after-mitigation-regimes.json")
     assert "not produced yet" in text
+
+
+def test_tuned_lens_benchmark_names_both_recipes_and_how_each_fit_ended():
+    def fit(steps, unconverged):
+        return {"steps": steps, "seconds": 100.0, "load": [1.0, 2.0], "unconverged": unconverged,
+                "converged_by_step": None if unconverged else steps}
+
+    m = {"profile": "default", "layers": 4, "cpu": {"cpu": "Test CPU"}, "cpu_count": 2,
+         "config": {"batch": 4, "window": 64, "train_windows": 256, "train_vocab": 2048, "eval_every": 25,
+                    "es_windows": 2, "val_windows": 3, "lr": 1e-3},
+         "sgd_config": {"lr": 1e-3}, "start": {"windows": 64, "seconds": 6.0},
+         "sgd": fit(600, [0, 2]), "lstsq": fit(825, []), "lstsq_below_sgd_at": 4,
+         "val_kl_mean": {"logit": 16.0, "sgd": 3.9, "start": 2.0, "lstsq": 1.45}}
+    part = report._tuned_lens_benchmark({"models": {"m": m}})
+    assert "Test CPU" in part and "2 of 4 layers still improving at the cap (h_l, l = 0, 2)" in part
+    assert "every layer converged by step 825" in part and "**1.45**" in part and "at 4 of 4 layers" in part
+    assert "predates the closed-form start" in report._tuned_lens_benchmark({"model": "m", "per_step_s": [1]})
+
+
+def test_grid_section_adds_throughput_and_perplexity_when_saved(tmp_path):
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    grid = {"runs": 4, "variants": 2, "seeds": 2, "tokens_per_run": 1000, "precision": "fp32", "train_seconds": 120.0,
+            "seconds_per_run": 30.0, "tokens_per_s": {"mean": 800.0, "min": 600.0, "max": 1000.0},
+            "machine": {"cpu": "Some CPU", "threads": 2, "native_bf16": []}}
+    (fig / "06-training-with-attenuation-grid.json").write_text(json.dumps(grid))
+    old = report.section_grid(fig, tmp_path)  # a grid saved before issue 37: as before, nothing added
+    assert "800 tokens/s on average" in old and "best run" not in old and "perplexities" not in old
+    grid["throughput"] = {"runs": 4, "mean": 800.0, "best": 1000.0, "share_of_best": 0.8, "gap": 200.0,
+                          "between": 150.0, "within": 50.0, "between_share": 0.75, "within_share": 0.25,
+                          "variance_between_share": 0.9, "load": {"runs": 0}, "overhead_share": None,
+                          "per_variant": {"fast": {"mean": 950.0, "min": 900.0, "max": 1000.0, "runs": 2},
+                                          "slow": {"mean": 650.0, "min": 600.0, "max": 700.0, "runs": 2}}}
+    (fig / "06-training-with-attenuation-grid.json").write_text(json.dumps(grid))
+    metric = {"mean": 12.3456, "sd": 0.5}
+    big = {"mean": 1234567.8, "sd": 4321.0}
+    (fig / "06-training-with-attenuation-perplexity.json").write_text(json.dumps({
+        "corpus": "wikitext-2-validation", "metrics": {"sliding_ppl": "sliding, per token",
+                                                      "doc_bits_per_byte": "lm-eval, bits per byte"},
+        "sliding": {"context": 32, "stride": 16, "windows": 4, "windows_total": 900},
+        "lm_eval": {"max_length": 32, "documents": 2, "documents_total": 60},
+        "metric_order": ["sliding_ppl", "doc_bits_per_byte"],
+        "per_variant": {"baseline": {"sliding_ppl": metric, "doc_bits_per_byte": {"mean": 2.5, "sd": None},
+                                     "seeds": 1},
+                        "big": {"sliding_ppl": big, "doc_bits_per_byte": metric, "seeds": 2}}}))
+    text = report.section_grid(fig, tmp_path)
+    assert "80% of its best run's" in text and "variant explains 75%" in text and "no run recorded the load" in text
+    assert "| `fast` | 2 | 950 | 900-1,000 |" in text
+    grid["throughput"]["variants"] = ["slow", "fast"]  # the grid's order (the saved JSON's keys are sorted)
+    (fig / "06-training-with-attenuation-grid.json").write_text(json.dumps(grid))
+    text = report.section_grid(fig, tmp_path)
+    assert text.index("| `slow` |") < text.index("| `fast` |")
+    assert "| `baseline` | 1 | 12.35 ± 0.50 | 2.50 |" in text and "windows of 32 tokens" in text
+    assert "| `big` | 2 | 1,234,568 ± 4,321 | 12.35 ± 0.50 |" in text

@@ -586,3 +586,37 @@ def test_a_killed_or_stopped_run_keeps_the_last_finished_copy(tmp_path):
         proc.stderr.close()
     assert (out / "00-slow.ipynb").read_bytes() == old and not partial.exists()
     assert not list((build / runner.IPYTHON_DIRS).glob("run-*"))
+
+
+def test_only_the_default_profile_writes_the_committed_figures(monkeypatch, tmp_path):
+    from residshift.core.paths import figures_dir
+
+    monkeypatch.delenv("RESIDSHIFT_FIGURES", raising=False)
+    out = tmp_path / "build" / "class"
+    assert runner.run_figures_dir("default", out) == figures_dir()
+    for profile in ("smoke", "class", "paper"):
+        assert runner.run_figures_dir(profile, tmp_path / profile) == tmp_path / profile / "figures"
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "elsewhere"))
+    assert runner.run_figures_dir("class", out) == runner.run_figures_dir("default", out) == tmp_path / "elsewhere"
+
+
+def test_a_class_run_records_beside_its_own_figures_not_the_committed_ones(books, tmp_path, monkeypatch):
+    """A lecture run (profile class) writes its figures, MANIFEST.json and RUNS.json under its output
+    folder: the committed figures/ and figures/RUNS.json are left as they were."""
+    from residshift.core.paths import REPO_ROOT
+
+    folder, seen = books
+    monkeypatch.delenv("RESIDSHIFT_FIGURES", raising=False)
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
+    committed = REPO_ROOT / "figures" / "RUNS.json"
+    before = committed.read_bytes() if committed.is_file() else None
+    probe = tmp_path / "figures-env.txt"
+    _notebook(folder / "02-third.ipynb", 'profile = "default"',
+              f"import os\nopen({str(probe)!r}, 'w').write(os.environ['RESIDSHIFT_FIGURES'])")
+    out = tmp_path / "build" / "class"
+    runner.run_notebooks("class", only=["00", "02"], folder=folder, output_dir=out, log=lambda *a, **k: None)
+    assert json.loads(seen.read_text())["ppl_windows"] == profiles.get("class")["ppl_windows"]
+    assert probe.read_text() == str(out / "figures")  # where save_figure writes in the kernel
+    runs = runner.load_runs(out / "figures" / "RUNS.json")
+    assert set(runs) == {"class"} and set(runs["class"]) == {"00-first", "02-third"}
+    assert (committed.read_bytes() if committed.is_file() else None) == before

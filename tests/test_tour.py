@@ -233,12 +233,15 @@ def test_trajectory_map_is_readable_and_its_numbers_are_the_labels(tiny_llama):
     import matplotlib.pyplot as plt
 
     entry = tour.decode_sentences(tiny_llama, ["Hello there, world.", "One, two, three."])
-    fig, numbers = tour.trajectory_map("tiny-llama", entry)
+    figs, numbers = tour.trajectory_map("tiny-llama", entry)
     try:
-        sizes = [t.get_fontsize() for t in fig.findobj(plt.Text) if t.get_text()]
+        assert {part.split("-tokens")[0] for part in figs} == {"sentence-1", "sentence-2"}  # long ones cut
+        assert all(fig.get_figwidth() <= tour.SLIDE_INCHES[0] and fig.get_figheight() <= tour.SLIDE_INCHES[1]
+                   for fig in figs.values())
+        sizes = [t.get_fontsize() for fig in figs.values() for t in fig.findobj(plt.Text) if t.get_text()]
         assert min(sizes) >= tour.MAP_FONT
     finally:
-        plt.close(fig)
+        plt.close("all")
     tok = tiny_llama.tokenizer
     for s, got in zip(entry["sentences"], numbers["sentences"]):
         assert got["labels"] == lens.classify_decoded(s["top1"], s["ids"]).tolist()
@@ -252,16 +255,19 @@ def test_trajectory_map_draws_the_shown_tokens_in_cells_and_axis_alike(tiny_llam
     import matplotlib.pyplot as plt
 
     entry = tour.decode_sentences(tiny_llama, ["Tower and the door \u3011 here"])
-    fig, numbers = tour.trajectory_map("tiny-llama", entry)
+    figs, numbers = tour.trajectory_map("tiny-llama", entry)
     try:
-        ax = fig.axes[0]
-        cells = [t.get_text() for t in ax.texts]
-        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        axes = [fig.axes[0] for fig in figs.values()]  # one sentence, maybe cut into token ranges
+        cells = [[t.get_text() for t in ax.texts] for ax in axes]
+        ticks = [t.get_text() for ax in axes for t in ax.get_xticklabels()]
+        ax = axes[0]
         yticks = ax.get_yticks()
     finally:
-        plt.close(fig)
+        plt.close("all")
     got = numbers["sentences"][0]
-    assert cells == [c for row in got["top1_shown"] for c in row]
+    cuts = [len(ax.get_xticks()) for ax in axes]
+    starts = np.cumsum([0, *cuts])
+    assert cells == [[c for row in got["top1_shown"] for c in row[a:b]] for a, b in zip(starts, starts[1:])]
     assert [t.split("\n")[0] for t in ticks] == got["tokens_shown"]
     assert "␣" in got["tokens_shown"] and "⟨E3⟩" in got["tokens_shown"]   # ' ' and the bytes of 】
     assert not [t for t in cells + ticks if "\ufffd" in t or "\\x" in t or "\\u" in t]
@@ -314,8 +320,8 @@ def test_sentence_explorer_draws_the_readers_sentence_and_names_bad_input(tiny_l
     import ipywidgets
 
     explorer = tour.SentenceExplorer({"tiny": tiny_llama}, max_tokens=30)
-    fig, numbers = explorer.draw("Hello there, reader.", "tiny")
-    assert numbers["sentences"][0]["sentence"] == "Hello there, reader." and len(fig.axes) >= 1
+    figs, numbers = explorer.draw("Hello there, reader.", "tiny")
+    assert numbers["sentences"][0]["sentence"] == "Hello there, reader." and all(f.axes for f in figs.values())
     with pytest.raises(ValueError, match="type a sentence"):
         explorer.draw("   ", "tiny")
     with pytest.raises(ValueError, match="choose one of tiny"):
@@ -330,3 +336,224 @@ def test_sentence_explorer_draws_the_readers_sentence_and_names_bad_input(tiny_l
     assert text.value == "A first try." and list(menu.options) == ["tiny"]
     text.value = ""  # redraws: says what to do instead of raising (outside a kernel, on stdout)
     assert "type a sentence" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------------
+# "What this run found": three sentences per notebook, computed from its numbers
+# --------------------------------------------------------------------------------------------
+
+
+def _found_00_inputs(untied: bool = True):
+    rows = [{"name": "a", "tied_same_tensor": True, "write_probe_diff": 0.0, "decoder": "tied",
+             "head_vs_embedding_rel_dist": 0.0, "head_vs_embedding_row_cos": 1.0},
+            {"name": "b", "tied_same_tensor": True, "write_probe_diff": 0.0, "decoder": "tied",
+             "head_vs_embedding_rel_dist": 0.0, "head_vs_embedding_row_cos": 1.0}]
+    if untied:
+        rows.append({"name": "c", "tied_same_tensor": False, "write_probe_diff": 1.0, "decoder": "output",
+                     "head_vs_embedding_rel_dist": 0.0746, "head_vs_embedding_row_cos": 0.99719})
+    models_table = pd.DataFrame(rows).set_index("name")
+    names = list(models_table.index)
+    ppl = pd.DataFrame([{"model": n, "ppl": p, "ppl_se": se, "uniform_ppl": u, "windows": 16}
+                        for n, p, se, u in zip(names, (27.44, 24.5, 20.74), (3.19, 2.71, 1.65),
+                                               (49152, 262144, 151936))]).set_index("model")
+    corpora = pd.DataFrame([
+        {"corpus": "wikitext-2", "split": "validation", "words": 1000,
+         **{f"tokens[{n}]": t for n, t in zip(names, (1228, 1206, 1202))}},
+        {"corpus": "wikitext-2", "split": "test", "words": 10, **{f"tokens[{n}]": 99 for n in names}},
+        {"corpus": "piqa", "split": "validation", "words": None, **{f"tokens[{n}]": None for n in names}}])
+    return models_table, ppl, corpora
+
+
+def test_models_found_states_the_tie_check_perplexity_ratio_and_tokens_per_word():
+    lines = tour.models_found(*_found_00_inputs(), corpus="wikitext-2", split="validation")
+    assert len(lines) == 3 and all(isinstance(x, str) and "\n" not in x for x in lines)
+    tie, perp, per_word = lines
+    assert tie.startswith("Tie check: a and b tie their embeddings") and "c is untied" in tie
+    assert "output matrix" in tie and "0.075" in tie and "0.9972" in tie
+    assert "16 windows of wikitext-2 validation" in perp
+    assert "a 27.4 ± 3.2 of 49,152, ratio 0.00056" in perp        # 27.44 / 49152
+    assert "b 24.5 ± 2.7 of 262,144, ratio 9.3e-05" in perp        # 24.5 / 262144
+    assert "c 20.7 ± 1.6 of 151,936, ratio 0.00014" in perp
+    assert "(1,000 words)" in per_word and "a 1.228; b 1.206; c 1.202" in per_word  # not the test split's
+
+
+def test_models_found_with_every_model_tied_and_one_window():
+    models_table, ppl, corpora = _found_00_inputs(untied=False)
+    ppl = ppl.assign(ppl_se=float("nan"), windows=1)
+    ppl.loc["b", ["ppl", "uniform_ppl"]] = [260.9, 259]   # a random model: about the uniform guess
+    tie, perp, _ = tour.models_found(models_table, ppl, corpora, corpus="wikitext-2", split="validation")
+    assert "untied" not in tie and "a and b tie" in tie
+    assert "a 27.4 (no standard error: one window)" in perp and "on 1 window of" in perp
+    assert "b 260.9 (no standard error: one window) of 259, ratio 1.0" in perp
+    with pytest.raises(ValueError, match="no running-text row for piqa"):
+        tour.models_found(models_table, ppl, corpora, corpus="piqa", split="validation")
+
+
+def _curves(rin, rnext, *, spread=2.0):
+    L = len(rin) - 1
+    numbers = {"model": "m", "sentence": "A b c.", "n_layers": L, "positions": 5,
+               "rank_input_median": rin, "rank_next_median": rnext,
+               "rank_input_q1": [r / spread for r in rin], "rank_input_q3": [r * spread for r in rin],
+               "rank_next_q1": [r / spread for r in rnext], "rank_next_q3": [r * spread for r in rnext],
+               "logprob_input_median": [-float(r) for r in rin], "logprob_next_median": [-float(r) for r in rnext]}
+    numbers["events"] = tour.crossings(numbers, L)
+    return numbers
+
+
+def test_shift_found_names_the_fall_the_rise_and_the_crossing():
+    # input leaves the top at layer 1 (median 115); next is 20 there: the curves cross between 0 and 1
+    numbers = _curves([1, 115, 56, 30, 468], [35603, 20, 8, 3, 1])
+    lines = tour.shift_found(numbers)
+    assert len(lines) == 3 and all("\n" not in x for x in lines)
+    first, second, third = lines
+    assert first.startswith("m on 'A b c.' (5 analysed positions)")
+    assert "leaves the top-1 at layer 1 of 4, where its median rank is 115 (IQR 57.5–230)" in first
+    assert "best median rank from there on is 30, at layer 3" in first
+    assert "35,603 (IQR 17,801.5–71,206) at layer 0" in second and "20 (IQR 10–40) at layer 1" in second
+    assert "within the top 10 first at layer 2" in second and "is 1 first at layer 4 of 4" in second
+    crossing = numbers["events"]["rank crossing"]["layer"]
+    assert 0 < crossing <= 1
+    assert f"cross at layer {crossing:g} of 4" in third
+    assert "at layer 1 the median ranks are 115 (IQR 57.5–230) for the input token and 20 (IQR 10–40)" in third
+    assert third.endswith("neither token is the top choice there.")
+
+
+def test_shift_found_when_the_curves_never_cross():
+    numbers = _curves([1, 2, 3], [500, 400, 300])
+    first, second, third = tour.shift_found(numbers)
+    assert "leaves the top-1 at layer 1 of 2, where its median rank is 2" in first
+    assert "within the top 10 at no layer" in second
+    assert "is 1 at no layer (at layer 2 it is 300 (IQR 150–600))" in second
+    assert third.startswith("The median rank curves never cross in layers 0..2")
+    assert "input token's median rank is 3 (IQR 1.5–6) and the next token's 300" in third
+    stays = tour.shift_found(_curves([1, 1, 1], [9, 9, 9]))
+    assert len(stays) == 3 and "top choice (median rank 1) at every layer 0..2" in stays[0]
+
+
+def test_trajectories_found_states_per_model_input_share_flip_and_quiet_band():
+    shares = {
+        # L = 4, 10 positions: input gone above layer 0, next outnumbers it from layer 1, quiet 1..3
+        "s": {"n_layers": 4, "positions": 10, "input": [0.8, 0.0, 0.0, 0.0, 0.0], "next": [0.0, 0.1, 0.1, 0.2, 0.6]},
+        # input survives to layer 2 (0.4 at layer 1), next only wins at the top, no quiet layer
+        "g": {"n_layers": 4, "positions": 10, "input": [1.0, 0.4, 0.6, 0.5, 0.0], "next": [0.0, 0.2, 0.0, 0.1, 0.7]},
+        # next never outnumbers input
+        "n": {"n_layers": 3, "positions": 8, "input": [1.0, 0.25, 0.125, 0.125], "next": [0.0, 0.0, 0.125, 0.0]},
+    }
+    lines = tour.trajectories_found(shares)
+    assert len(lines) == 3 and all("\n" not in x for x in lines)
+    inputs, flips, bands = lines
+    assert "s 0.00 (0 of 10 positions) at every layer 1..4, against 0.80 at layer 0" in inputs
+    assert "g 0.60 (6 of 10 positions) at layer 2 of 4, against 1.00 at layer 0" in inputs
+    assert "n 0.25 (2 of 8 positions) at layer 1 of 3" in inputs
+    assert "s layer 1 of 4, where 1 of 10 positions decodes the next token and 0 the input" in flips
+    assert "g layer 4 of 4, where 7 of 10 positions decode the next token and 0 the input" in flips
+    assert "n never in layers 0..3" in flips
+    assert "s layers 1..3 of 4 (3 layers, relative depth 0.25–0.75)" in bands
+    assert "g none" in bands and "n layers 1..2 of 3 (2 layers" in bands
+    table = tour.regime_table(shares)   # the table and the sentences read the same events
+    assert table.loc["s", "longest run of them"] == "1..3" and table.loc["g", "longest run of them"] == "none"
+    assert table.loc["s", "first l with next > input"] == 1 and pd.isna(table.loc["n", "first l with next > input"])
+
+
+# --------------------------------------------------------------------------------------------
+# 01: one curve, three answers; block 0's write
+# --------------------------------------------------------------------------------------------
+
+
+def _sentence(loaded, text="The cat sat on the mat, and the dog sat on the log."):
+    lm, tok, info = loaded
+    ids = lens.encode(tok, info, text)
+    return info, forward.collect_residuals(lm, info, ids), ids
+
+
+def _same(value, expected):
+    """A depth as curve_numbers stores it (rounded to 3 places; None: never) against a float."""
+    if expected is None:
+        return value is None
+    return value is not None and value["layer"] == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_one_curve_marks_notebook_03s_three_depths(tiny, name):
+    import matplotlib.pyplot as plt
+    from residshift.analysis import stats
+
+    info, hs, ids = _sentence(tiny[name])
+    num = tour.curve_numbers(info, hs, ids, model=name, sentence="s", n_boot=20, seed=0)
+    ref = lens.reference_metrics(info, hs, ids)          # the oracle's per-position columns [L+1, 1, P]
+    for metric in tour.ONE_CURVE_METRICS:
+        a, b = (ref[f"{metric}_{w}"][:, 0].double().mean(1).numpy() for w in lens.WHICH)
+        entry = num["metrics"][metric]
+        assert entry["input"] == pytest.approx(a.tolist(), abs=1e-5)
+        emergence = stats.halfway_point(b[1:])            # C1.depth: half-way from h_1 to h_L
+        assert _same(entry["fade"], stats.halfway_point(a))
+        assert _same(entry["crossing"], stats.crossing_point(a, b, orientation=lens.ORIENTATION[metric]))
+        assert _same(entry["emergence"], None if emergence is None else emergence + 1)
+        for kind in tour.DEPTH_KINDS:
+            e = entry[kind]
+            assert e is None or e["l/L"] == pytest.approx(e["layer"] / info.n_layers, abs=1e-3)
+    fig, numbers = tour.one_curve({name: num})
+    assert numbers[name]["depths"]["metric"] == "top1"
+    for ax, metric in zip(fig.axes, tour.ONE_CURVE_METRICS):
+        marked = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if len(set(ln.get_xdata())) == 1)
+        expected = sorted(num["metrics"][metric][k]["layer"] for k in tour.DEPTH_KINDS if num["metrics"][metric][k])
+        assert marked == pytest.approx(expected)
+        texts = " ".join(t.get_text() for t in ax.texts)
+        assert all(tour.DEPTH_LABEL[k] in texts for k in tour.DEPTH_KINDS if num["metrics"][metric][k])
+    plt.close(fig)
+    assert json_ready(numbers) == numbers
+
+
+def test_one_curve_draws_a_marker_per_event_with_its_label_on_hand_made_depths():
+    import matplotlib.pyplot as plt
+
+    depth = lambda x: {"layer": x, "l/L": x / 4, "lo": None, "hi": None}  # noqa: E731
+    entry = {"input": [0, 1, 2, 3, 3], "next": [3, 2, 2, 1, 0], "fade": depth(1.5), "crossing": depth(1.0),
+             "emergence": None}
+    num = {"n_layers": 4, "positions": 3, "metrics": {"logrank": entry, "top1": {**entry, "emergence": depth(3.5)}}}
+    fig, numbers = tour.one_curve({"m": num})
+    left, right = fig.axes[:2]
+    assert sorted(ln.get_xdata()[0] for ln in left.get_lines() if len(set(ln.get_xdata())) == 1) == [1.0, 1.5]
+    assert any("next-token emergence\n3.5 (0.88)" == t.get_text() for t in right.texts)
+    assert left.yaxis_inverted() and not right.yaxis_inverted()      # rank: up = more aligned
+    assert numbers["m"]["depths"] == {"metric": "top1", "fade": depth(1.5), "crossing": depth(1.0),
+                                      "emergence": depth(3.5)}
+    plt.close(fig)
+    with pytest.raises(ValueError, match="at least one model"):
+        tour.one_curve({})
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gemma3"])
+def test_block0_write_equals_plain_torch_norms(tiny, name):
+    info, hs, ids = _sentence(tiny[name])
+    lm = tiny[name][0]
+    with torch.no_grad():                                 # plain torch: the module's own hidden states
+        states = lm._module(ids, output_hidden_states=True).hidden_states
+    h0, h1 = states[0][0, 1:-1].double(), states[1][0, 1:-1].double()
+    w = tour.block0_write(hs)
+    assert w["positions"] == ids.shape[1] - 2
+    n0 = h0.norm(dim=-1)
+    assert w["relative write"] == pytest.approx(float(((h1 - h0).norm(dim=-1) / n0).median()), abs=1e-3)
+    assert w["norm ratio"] == pytest.approx(float((h1.norm(dim=-1) / n0).median()), abs=1e-3)
+    assert w["cos(h_0, h_1)"] == pytest.approx(float(F.cosine_similarity(h0, h1, dim=-1).median()), abs=1e-3)
+    with pytest.raises(ValueError, match=r"\[L\+1, 1, T, d\]"):
+        tour.block0_write(hs[:, :, :2])
+
+
+def test_block0_lines_explain_an_early_crossing_by_the_write():
+    def num(ratio, cross, ranks=(1, 115, 20000, 20)):
+        return {"n_layers": 30, "block 0 write": {"positions": 12, "relative write": 3.2, "norm ratio": ratio,
+                                                  "cos(h_0, h_1)": 0.3},
+                "median rank": {"input": {"layer 0": ranks[0], "layer 1": ranks[1]},
+                                "next": {"layer 0": ranks[2], "layer 1": ranks[3]}},
+                "rank crossing (medians)": cross}
+    early, late, never, shrink = tour.block0_lines({
+        "a": num(3.4, {"layer": 0.99, "relative depth": 0.03}), "b": num(3.4, {"layer": 7.5, "relative depth": 0.25}),
+        "c": num(3.4, None), "d": num(0.8, {"layer": 1.0, "relative depth": 0.03}, ranks=(1, 1, 900, 2))})
+    assert early.startswith("a: block 0 writes an update 3.2 times") and "grows by a factor 3.4" in early
+    assert "diluted (median cos(h_0, h_1) = 0.30)" in early
+    assert "falls from 1 at layer 0 to 115 at layer 1 while the next token's only rises to 20 (from 20,000)" in early
+    assert "already cross at layer 0.99 of 30, where neither token is within the top 10" in early
+    assert "cross later, at layer 7.5 of 30" in late and "never cross" in never
+    assert "shrinks to 0.80" in shrink and "diluted" not in shrink and "yet the input token's median rank is 1" in shrink
+    assert "already cross at layer 1 of 30." in shrink and "neither token" not in shrink

@@ -127,6 +127,45 @@ def test_train_grid_trains_each_run_once_and_reuses_it(grid_runs, capsys):
     assert cost["runs"] == len(runs) and cost["train_seconds"] > 0
 
 
+def test_grid_records_the_load_per_run_and_its_throughput(grid_runs):
+    P, runs, _ = grid_runs
+    hosts = [study.read_host(r) for r in runs.values()]  # written by train_grid beside each fresh run
+    assert all(h["trained_by"] == "notebook" and h["load_1min_start"] is not None for h in hosts)
+    assert sorted(h["order"] for h in hosts) == list(range(len(runs)))
+    g = study.grid_numbers(runs, P)
+    assert len(g["per_run"]) == len(runs) and {"variant", "seed", "tokens_per_s", "load_1min"} <= set(g["per_run"][0])
+    t = g["throughput"]
+    assert t["load"]["runs"] == len(runs) and set(t["per_variant"]) == {v.name for v in study.grid(P)}
+    assert t["gap"] == pytest.approx(t["between"] + t["within"])
+    assert 0 < t["share_of_best"] <= 1
+
+
+def test_both_perplexities_per_variant_over_seeds(grid_runs):
+    P, runs, _ = grid_runs
+    some = {k: r for k, r in runs.items() if k[0] in ("baseline", "learned")}
+    frame = study.perplexity_runs(some, P)
+    assert len(frame) == 4 and (frame["sliding_context"] == P.train_context).all()
+    assert (frame["doc_max_length"] == P.train_context).all() and (frame["documents"] == P.ppl_doc_limit).all()
+    assert (frame["sliding_windows"] == P.ppl_windows).all()
+    # per word is larger than per token here (the tiny-llama tokenizer splits a word into several tokens)
+    assert (frame["sliding_word_ppl"] > frame["sliding_ppl"]).all() and (frame["doc_bits_per_byte"] > 0).all()
+    table = study.perplexity_table(frame)
+    assert list(table.index) == ["baseline", "learned"] and (table[("seeds", "n")] == 2).all()
+    for v in ("baseline", "learned"):
+        x = frame[frame.variant == v].sort_values("seed")
+        for k, label in study.PPL_METRICS.items():
+            assert table.loc[v, (label, "mean")] == pytest.approx(x[k].mean())
+            assert table.loc[v, (label, "sd")] == pytest.approx(np.std(x[k].to_numpy(), ddof=1))
+    numbers = study.perplexity_numbers(frame, table)
+    assert numbers["per_variant"]["learned"]["doc_word_ppl"]["mean"] == pytest.approx(
+        table.loc["learned", ("lm-eval, per word", "mean")])
+    assert numbers["lm_eval"]["max_length"] == P.train_context and len(numbers["per_run"]) == 4
+    one = study.perplexity_numbers(frame[frame.seed == 0], study.perplexity_table(frame[frame.seed == 0]))
+    assert one["per_variant"]["baseline"]["sliding_ppl"]["sd"] is None  # one seed: no SD (null, not NaN)
+    again = study.perplexity_runs({("baseline", 0): runs[("baseline", 0)]}, P)  # cached by the harness
+    assert again["sliding_ppl"].iloc[0] == frame["sliding_ppl"].iloc[0]
+
+
 def test_final_eval_matches_the_trainers_validation_loss(grid_runs):
     P, runs, finals = grid_runs
     for key, run in runs.items():

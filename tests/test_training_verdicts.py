@@ -18,7 +18,7 @@ VERDICT_FILES = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-
 # (details["sd"] of the rows with margin LOSS_MARGIN in figures/06-training-with-attenuation-verdicts.json and
 # figures/07-learned-gates-and-benchmarks-verdicts.json; test_committed_spreads_are_the_ones_the_tests_use
 # checks they still match). The reachability tests below run at each of them.
-COMMITTED_LOSS_SDS = (0.0187, 0.0566, 0.065, 0.0705, 0.0711, 0.0712, 0.0795, 0.0875, 0.1515, 0.2971, 0.3085)
+COMMITTED_LOSS_SDS = (0.0345, 0.0722, 0.0845, 0.0932, 0.0971, 0.0979, 0.1366, 0.165, 0.1767, 0.3788, 0.436)
 
 
 def _check(rows):
@@ -32,12 +32,12 @@ def _check(rows):
         json.dumps(r.as_dict())
 
 
-def _committed_rows():
+def _committed_rows(folder: str = "figures"):
     from committed import committed_json
 
     rows = []
     for name in VERDICT_FILES:
-        path = f"figures/{name}.json"
+        path = f"{folder}/{name}.json"
         rows += V.rows_from_json(committed_json(path), path)
     return rows
 
@@ -117,11 +117,11 @@ def test_committed_spreads_are_the_ones_the_tests_use():
     assert sds == set(COMMITTED_LOSS_SDS)
 
 
-def test_plausible_effect_is_the_largest_the_committed_grid_measured():
-    """PLAUSIBLE_EFFECT_SDS: the largest standardized paired loss effect |mean| / sd of an edit that keeps the
-    skip path (every alpha > 0 cut, both gates; each vs the baseline) in the committed grid."""
+def _standardized_effects(rows) -> dict[str, float]:
+    """|mean| / sd of the paired final-loss change of every edit that keeps the skip path (every alpha > 0
+    cut, both gates; each vs the baseline of its seed)."""
     effects = {}
-    for r in _committed_rows():
+    for r in rows:
         if r.claim_id == "C2-training.late-cut" and not r.variant.endswith("alpha=0"):
             for c in r.details["candidates"]:
                 x = np.asarray(c["per_seed_values"])
@@ -130,8 +130,18 @@ def test_plausible_effect_is_the_largest_the_committed_grid_measured():
             x = np.asarray(r.details["per_seed_values"])
             effects[r.variant] = abs(x.mean()) / x.std(ddof=1)
     assert len(effects) == 6 + 2  # 2 late blocks x 3 alphas > 0, and 2 gates
-    top = max(effects, key=effects.get)
-    assert top == "block 4, alpha=0.5" and round(effects[top], 2) == V.PLAUSIBLE_EFFECT_SDS
+    return effects
+
+
+def test_plausible_effect_is_the_largest_the_grid_measured_and_stays_conservative():
+    """PLAUSIBLE_EFFECT_SDS: the largest standardized effect of the grid it was measured on (the files kept
+    from before issue 34); the grid committed now (retrained under reproducible kernels) shows no smaller
+    largest effect, so the declared bound still errs on the side of 'not assessable'."""
+    measured = _standardized_effects(_committed_rows("benchmarks/verdicts-before-issue-34"))
+    top = max(measured, key=measured.get)
+    assert top == "block 4, alpha=0.5" and round(measured[top], 2) == V.PLAUSIBLE_EFFECT_SDS
+    now = _standardized_effects(_committed_rows())
+    assert max(now.values()) >= V.PLAUSIBLE_EFFECT_SDS
 
 
 @pytest.mark.parametrize("sd", COMMITTED_LOSS_SDS)

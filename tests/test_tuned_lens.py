@@ -173,9 +173,10 @@ def test_fit_cached_uses_the_corpus_and_caches(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
     lm, tok, info = tiny["tiny-llama"]
     cfg = T.TunedLensConfig(window=16, train_windows=8, val_windows=2, es_windows=1, batch=2, steps=2,
-                            eval_every=1, train_vocab=16)
+                            eval_every=1, train_vocab=16, lstsq_windows=4)
     lens, report = T.fit_cached(lm, info, cfg, tok)
     assert report["kl_logit"].shape == (2, info.n_layers + 1)
+    assert report["start"]["init"] == "lstsq" and report["start"]["windows"] == 4
     assert report["vocab_size"] == 16 and 0 <= report["outside_mass"] < 1
     ckpt = T.checkpoint_path(info, cfg)
     assert not ckpt.exists() and not ckpt.with_name(ckpt.name + ".sha256").exists()

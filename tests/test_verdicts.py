@@ -752,3 +752,35 @@ def test_pretrained_rules_reach_every_outcome_at_each_profiles_sizes(profile):
         d[:, 0] = np.array(means)[:, None] + rng.normal(0, sd, (2, n_sweep))
         outcomes.add(V.c2_layer_sensitive(d, [2, 3], [0.5, 1.0], model="m", n_layers=4)[0].verdict)
     assert outcomes == {R, N, I}, (profile, outcomes)
+
+
+@pytest.mark.parametrize("model", REAL_LAYERS)
+def test_c1_rows_at_the_class_profile_are_marked_underpowered_and_the_defaults_are_not(model):
+    """The class profile's lens windows cannot reach every outcome of C1's sub-rules on either embedded
+    model: c1_underpowered names what is missing, and c1_regimes marks its rows (an inconclusive row's
+    why says it too); the default's windows reach every outcome, and nothing is marked."""
+    from residshift.core import profiles
+
+    L = REAL_LAYERS[model]
+    c, d = profiles.resolve("class"), profiles.resolve("default")
+    weak = V.c1_underpowered(c.lens_windows, c.lens_positions, L)
+    assert set(weak) == {"C1.early", "C1.middle", "C1.late", "C1"}
+    assert all(w.startswith(V.UNDERPOWERED) for w in weak.values()), weak
+    assert "C1.middle" in weak["C1"] and f"{c.lens_windows} windows x {c.lens_positions} positions" in weak["C1.middle"]
+    assert f"{V.c1_min_windows(c.lens_positions, [L])} windows would" in weak["C1.middle"]
+    assert V.c1_underpowered(d.lens_windows, d.lens_positions, L) == dict.fromkeys(weak, "")
+
+    def rows(n, **kw):
+        return _by_id(V.c1_regimes(**_c1(0.5, 0.02, 0.3, n=n, L=L, extent=V.c1_min_extent(L)), model="m",
+                                   decoder="logit lens", n_boot=200, min_run=V.c1_min_run(L), **kw))
+
+    small = rows(c.lens_windows, n_positions=c.lens_positions)
+    for cid, r in small.items():
+        assert r.details["underpowered"] == weak[cid]
+        assert (weak[cid] in r.details["why"]) == (r.verdict == I)
+    from residshift.study import tables
+    marked = [tables.verdict_record(r)["verdict"] for r in small.values()]
+    assert all(V.UNDERPOWERED in v for v in marked) and not any(v.count(V.UNDERPOWERED) > 1 for v in marked)
+    big = rows(d.lens_windows, n_positions=d.lens_positions)
+    assert not any("underpowered" in r.details for r in big.values())
+    assert not any("underpowered" in r.details for r in rows(c.lens_windows).values())  # positions not given

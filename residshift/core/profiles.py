@@ -2,6 +2,8 @@
 
 - ``smoke``: tiny random models and a few windows, so every notebook runs in seconds (tests, CI).
 - ``default``: the real study on a 2-core CPU with the embedded models (SmolLM2-135M, Gemma-3-270M).
+- ``class``: the embedded models at sizes a lecture can wait for (notebooks 00-03 in minutes on 2 cores);
+  its C1 verdicts are marked underpowered. Sized for 00-03; 04-10 run small but real.
 - ``paper``: the paper's scale on GPUs: Gemma-2-2B and friends from the hub.
 
 A notebook's ``parameters`` cell declares ``profile = "default"`` and its other parameters as
@@ -24,27 +26,34 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     "common": {
         # show_solutions: run and show the exercises' solutions (the smoke run executes them so
         # they cannot rot; readers and students get them folded / hidden)
-        "smoke": {"models": ["tiny-llama", "tiny-gemma3"], "device": "cpu", "seed": 0,
-                  "show_solutions": True},
-        "default": {"models": ["smollm2-135m", "gemma3-270m"], "device": "cpu", "seed": 0,
-                    "show_solutions": False},
-        "paper": {"models": ["google/gemma-2-2b", "smollm2-135m", "gemma3-270m"], "device": "cuda",
-                  "seed": 0, "show_solutions": False},
+        # extra_models: read only where their cost fits (notebook 00's table and perplexity, 02's maps,
+        # 03's logit lens with its C1 rows and shift table; not 03's tuned lens or causal pass, not
+        # 04-05). default: Qwen2.5-Coder-1.5B (28 layers; 03's logit lens over it costs about as much as
+        # the rest of 03); paper: none (Gemma-2-2B is in models there).
+        "smoke": {"models": ["tiny-llama", "tiny-gemma3"], "extra_models": ["tiny-gpt2"], "device": "cpu",
+                  "seed": 0, "show_solutions": True},
+        "default": {"models": ["smollm2-135m", "gemma3-270m"], "extra_models": ["qwen25-coder-1.5b"],
+                    "device": "cpu", "seed": 0, "show_solutions": False},
+        "paper": {"models": ["google/gemma-2-2b", "smollm2-135m", "gemma3-270m"], "extra_models": [],
+                  "device": "cuda", "seed": 0, "show_solutions": False},
     },
     # 00: models, corpora and a perplexity sanity check; 01: the model and sentence it follows
     # (any name load_model accepts and any sentence of 3+ tokens: students change them)
     "tour": {
         "smoke": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 64,
-                  "ppl_windows": 4, "example_model": "tiny-llama",
+                  "ppl_windows": 4, "ppl_doc_limit": 2, "ppl_doc_max_length": 64, "example_model": "tiny-llama",
                   "example_sentence": "The Eiffel Tower is in Paris, the capital of France."},
+        # ppl_doc_limit / ppl_doc_max_length: lm-eval's per-article perplexity (evaluate.document_perplexity)
+        # on that many articles, in windows of that many tokens (None: every article / the model's
+        # own maximum, lm-eval's defaults); 2 articles of WikiText-2 validation are ~9k tokens per model
         # 16 windows x 256 tokens: a sanity check (a trained model lands hundreds of times below the
         # uniform guess; the SE over 16 windows is a few percent), small enough for notebook 00's
         # ~1.5 min budget from scratch; the harness (benchmarks/bench_evaluate.py) measures perplexity
         "default": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 256,
-                    "ppl_windows": 16, "example_model": "smollm2-135m",
+                    "ppl_windows": 16, "ppl_doc_limit": 2, "ppl_doc_max_length": 256, "example_model": "smollm2-135m",
                     "example_sentence": "The Eiffel Tower is in Paris, the capital of France."},
         "paper": {"ppl_corpus": "wikitext-2", "ppl_split": "validation", "ppl_window": 1024,
-                  "ppl_windows": 256, "example_model": "google/gemma-2-2b",
+                  "ppl_windows": 256, "ppl_doc_limit": None, "ppl_doc_max_length": None, "example_model": "google/gemma-2-2b",
                   "example_sentence": "The Eiffel Tower is in Paris, the capital of France."},
     },
     # 01-03: localizing the shift (lens, metrics, causal profile, tuned lens)
@@ -84,24 +93,30 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     # 03 (causal/tuned): tuned lens (tuned_lens.py) and causal localization (causal.py). tuned_steps is a
     # cap: a fit ends once every layer's held-out KL fell by < rel_tol (1%) over tuned_patience x
     # tuned_eval_every steps; layers still improving at the cap are marked and kept out of verdicts.
-    # default: 600 steps ~ 6 min per model on 2 CPU cores (SmolLM2 0.55 s/step); at lr 1e-3 the early
-    # layers are still improving there (measured; a larger lr overshoots the late layers).
+    # tuned_init "lstsq": each translator starts at the least-squares map h_l -> h_L fitted on the
+    # first tuned_lstsq_windows training windows (ridge tuned_ridge x the mean variance; 0..1e-3 gave
+    # the same held-out KL), then KL refinement (Adam, tuned_lr) keeps per layer the better of start
+    # and refined. default: SmolLM2 converged on every layer by step 825 (0.33 s/step on 2 idle
+    # cores); the cap of 1200 leaves room (benchmarks/bench-tuned-lens.json has both models).
     "causal": {
         "smoke": {"tuned_corpus": "wikitext-2", "tuned_window": 32, "tuned_train_windows": 16,
                   "tuned_val_windows": 2, "tuned_es_windows": 1, "tuned_batch": 2, "tuned_steps": 4,
                   "tuned_lr": 1e-3, "tuned_eval_every": 2, "tuned_patience": 2, "tuned_vocab": None,
+                  "tuned_init": "lstsq", "tuned_lstsq_windows": 8, "tuned_ridge": 1e-3,
                   "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 32,
                   "causal_windows": 4, "causal_batch": 2, "causal_alphas": [0.0, 0.5],
                   "causal_directions": ["input", "next", "random"], "causal_stride": 1},
         "default": {"tuned_corpus": "wikitext-2", "tuned_window": 64, "tuned_train_windows": 256,
-                    "tuned_val_windows": 3, "tuned_es_windows": 2, "tuned_batch": 4, "tuned_steps": 600,
+                    "tuned_val_windows": 3, "tuned_es_windows": 2, "tuned_batch": 4, "tuned_steps": 1200,
                     "tuned_lr": 1e-3, "tuned_eval_every": 25, "tuned_patience": 2, "tuned_vocab": 2048,
+                    "tuned_init": "lstsq", "tuned_lstsq_windows": 64, "tuned_ridge": 1e-3,
                     "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 24,
                     "causal_windows": 8, "causal_batch": 8, "causal_alphas": [0.0],
                     "causal_directions": ["input", "next", "random"], "causal_stride": 2},
         "paper": {"tuned_corpus": "wikitext-2", "tuned_window": 512, "tuned_train_windows": 4096,
                   "tuned_val_windows": 64, "tuned_es_windows": 16, "tuned_batch": 16, "tuned_steps": 2000,
                   "tuned_lr": 1e-3, "tuned_eval_every": 50, "tuned_patience": 4, "tuned_vocab": None,
+                  "tuned_init": "lstsq", "tuned_lstsq_windows": 1024, "tuned_ridge": 1e-3,
                   "causal_corpus": "wikitext-103", "causal_split": "validation", "causal_window": 256,
                   "causal_windows": 256, "causal_batch": 16, "causal_alphas": [0.0, 0.5],
                   "causal_directions": ["input", "next", "random"], "causal_stride": 1},
@@ -323,7 +338,55 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
     },
 }
 
-PROFILE_NAMES = ("smoke", "default", "paper")
+# class: the default profile's values except where CLASS says, so a lecture runs notebooks 00-03 on the
+# embedded models in minutes on a 2-core CPU from warm model caches (`make study PROFILE=class`). Sized
+# for 00-03; 04-10 get small but real values (the same models and corpora, a fraction of the windows,
+# steps and seeds). Its verdicts are honestly weak: 8 lens windows of 16 positions cannot reach every
+# outcome of C1's sub-rules (verdicts.c1_reach; the rows say "underpowered at this profile"). The
+# estimates below scale the default's measured costs (the comments above, figures/RUNS.json).
+CLASS: dict[str, dict[str, Any]] = {
+    # no Qwen2.5-Coder-1.5B: its load and its logit lens in 03 cost about as much as the rest of 03
+    "common": {"extra_models": []},
+    # 00 at default: 246 s from empty caches (models dequantized in it); its perplexity cell 40 s for 16
+    # windows + 2 articles: 8 windows + 1 article ~20 s
+    "tour": {"ppl_windows": 8, "ppl_doc_limit": 1},
+    # 8 windows x 16 positions: ~0.5 s (SmolLM2) + ~1-2 s (Gemma-3) per window, ~25 s per lens pass of
+    # both models (default: 344 windows, ~9-14 min). C1: unreachable outcomes, rows marked underpowered.
+    # lens_check_windows 4: the preprocessing passes (default 12 windows, 40 s) ~15 s.
+    "localize": {"lens_windows": 8, "lens_check_windows": 4},
+    # tuned lens: the closed-form start on 16 windows, then 50 Adam steps (default cap 1200; SmolLM2
+    # 0.33 s/step, Gemma-3 about twice that): ~1-1.5 min for both models; layers still improving at step
+    # 50 are marked unconverged and kept out of verdicts (the tuned-lens rows are not evidence anyway).
+    # causal pass: 4 windows of 24 tokens (default 8).
+    "causal": {"tuned_train_windows": 32, "tuned_val_windows": 2, "tuned_es_windows": 1, "tuned_steps": 50,
+               "tuned_eval_every": 10, "tuned_lstsq_windows": 16, "causal_windows": 4, "causal_batch": 4},
+    # 04-05 (not timed at class): a quarter of the default's windows and items, 20 gate steps
+    "attenuate": {"sweep_windows": 4, "sweep_confirm_windows": 16, "atten_lens_windows": 8,
+                  "gate_train": 8, "gate_heldout": 2, "gate_steps": 20, "eval_windows": 8, "eval_items": 4},
+    # 09: 8 windows per pretrained model (~10-20 s each), 16 per trained GPT
+    "attribution": {"attr_windows": 8, "attr_train_windows": 16},
+    "harness": {"harness_limits": {"wikitext-103-validation": 5, "lambada": 50, "piqa": 50,
+                                   "arc-easy": 50, "arc-challenge": 50}},
+    # 06-08: the default's GPT shape, 100 steps instead of 350, three seeds (the fewest the seed tests
+    # take; verdicts.seed_reach says 4 would be needed), one early and one late cut, the learned gates:
+    # 6 runs x 3 seeds of ~15 s, ~5 min (default: 70 runs, about an hour)
+    "train": {"train_tokens": 100 * 8 * 128, "train_val_tokens": 200_000, "train_warmup": 10,
+              "train_eval_every": 25, "train_eval_windows": 16, "train_checkpoint_every": 25,
+              "train_seeds": [0, 1, 2], "train_cut_layers": [0, 5], "train_cut_alphas": [0.0, 0.9],
+              "train_variants": ["learned"],
+              "train_bench_tasks": ["wikitext-2-test", "lambada", "piqa", "arc-easy"],
+              "train_bench_limits": {"wikitext-2-test": 5, "lambada": 20, "piqa": 20, "arc-easy": 20},
+              "train_lens_windows": 16},
+    # 10 reads the ladder's records (benchmarks/ladder/class/: none committed); `make ladder PROFILE=class`
+    # plans two shapes and two rungs within a quarter of an hour
+    "ladder": {"ladder_shapes": [[6, 128, 4], [12, 128, 4]], "ladder_base_tokens": 100 * 8 * 128,
+               "ladder_rungs": 2, "ladder_lens_windows": 16, "ladder_hours": 0.25, "ladder_speed_steps": 10,
+               "ladder_mitigation_max_seeds": 5, "ladder_mitigation_hours": 0.25},
+}
+for _section, _changes in CLASS.items():
+    SECTIONS[_section]["class"] = {**copy.deepcopy(SECTIONS[_section]["default"]), **copy.deepcopy(_changes)}
+
+PROFILE_NAMES = ("smoke", "class", "default", "paper")
 
 # Integer keys for which 0 is a real choice although every profile sets a positive value: no warmup,
 # checkpoints only at evaluations and at the end (core.fitting), no preprocessing check of C1.depth

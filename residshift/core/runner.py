@@ -20,8 +20,10 @@ executed copy (papermill's error record in it: the book shows the notebook as st
 raises :class:`RunFailed`; a kernel that died is a RunFailed too, its half-run copy left under the
 hidden name. SIGINT and SIGTERM stop a run cleanly (the half-run copy and the kernels' IPython
 folder, ``build/.ipython/run-*``, are removed); a SIGKILLed run's folder is swept by the next run.
-Figures go to ``figures/``, except for the smoke profile, whose figures go to
-``build/smoke/figures`` so a test run never overwrites the committed ones.
+Figures go to ``figures/`` at the default profile only (:data:`COMMITTED_PROFILE`, the study the README
+reports); every other profile's go to ``build/<profile>/figures`` (:func:`run_figures_dir`), so a test
+(smoke), lecture (class) or GPU (paper) run never overwrites the committed ones. ``RESIDSHIFT_FIGURES``
+overrides both.
 
 Each finished notebook's wall time and peak memory (the high-water mark of the kernel's own process
 tree: :class:`PeakMemory`) are recorded in ``RUNS.json`` beside the figures (:func:`record_run`,
@@ -534,6 +536,18 @@ class PeakMemory:
         return max(sum(self.peaks.values()), getattr(self, "_rusage_peak", 0))
 
 
+COMMITTED_PROFILE = "default"  # the one profile whose runs write the committed figures/ (and their RUNS.json)
+
+
+def run_figures_dir(profile: str, out_dir: Path) -> Path:
+    """Where a run at ``profile`` writes its figures, ``MANIFEST.json`` and ``RUNS.json``:
+    ``RESIDSHIFT_FIGURES`` when set, else ``figures/`` for :data:`COMMITTED_PROFILE` and
+    ``<out_dir>/figures`` (``build/<profile>/figures``) for every other profile."""
+    if os.environ.get("RESIDSHIFT_FIGURES"):
+        return Path(os.environ["RESIDSHIFT_FIGURES"])
+    return figures_dir() if profile == COMMITTED_PROFILE else Path(out_dir) / "figures"
+
+
 def runs_path() -> Path:
     """``RUNS.json`` beside the figures: the last measured run of each notebook, per profile."""
     return figures_dir() / "RUNS.json"
@@ -780,8 +794,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     out_dir = check_output_dir(Path(output_dir) if output_dir else build_dir() / profile)
     env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES", "OMP_WAIT_POLICY",
                                                  "PYTHONPATH", "RESIDSHIFT_HEADLESS", "IPYTHONDIR")}
-    figures = (Path(env_before["RESIDSHIFT_FIGURES"]) if env_before["RESIDSHIFT_FIGURES"]
-               else out_dir / "figures" if profile == "smoke" else figures_dir())
+    figures = run_figures_dir(profile, out_dir)
     try:  # the records this run writes: a corrupt one fails it now, not at its first saved figure
         check_records(figures / "MANIFEST.json", *([figures / "RUNS.json"] if record else []))
     except CorruptRecordError as err:
@@ -807,7 +820,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
         # write its results and figures into that checkout)
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env_before["PYTHONPATH"]]
                                                                           if env_before["PYTHONPATH"] else []))
-        if profile == "smoke" and not env_before["RESIDSHIFT_FIGURES"]:
+        if profile != COMMITTED_PROFILE and not env_before["RESIDSHIFT_FIGURES"]:
             os.environ["RESIDSHIFT_FIGURES"] = str(figures)
         # which `run` this notebook was part of, and whether that run started from empty caches
         invocation = {"started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -934,6 +947,8 @@ def model_layers(name: str) -> int | None:
             cfg = models.embedded_cache_path(name) / "config.json"
             if cfg.is_file():
                 return int(json.loads(cfg.read_text())["num_hidden_layers"])
+            if models.EMBEDDED[name].layers:
+                return models.EMBEDDED[name].layers
         elif Path(name).expanduser().is_dir():
             cfg = json.loads((Path(name).expanduser() / "config.json").read_text())
             return int(cfg.get("num_hidden_layers") or cfg.get("n_layer"))
@@ -961,7 +976,7 @@ def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int 
     ``<prefix>_steps`` / ``_batch`` / ``_window``.
     """
     keys = set(keys)
-    models = list(P.get("models") or [])
+    models = list(P.get("models") or []) + (list(P.get("extra_models") or []) if "extra_models" in keys else [])
     known = [layers.get(m) for m in models]
     total_layers = sum(l for l in known if l) if all(known) else None
     per_layer = "?" if total_layers is None else _n(total_layers)
@@ -1030,7 +1045,7 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
     check_overrides(books, overrides)
     check_override_values(profile, overrides)
     P = {**values, **overrides}
-    layers = {m: model_layers(m) for m in P.get("models") or []}
+    layers = {m: model_layers(m) for m in [*(P.get("models") or []), *(P.get("extra_models") or [])]}
     shown = ", ".join(f"{m} ({l if l else '?'} layers)" for m, l in layers.items())
     log(f"profile {profile}: models {shown}; device {P.get('device')}")
     out = {}
@@ -1041,7 +1056,7 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
         for line in out[book.stem]:
             log(f"    {line}")
     try:
-        last = load_runs().get(profile, {})
+        last = load_runs(run_figures_dir(profile, build_dir() / profile) / "RUNS.json").get(profile, {})
     except CorruptRecordError as err:  # the estimate does not need it: say so and go on
         log(f"last measured runs at this profile: unavailable ({err})")
         return out

@@ -23,6 +23,14 @@ Tasks and our definitions (prompt formats follow lm-evaluation-harness, "lm-eval
     constant. Note: WikiText-2 and WikiText-103 share their validation and test articles; only the
     ``<unk>`` replacement differs (WikiText-2's smaller vocabulary has ~6x more ``<unk>``).
 
+lm-eval's ``wikitext`` definition (:func:`document_perplexity`, :func:`wikitext_document_perplexity`)
+    Each article (:func:`wikitext_documents`, cut as ``EleutherAI/wikitext_document_level``; 62 in
+    WikiText-2 test) detokenized by lm-eval's rules and scored alone in disjoint windows of
+    ``max_length`` tokens (BOS/EOS prefix for the first); ``word_perplexity`` = exp(sum NLL / sum
+    words) with lm-eval's word count of the page before detokenization, ``byte_perplexity`` and
+    ``bits_per_byte`` likewise; it moves with ``max_length``. Checked against lm-eval's own task
+    by ``benchmarks/validate_wikitext_ppl.py``.
+
 ``lambada``
     LAMBADA (OpenAI version). As lm-eval's ``lambada_openai``: the target is the last
     SPACE-separated word (``text.split(" ")[-1]``, so in 7 of 5153 passages it keeps a newline
@@ -51,6 +59,7 @@ import hashlib
 import inspect
 import json
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -761,6 +770,269 @@ def wikitext_perplexity(model, info: ModelInfo, tokenizer, corpus: str = "wikite
         raise ValueError(f"corpus must be 'wikitext-2' or 'wikitext-103', got {corpus!r}")
     return text_perplexity(model, info, tokenizer, corpus_text(corpus, split),
                            task=f"{corpus}-{split}", **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Perplexity per document, as lm-eval's `wikitext` task computes it
+# --------------------------------------------------------------------------------------------
+
+_HEADING_LEVELS = (("= = =", "==="), ("= =", "=="))
+
+
+def wikitext_pages(lines: Sequence[str]) -> list[str]:
+    """A WikiText split (its lines, without their newlines, the last one the empty string after
+    the final newline) cut into articles as the ``EleutherAI/wikitext_document_level`` dataset that
+    lm-eval's ``wikitext`` task reads was cut: a new page starts at each top-level heading
+    ``" = Title = "`` (a line that, with ``"= = ="`` → ``"==="`` and ``"= ="`` → ``"=="``, starts
+    with ``"= "`` and ends with ``" ="``); a page is its lines joined by ``"\\n"``; the text before
+    the first heading is kept only if it is not blank; the last page always is."""
+    if isinstance(lines, str):
+        raise TypeError("pass the split's lines (text.split('\\n')), not one string")
+    pages: list[str] = []
+    current: list[str] = []
+    for line in lines:
+        short = line
+        for old, new in _HEADING_LEVELS:
+            short = short.replace(old, new)
+        short = short.strip()
+        if short.startswith("= ") and short.endswith(" ="):
+            page = "\n".join(current)
+            if page.strip():
+                pages.append(page)
+            current = []
+        current.append(line)
+    pages.append("\n".join(current))
+    return pages
+
+
+def wikitext_documents(corpus: str = "wikitext-2", split: str = "test") -> list[str]:
+    """The articles of a WikiText split (:func:`wikitext_pages` of its lines): 62 in WikiText-2's
+    test split, 60 in validation, 629 in train, as in ``EleutherAI/wikitext_document_level``. Our
+    files are the tokenized ``-v1`` release (rare words as ``<unk>``); lm-eval reads ``-raw-v1``, which
+    has the same lines and words with the rare words spelled out."""
+    if corpus not in ("wikitext-2", "wikitext-103"):
+        raise ValueError(f"corpus must be 'wikitext-2' or 'wikitext-103', got {corpus!r}")
+    lines = list(load_corpus(corpus, split)["text"])
+    return wikitext_pages(lines + [""])  # the file ends with a newline: split("\n") ends with ""
+
+
+def lm_eval_detokenize(page: str) -> str:
+    """lm-eval 0.4.13's ``wikitext_detokenizer`` (``tasks/wikitext/preprocess_wikitext.py``), rule
+    for rule: the text its ``wikitext`` task scores (ours, :func:`data.detokenize_wikitext`, differs)."""
+    s = page.replace("s '", "s'")
+    s = re.sub(r"/' [0-9]/", r"/'[0-9]/", s)
+    for old, new in ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."), (" : ", ": "), (" ; ", "; "),
+                     (" . ", ". "), (" ! ", "! "), (" ? ", "? "), (" , ", ", ")):
+        s = s.replace(old, new)
+    s = re.sub(r"\(\s*([^\)]*?)\s*\)", r"(\1)", s)
+    s = re.sub(r"\[\s*([^\]]*?)\s*\]", r"[\1]", s)
+    s = re.sub(r"{\s*([^}]*?)\s*}", r"{\1}", s)
+    s = re.sub(r"\"\s*([^\"]*?)\s*\"", r'"\1"', s)
+    s = re.sub(r"'\s*([^']*?)\s*'", r"'\1'", s)
+    for old, new in (("= = = =", "===="), ("= = =", "==="), ("= =", "=="), (" \N{DEGREE SIGN} ", "\N{DEGREE SIGN}"),
+                     (" \n", "\n"), ("\n ", "\n"), (" N ", " 1 "), (" 's", "'s")):
+        s = s.replace(old, new)
+    return s
+
+
+def page_words(page: str) -> int:
+    """lm-eval's word count of a page: ``len(re.split(r"\\s+", page))`` on the page BEFORE
+    detokenization (so WikiText's ``@-@`` and split punctuation count as words, and a leading or
+    trailing blank adds an empty "word", exactly as lm-eval counts)."""
+    return len(re.split(r"\s+", page))
+
+
+def document_windows(n_tokens: int, max_length: int) -> list[Window]:
+    """lm-eval's rolling windows of one document (``get_rolling_token_windows`` with
+    ``context_len=1``, then ``make_disjoint_window``), as :class:`Window` s over its tokens.
+
+    The first window is the prefix token (BOS, or EOS where there is none) and the first
+    ``max_length - 1`` tokens, scoring the first ``max_length`` tokens (the first one given the prefix
+    only); every next window scores the next ``max_length`` tokens given the one token before them.
+    The last window scores what is left (``w`` tokens) and its input is still ``max_length`` long: it
+    is conditioned on the ``max_length - w + 1`` tokens before. Every token is scored exactly once;
+    the first window's :class:`Window` has ``first = begin = 0`` and takes the prefix
+    (:func:`window_request` with the prefix id), the others take none."""
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 2:
+        raise ValueError(f"max_length must be an int >= 2 (tokens per forward, lm-eval's max_length), "
+                         f"got {max_length!r}")
+    if n_tokens < 1:
+        raise ValueError("the document has no tokens: nothing to score")
+    first = min(max_length, n_tokens)
+    windows = [Window(0, first, 0)]
+    done = first
+    while done < n_tokens:
+        take = min(n_tokens - done, max_length)
+        end = done + take
+        windows.append(Window(end - max_length - 1, end, end - take))
+        done = end
+    return windows
+
+
+def document_requests(tokens: Sequence[int], max_length: int, prefix_id: int) -> list[Request]:
+    """The scoring requests of one document's windows (:func:`document_windows`)."""
+    tokens = np.asarray(tokens)
+    return [window_request(tokens, w, prefix_id if k == 0 else None)
+            for k, w in enumerate(document_windows(len(tokens), max_length))]
+
+
+def _prefix_id(tokenizer) -> int:
+    """lm-eval's ``prefix_token_id``: the tokenizer's BOS, else its EOS."""
+    for attr in ("bos_token_id", "eos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if value is not None:
+            return int(value)
+    raise ValueError("the tokenizer has neither a BOS nor an EOS token to prefix a document with")
+
+
+def default_max_length(model) -> int:
+    """lm-eval's default ``max_length`` for a model: its maximum positions, else 2048."""
+    return _max_positions(model._module) or 2048
+
+
+def document_perplexity(model, info: ModelInfo, tokenizer, pages: Sequence[str], *,
+                        task: str = "documents", max_length: int | None = None,
+                        limit: int | None = None, config: EvalConfig = EvalConfig(),
+                        detokenize: Callable[[str], str] = lm_eval_detokenize,
+                        intervene: Intervene | None = None, cache_tag: str | None = None,
+                        cache: bool = True, progress: bool = False) -> TaskResult:
+    """Perplexity of ``pages`` one document at a time, in lm-eval's definition (its
+    ``loglikelihood_rolling`` and its ``wikitext`` task's metrics).
+
+    Each page is detokenized (``detokenize``, lm-eval's rules by default), tokenized whole without
+    special tokens (:func:`encode`, as lm-eval's HFLM with ``add_bos_token=False``), and scored in
+    :func:`document_windows` of ``max_length`` tokens (default: :func:`default_max_length`, lm-eval's
+    own default); the first token of every document is predicted from the prefix token alone.
+    Metrics, pooled over documents as lm-eval's ``weighted_perplexity`` does:
+    ``word_perplexity`` = exp(sum NLL / sum words), ``byte_perplexity`` = exp(sum NLL / sum bytes),
+    ``bits_per_byte`` = sum NLL / sum bytes / ln 2, where words (:func:`page_words`) and UTF-8 bytes
+    are counted on the page before detokenization; also ``loss``/``ppl`` per token. SEs: ratio
+    estimator with documents as the units. ``limit``: the first ``limit`` documents of the seeded
+    shuffle (:func:`select_items`). ``details`` keeps per-document NLL, tokens, words, bytes, windows.
+    """
+    refuse_remote(info, "evaluate.document_perplexity", _LOCAL_MODULE)
+    if len(pages) == 0:
+        raise ValueError(f"{task}: no documents to score")
+    positions = _max_positions(model._module)
+    max_length = default_max_length(model) if max_length is None else max_length
+    document_windows(1, max_length)  # validates max_length
+    if positions is not None and max_length > positions:
+        raise ValueError(f"max_length {max_length} exceeds the model's {positions} positions")
+    prefix = _prefix_id(tokenizer)
+    items = select_items(len(pages), limit, config.seed)
+    for i in items:
+        if not pages[i].strip():
+            raise ValueError(f"{task}: document {int(i)} is empty; nothing to score")
+    base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+    if base is not None:
+        base.update(pages=hashlib.sha256("\x00".join(pages).encode()).hexdigest()[:16],
+                    max_length=int(max_length), prefix=prefix, definition="lm-eval-rolling",
+                    detokenize=_cache.code_fingerprint(detokenize))
+
+    def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
+        reqs, owner = [], []
+        for j, i in enumerate(shard):
+            tokens = encode(tokenizer, detokenize(pages[i]))
+            if not tokens:
+                raise ValueError(f"{task}: document {int(i)} has no tokens after detokenization")
+            r = document_requests(tokens, max_length, prefix)
+            reqs.extend(r)
+            owner.extend([j] * len(r))
+        s = _score_with(config, model, info, tokenizer, reqs, intervene, progress, task)
+        owner_a = np.asarray(owner)
+        n = len(shard)
+        return {"logprob": np.bincount(owner_a, s["logprob"], minlength=n),
+                "tokens": np.bincount(owner_a, s["tokens"], minlength=n).astype(np.int64),
+                "windows": np.bincount(owner_a, minlength=n).astype(np.int64)}
+
+    scores = _sharded(base, items, config.shard_size, compute)
+    nll = -scores["logprob"]
+    words = np.asarray([page_words(pages[i]) for i in items], dtype=np.int64)
+    nbytes = np.asarray([len(pages[i].encode("utf-8")) for i in items], dtype=np.int64)
+    loss, se = ratio_se(nll, scores["tokens"])
+    word_loss, word_se = ratio_se(nll, words)
+    byte_loss, byte_se = ratio_se(nll, nbytes)
+    metrics = {
+        "loss": (loss, se), "ppl": (math.exp(loss), math.exp(loss) * se),
+        "word_loss": (word_loss, word_se),
+        "word_perplexity": (math.exp(word_loss), math.exp(word_loss) * word_se),
+        "byte_perplexity": (math.exp(byte_loss), math.exp(byte_loss) * byte_se),
+        "bits_per_byte": (byte_loss / math.log(2), byte_se / math.log(2)),
+    }
+    return TaskResult(task, len(items), metrics,
+                      details={"documents": items, "doc_nll": nll, "doc_tokens": scores["tokens"],
+                               "doc_words": words, "doc_bytes": nbytes, "doc_windows": scores["windows"],
+                               "compute_s": scores["compute_s"]},
+                      config={**config.key(False), "limit": limit, "max_length": int(max_length),
+                              "prefix_token_id": prefix, "documents_total": len(pages),
+                              "definition": "lm-eval loglikelihood_rolling, disjoint windows per document"})
+
+
+def wikitext_document_perplexity(model, info: ModelInfo, tokenizer, corpus: str = "wikitext-2",
+                                 split: str = "test", **kwargs) -> TaskResult:
+    """:func:`document_perplexity` of a WikiText split's articles (:func:`wikitext_documents`):
+    lm-eval's ``wikitext`` task on our (``-v1``) files."""
+    return document_perplexity(model, info, tokenizer, wikitext_documents(corpus, split),
+                               task=f"{corpus}-{split}-documents", **kwargs)
+
+
+def unk_handling(tokenizer, pages: Sequence[str]) -> dict[str, Any]:
+    """How WikiText-v1's literal ``<unk>`` placeholder reaches the model in the two definitions: ours
+    tokenizes it as text (:func:`tokenize_text`), lm-eval's tokenizes each page with the tokenizer's
+    defaults (:func:`encode`), which turn it into the tokenizer's own special token where it has one
+    named so (Gemma-3: one id; a trained model almost never predicts it). ``doc_unk``: occurrences in
+    the scored articles; ``doc_unk_special``: whether lm-eval's tokenization makes each one special token."""
+    ids = encode(tokenizer, "<unk>")
+    special = len(ids) == 1 and ids[0] in set(getattr(tokenizer, "all_special_ids", []) or [])
+    return {"doc_unk": int(sum(p.count("<unk>") for p in pages)), "doc_unk_special": bool(special)}
+
+
+def perplexity_definitions(model, info: ModelInfo, tokenizer, *, corpus: str = "wikitext-2",
+                           split: str = "test", config: EvalConfig = EvalConfig(),
+                           window_limit: int | None = None, doc_limit: int | None = None,
+                           max_length: int | None = None, progress: bool = False) -> dict[str, Any]:
+    """Both perplexities of one model on one WikiText split: ours (:func:`wikitext_perplexity`,
+    a strided window of ``config.context``/``config.stride`` over the whole split, ``window_limit``
+    windows) and lm-eval's (:func:`wikitext_document_perplexity`, disjoint windows of ``max_length``
+    per article, ``doc_limit`` articles). One flat row: token and word perplexity both ways, lm-eval's
+    byte perplexity and bits per byte, and what each was computed on."""
+    ours = wikitext_perplexity(model, info, tokenizer, corpus, split, limit=window_limit, config=config,
+                               progress=progress)
+    docs = wikitext_document_perplexity(model, info, tokenizer, corpus, split, limit=doc_limit,
+                                        config=config, max_length=max_length, progress=progress)
+    m, d = ours.metrics, docs.metrics
+    pages = wikitext_documents(corpus, split)
+    scored = [pages[i] for i in select_items(len(pages), doc_limit, config.seed)]
+    return {"model": info.name, "corpus": f"{corpus}-{split}", **unk_handling(tokenizer, scored),
+            "sliding_ppl": m["ppl"][0], "sliding_word_ppl": m["word_ppl"][0],
+            "sliding_word_ppl_se": m["word_ppl"][1], "sliding_context": config.context,
+            "sliding_stride": config.stride, "sliding_windows": ours.n,
+            "sliding_windows_total": ours.config["windows_total"],
+            "doc_ppl": d["ppl"][0], "doc_word_ppl": d["word_perplexity"][0],
+            "doc_word_ppl_se": d["word_perplexity"][1], "doc_byte_ppl": d["byte_perplexity"][0],
+            "doc_bits_per_byte": d["bits_per_byte"][0], "doc_max_length": docs.config["max_length"],
+            "documents": docs.n, "documents_total": docs.config["documents_total"]}
+
+
+def run_perplexities(run, *, corpus: str = "wikitext-2", split: str = "test",
+                     window_limit: int | None = None, doc_limit: int | None = None,
+                     max_length: int | None = None, config: EvalConfig | None = None,
+                     device: str = "cpu", progress: bool = False) -> dict[str, Any]:
+    """:func:`perplexity_definitions` of a trained run's final model (``run/model``, as
+    ``train.final.final_eval`` loads it). Without ``config`` the sliding window is the model's
+    context with half of it as the stride; ``max_length`` defaults to the model's context too."""
+    from pathlib import Path
+
+    from ..core.models import load_model
+
+    lm, tok, info = load_model(str(Path(run) / "model"), device=device)
+    if config is None:
+        context = default_max_length(lm)
+        config = EvalConfig(context=context, stride=max(1, context // 2))
+    out = perplexity_definitions(lm, info, tok, corpus=corpus, split=split, config=config,
+                                 window_limit=window_limit, doc_limit=doc_limit, max_length=max_length,
+                                 progress=progress)
+    return {**out, "run": Path(run).name}
 
 
 # --------------------------------------------------------------------------------------------

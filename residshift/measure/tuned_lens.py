@@ -5,13 +5,14 @@ Definitions (ours, following the tuned-lens paper):
 - ``h_l(t)`` is the residual stream entering block ``l`` (``h_0`` the scaled embedding) and
   ``h_L`` the output of the last block, as in :class:`residshift.core.models.ModelInfo`.
 - The logit lens decodes ``logits_l = softcap(E · N(h_l))``; the tuned lens decodes
-  ``softcap(E · N(T_l(h_l)))`` with the translator ``T_l(h) = h + W_l h + b_l``. ``W_l`` and
-  ``b_l`` start at zero, so an unfitted tuned lens *is* the logit lens, bit for bit, and
-  ``T_L`` is the identity (the last layer must reproduce the model's own logits).
+  ``softcap(E · N(T_l(h_l)))`` with the translator ``T_l(h) = h + W_l h + b_l``. ``W_l = b_l = 0``
+  *is* the logit lens, bit for bit, and ``T_L`` is the identity (the last layer must reproduce the
+  model's own logits).
 - Each ``T_l`` (``l < L``) is fitted with the model frozen to minimise the KL divergence
   ``KL(p_L || q_l)`` from the model's final next-token distribution ``p_L`` to the lens's ``q_l``,
   averaged over positions of WikiText-2 *train* windows; the report uses held-out WikiText-2
-  *validation* windows, which also select each layer's best translator (early stopping).
+  *validation* windows; other validation windows (``es_windows``, disjoint) select each layer's
+  translator (early stopping).
 - Position 0 (BOS, or the first token, which most models use as an attention sink with huge
   activations) is excluded from fitting and from the report (``skip_first``).
 - ``train_vocab = K`` (optional) restricts the *training* objective to the K most frequent tokens of
@@ -19,24 +20,68 @@ Definitions (ours, following the tuned-lens paper):
   262k-token vocabulary affordable on a CPU. The *reported* KL is always over the full vocabulary,
   and the report states how much final-distribution mass lay outside the training set.
 
+The recipe (``init="lstsq"``, the default):
+
+1. *Closed-form start* (Din et al. 2023, "Jump to Conclusions"): on the first ``lstsq_windows``
+   training windows, regress ``h_L`` on ``[h_l, 1]`` by least squares, per layer. The normal
+   equations (``X^T X``, ``X^T Y`` for ``X = [h_l, 1]``, ``Y = h_L``; :class:`LeastSquares`) are
+   accumulated in float64 while the residuals are collected (no second copy of the states) and
+   solved with a ridge ``λ_l = ridge · tr(S_l) / d`` on the centred covariance ``S_l`` of ``h_l``
+   (the ridge in units of the mean variance of a coordinate, so one value suits every layer's
+   scale; the intercept is not penalised). Then ``W_l = A_l - I`` and ``b_l = c_l`` make ``T_l`` the
+   least-squares map ``A_l h + c_l`` (:func:`set_start`). Least squares minimises the squared
+   error in ``h`` space, not the KL through the final norm and the unembedding, so this is a start.
+   At the default profile it costs seconds (SmolLM2: 64 windows, 4,032 positions; timed in
+   ``benchmarks/bench-tuned-lens.json``). The ridge hardly matters below 1e-3 (measured on the
+   report windows while choosing it: mean held-out KL over ``h_0..h_{L-1}`` 1.966 / 1.967 nats for
+   SmolLM2 and 1.722 / 1.720 for Gemma-3 at ridge 0 / 1e-3, 1.998 and 1.821 at 1e-2); 1e-3 keeps
+   the solve well posed when ``lstsq_windows`` holds fewer positions than ``d``.
+2. *KL refinement*: Adam at ``lr`` on the KL objective from that start, batches of ``batch``
+   windows drawn with replacement, and early stopping per layer: the start is evaluated at step 0
+   and every ``eval_every`` steps after, each layer keeps its state with the lowest counted
+   early-stopping KL (:class:`CountedKL`), so it keeps the start unless a refined state beats it by
+   more than ``rel_tol``, and never a state with a higher early-stopping KL than the start
+   (:func:`kept_states` says which it kept).
+
+``init="zero"`` starts from the logit lens instead (the recipe before the closed-form start).
+
 Convergence, per layer (``rel_tol``, ``patience``, ``eval_every``): an early-stopping evaluation
 *improves* layer ``l`` only when its KL beats the layer's best so far by more than ``rel_tol`` times
 that best (the fitting loop then keeps that translator); layer ``l`` has *converged* when no
 evaluation improved it in the last ``patience * eval_every`` steps of the fit. The fit stops early
 once every layer has converged (:func:`layer_convergence`); a layer still improving when the step
-cap ends the fit is *unconverged* (:func:`unconverged_layers`): its translator is a lower bound on
-what an affine read recovers there, so results that read it are marked and kept out of verdicts.
+cap ends the fit is *unconverged* (:func:`unconverged_layers`) and excluded, its reason in the
+report's ``excluded`` (:func:`exclusion_reasons`): its translator is a lower bound on what an affine
+read recovers there, so results that read it are marked and kept out of verdicts.
+
+Relation to the tuned-lens project's reference recipe (``tuned-lens`` 0.2.0, ``train_loop.py``):
+250 steps of ~2^18 = 262,144 tokens each (~65.5M tokens), SGD with Nesterov momentum 0.9, weight
+decay 1e-3 and a linearly decaying learning rate, from the identity translator, on the full
+vocabulary at every position, with no held-out selection. Ours is far smaller: at the default
+profile each step sees 4 x 63 = 252 positions, drawn from a pool of 256 x 63 = 16,128 training
+positions, over a 2,048-token training vocabulary, for at most ``steps`` steps (the default cap of
+1,200 steps is 302,400 positions, ~0.5% of the reference's tokens; SmolLM2 converged on every layer
+and stopped at step 825, Gemma-3 at 725), starting from the least-squares map instead of the
+identity and choosing each layer's state on held-out windows. The translator and the decode
+are the same (``h + W_l h + b_l`` through the final norm and the unembedding: the package's
+``TunedLens`` decodes our translators identically, ``benchmarks/tuned-lens-agreement.json``), so our
+lens is a cheaper fit of the same object, not a reproduction of the reference recipe: its KL is what
+this budget reaches (we have not run the reference recipe on these models).
 
 Fitting is resumable (translators, optimizer, step, best states and history are checkpointed
-atomically under ``results/tuned-lens-ckpt``) and cached (:func:`fit_cached`). Batches are drawn from
-a generator seeded by ``(seed, step)``, so an interrupted fit resumed from its checkpoint ends in
-exactly the state of an uninterrupted one.
+atomically under ``results/tuned-lens-ckpt`` at every early-stopping evaluation, at the end and
+every ``checkpoint_every`` steps; the closed-form start is in the first checkpoint, written right
+after its step-0 evaluation, so a resumed fit does not recompute it) and cached (:func:`fit_cached`;
+the cache key holds every config field). Batches are drawn from a generator seeded by
+``(seed, step)``, so an interrupted fit resumed from its checkpoint ends in exactly the state of an
+uninterrupted one.
 
 >>> lens, report = fit_cached(lm, info, TunedLensConfig(steps=60))
 >>> logits = lens.decode(info, layer, h)       # or use lens.transform as a decoder hook
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +103,7 @@ _DECODES = ("decodes every layer through the final norm and the unembedding (inf
             "which a remote model holds on the meta device")
 
 FORMAT = "residshift-tuned-lens/1"
+INITS = ("lstsq", "zero")
 
 
 class TunedLensError(RuntimeError):
@@ -87,10 +133,15 @@ class TunedLensConfig:
     eval_every: int = 20  # early-stopping evaluation period (steps); 0 = never, keep the last state
     patience: int | None = None  # stop after this many evaluations in which no layer improved
     rel_tol: float = 0.01  # an evaluation improves a layer only when it beats the layer's best by > rel_tol x best
-    checkpoint_every: int = 10
+    # steps between fitting checkpoints besides those the loop writes at every early-stopping
+    # evaluation and at the end (a SmolLM2 checkpoint is ~160 MB); 0 = only those
+    checkpoint_every: int = 100
     train_vocab: int | None = None  # K most frequent training tokens for the objective; None = all
     skip_first: int = 1  # positions excluded from fitting and report (attention sink / BOS)
     seed: int = 0
+    init: str = "lstsq"  # "lstsq": the closed-form start (least squares h_l -> h_L); "zero": the logit lens
+    lstsq_windows: int = 64  # the first this many training windows fit the closed-form start
+    ridge: float = 1e-3  # ridge of the closed-form start, in units of the mean variance tr(S_l) / d
 
     def __post_init__(self) -> None:
         for name in ("window", "train_windows", "val_windows", "batch", "steps"):
@@ -106,6 +157,19 @@ class TunedLensConfig:
         if not 0 <= self.rel_tol < 1:
             raise ValueError(f"rel_tol must lie in [0, 1), got {self.rel_tol}: it is the relative drop "
                              f"in a layer's early-stopping KL that counts as an improvement")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0 (0 = checkpoint only at the early-stopping "
+                             f"evaluations and the end), got {self.checkpoint_every}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS} ('lstsq': the closed-form least-squares start, "
+                             f"'zero': the logit lens), got {self.init!r}")
+        if not 1 <= self.lstsq_windows <= self.train_windows:
+            raise ValueError(f"lstsq_windows={self.lstsq_windows} must lie in 1..train_windows="
+                             f"{self.train_windows} (the closed-form start is fitted on the first "
+                             f"lstsq_windows training windows): lower lstsq_windows or raise train_windows")
+        if not (self.ridge >= 0 and math.isfinite(self.ridge)):
+            raise ValueError(f"ridge must be a finite number >= 0 (in units of the residual's mean "
+                             f"variance; 1e-3 is the default), got {self.ridge}")
 
     @classmethod
     def from_profile(cls, P: Any) -> "TunedLensConfig":
@@ -114,6 +178,7 @@ class TunedLensConfig:
                    val_windows=P.tuned_val_windows, es_windows=P.tuned_es_windows,
                    batch=P.tuned_batch, steps=P.tuned_steps, lr=P.tuned_lr,
                    eval_every=P.tuned_eval_every, patience=P.tuned_patience, train_vocab=P.tuned_vocab,
+                   init=P.tuned_init, lstsq_windows=P.tuned_lstsq_windows, ridge=P.tuned_ridge,
                    seed=P.seed)
 
 
@@ -203,6 +268,13 @@ class TunedLens(nn.Module):
         lens = cls(info)
         lens.load_state_dict(payload["state"])
         return lens
+
+
+def reference_state(lens: TunedLens) -> dict[str, torch.Tensor]:
+    """The translators as the state dict of the tuned-lens package's ``TunedLens.layer_translators``
+    (``tuned_lens.nn.lenses``, 0.2.0: keys ``"{l}.weight"``, ``"{l}.bias"``; it too decodes
+    ``unembed(h + W_l h + b_l)``). Load with ``ref.layer_translators.load_state_dict(...)``."""
+    return {k.removeprefix("translators."): v.detach().clone() for k, v in lens.state_dict().items()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,7 +451,13 @@ class ResidualStore:
         at = torch.tensor([self.slot[i] for i in idx])
         return list(self.hs.index_select(1, at).unbind(0))
 
-    def _collect(self, first: int) -> None:
+    def prime(self, lstsq: LeastSquares, idx: list[int]) -> None:
+        """Collect the first block (from step 0) and, in the same pass, add the windows ``idx`` to
+        the closed-form start's sums ``lstsq``: those the block holds run once for both; the others
+        run once and are not kept."""
+        self._collect(0, lstsq=lstsq, extra=idx)
+
+    def _collect(self, first: int, *, lstsq: LeastSquares | None = None, extra: list[int] = ()) -> None:
         self.hs = None  # free the last block first
         order: dict[int, None] = {}
         last = first
@@ -392,15 +470,23 @@ class ResidualStore:
         windows = list(order)
         L1, T_, d = self.info.n_layers + 1, self.train.shape[1], self.info.d_model
         self.hs = torch.empty(L1, len(windows), T_, d)
-        for i in range(0, len(windows), COLLECT_BATCH):
-            part = collect_stack(self.lm, self.info, self.train[windows[i:i + COLLECT_BATCH]])
-            for l, h in enumerate(part):
-                self.hs[l, i:i + h.shape[0]] = h
-            del part
         self.slot = {w: j for j, w in enumerate(windows)}
+        extra = list(dict.fromkeys(extra))
+        rest = [w for w in windows if w not in set(extra)]
+        batches = [(b, True) for b in _lstsq_batches(extra)]
+        batches += [(rest[i:i + COLLECT_BATCH], False) for i in range(0, len(rest), COLLECT_BATCH)]
+        for ids, for_start in batches:
+            part = collect_stack(self.lm, self.info, self.train[ids])
+            if for_start and lstsq is not None:
+                lstsq.add(part)
+            for j, w in enumerate(ids):
+                if w in self.slot:
+                    for l, h in enumerate(part):
+                        self.hs[l, self.slot[w]] = h[j]
+            del part
         self.steps = (first, last)
         self.blocks += 1
-        self.windows_run += len(windows)
+        self.windows_run += len(windows) + len([w for w in extra if w not in self.slot])
 
 
 class _Stop(Exception):
@@ -437,6 +523,95 @@ def collect_stack(lm, info: ModelInfo, ids: torch.Tensor) -> list[torch.Tensor]:
         raise TunedLensError(f"collected {len(saved)} residuals of {info.name}, expected "
                              f"{info.n_layers + 1}: the model's layers did not all run")
     return [h.detach().float() for h in saved]
+
+
+# --------------------------------------------------------------------------------------------
+# The closed-form start: least squares h_l -> h_L
+# --------------------------------------------------------------------------------------------
+
+
+class LeastSquares:
+    """The normal equations of the least-squares maps ``h_L ≈ A_l h_l + c_l``, accumulated in float64.
+
+    With ``X = [h_l, 1]`` and ``Y = h_L`` (rows: positions ``>= skip_first`` of the windows added),
+    ``X^T X`` and ``X^T Y`` are held as their blocks: the row count ``n``, ``Σ h_l``, ``Σ h_L``,
+    ``Σ h_l h_l^T`` and ``Σ h_l h_L^T`` (one ``d x d`` pair per layer ``l < L``). :meth:`add` takes
+    the residuals of a batch as they are collected, so no second copy of the states is kept.
+    """
+
+    def __init__(self, n_layers: int, d_model: int, *, skip_first: int = 1):
+        self.L, self.d, self.skip_first = n_layers, d_model, skip_first
+        f64 = torch.float64
+        self.n = 0
+        self.sum_x = torch.zeros(n_layers, d_model, dtype=f64)
+        self.sum_y = torch.zeros(d_model, dtype=f64)
+        self.xx = torch.zeros(n_layers, d_model, d_model, dtype=f64)
+        self.xy = torch.zeros(n_layers, d_model, d_model, dtype=f64)
+
+    def add(self, hs: list[torch.Tensor]) -> None:
+        """Add the rows of a batch's residuals ``[h_0, ..., h_L]`` (each ``[B, T, d]``)."""
+        if len(hs) != self.L + 1:
+            raise TunedLensError(f"expected {self.L + 1} residuals h_0..h_L, got {len(hs)}")
+        y = _flat(hs[self.L], self.skip_first).double()
+        self.n += y.shape[0]
+        self.sum_y += y.sum(0)
+        for l in range(self.L):
+            x = _flat(hs[l], self.skip_first).double()
+            self.sum_x[l] += x.sum(0)
+            self.xx[l] += x.T @ x
+            self.xy[l] += x.T @ y
+
+    def solve(self, ridge: float) -> dict[str, Any]:
+        """Per layer, the ridge least-squares map ``h_L ≈ A_l h_l + c_l``.
+
+        Centred: ``S_l = Cov(h_l)``, ``C_l = Cov(h_l, h_L)`` (from the sums); ``A_l^T = (S_l + λ_l I)^{-1}
+        C_l`` with ``λ_l = ridge · tr(S_l) / d`` (the ridge in units of the mean variance of ``h_l``'s
+        coordinates, so one value suits residuals of any scale); the intercept is not penalised:
+        ``c_l = mean(h_L) - A_l mean(h_l)``. Returns ``{"A": [L, d, d], "c": [L, d], "lam": [L],
+        "rows": n}`` (float64).
+        """
+        if self.n < 2:
+            raise TunedLensError(f"the closed-form start has {self.n} rows: use more (or longer) windows "
+                                 f"(lstsq_windows, window)")
+        n = self.n
+        mx, my = self.sum_x / n, self.sum_y / n
+        A = torch.empty(self.L, self.d, self.d, dtype=torch.float64)
+        lam = torch.empty(self.L, dtype=torch.float64)
+        eye = torch.eye(self.d, dtype=torch.float64)
+        for l in range(self.L):
+            S = self.xx[l] / n - torch.outer(mx[l], mx[l])
+            C = self.xy[l] / n - torch.outer(mx[l], my)
+            lam[l] = ridge * torch.trace(S) / self.d
+            factor, info = torch.linalg.cholesky_ex(S + lam[l] * eye)
+            if int(info) != 0:
+                raise TunedLensError(f"the closed-form start of layer {l} is singular ({n} rows, d {self.d}, "
+                                     f"ridge {ridge}): raise ridge (TunedLensConfig.ridge, profile key "
+                                     f"tuned_ridge) or lstsq_windows")
+            A[l] = torch.cholesky_solve(C, factor).T
+        c = my.unsqueeze(0) - torch.einsum("lij,lj->li", A, mx)
+        return {"A": A, "c": c, "lam": lam, "rows": n}
+
+
+def set_start(lens: TunedLens, solution: dict[str, Any]) -> None:
+    """Set each translator to the least-squares map: ``T_l(h) = h + W_l h + b_l = A_l h + c_l``
+    (``W_l = A_l - I``, ``b_l = c_l``)."""
+    eye = torch.eye(lens.d_model, dtype=torch.float64)
+    with torch.no_grad():
+        for l, t in enumerate(lens.translators):
+            t.weight.copy_((solution["A"][l] - eye).to(t.weight.dtype))
+            t.bias.copy_(solution["c"][l].to(t.bias.dtype))
+
+
+def lstsq_windows(train: torch.Tensor, cfg: TunedLensConfig) -> list[int]:
+    """The training windows the closed-form start is fitted on: the first ``cfg.lstsq_windows``
+    (all of ``train`` when it holds fewer; the windows are a seeded random draw already)."""
+    return list(range(min(cfg.lstsq_windows, len(train))))
+
+
+def _lstsq_batches(idx: list[int]) -> list[list[int]]:
+    """The closed-form start's windows in model batches of :data:`COLLECT_BATCH`: the same batches
+    in both collection modes, so both build the same sums to the last bit."""
+    return [idx[i:i + COLLECT_BATCH] for i in range(0, len(idx), COLLECT_BATCH)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -548,10 +723,12 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
         progress: bool | str = False, collect: str = "once") -> tuple[TunedLens, dict]:
     """Fit a tuned lens on ``train`` windows through :func:`residshift.core.fitting.fit`.
 
-    Batches are drawn with replacement from a generator seeded by ``(seed, step)``. With ``es``
+    With ``cfg.init == "lstsq"`` the translators start at the closed-form start
+    (:func:`closed_form_start`; not recomputed when resuming), else at the logit lens. Batches are
+    drawn with replacement from a generator seeded by ``(seed, step)``. With ``es``
     (early-stopping windows) and ``eval_every``, each layer keeps the translator with its lowest
-    early-stopping KL (step 0, the logit lens itself, is a candidate); ``cfg.patience`` ends the fit
-    when no layer improved for that many evaluations. Resumes from ``checkpoint`` when it exists;
+    counted early-stopping KL (step 0, the start itself, is a candidate); ``cfg.patience`` ends the
+    fit when no layer improved for that many evaluations. Resumes from ``checkpoint`` when it exists;
     ``stop_after`` ends this call after that many steps (what an interruption does; tests use it).
 
     ``collect``: ``"once"`` (default) runs the frozen model once over the windows a block of steps
@@ -564,9 +741,11 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
     Returns the lens and a report: ``history`` (the fitting loop's records: ``parts`` = per-layer
     training KL per step; per evaluation ``kl`` = per-layer early-stopping KL as measured, ``eval``
     = as counted with ``cfg.rel_tol`` (:class:`CountedKL`), ``best`` = the counted bests),
-    ``best_es_kl``, ``steps``, ``stopped_early``, ``fit_seconds``, ``vocab_size`` and the per-layer
-    convergence of :func:`layer_convergence` (``last_improved``, ``converged``, ``unconverged``,
-    ``convergence_window``).
+    ``best_es_kl``, ``steps``, ``stopped_early``, ``fit_seconds`` (the KL steps), ``start`` (what the
+    closed-form start used: windows, rows, ridge, ``lam``; ``seconds``, which with a residual store
+    include collecting the store's first block) and ``start_seconds``, ``vocab_size``, ``kept``
+    (:func:`kept_states`), the per-layer convergence of :func:`layer_convergence` (``last_improved``,
+    ``converged``, ``unconverged``, ``convergence_window``) and ``excluded`` (:func:`exclusion_reasons`).
     """
     forward.refuse_remote(info, "tuned_lens.fit", _DECODES)
     if collect not in ("once", "per_step"):
@@ -579,6 +758,10 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
     store = ResidualStore(lm, info, train, cfg) if once else None
     head = Unembed(info, vocab=vocab)
     es_hs: list = []
+    resuming = checkpoint is not None and Path(checkpoint).is_file()  # the checkpoint holds the start
+    start = {"init": cfg.init}
+    if cfg.init == "lstsq" and not resuming:
+        start.update(closed_form_start(lm, info, lens, train, cfg, store=store))
 
     def step_fn(step, micro, backward):
         if store is None:
@@ -605,16 +788,70 @@ def fit(lm, info: ModelInfo, cfg: TunedLensConfig, *, train: torch.Tensor, es: t
     result = run_fit(lens, fit_config(cfg), step_fn=step_fn,
                      eval_fn=(lambda: counted(eval_fn())) if use_es else None,
                      eval_extra=(lambda: {"kl": list(counted.raw)}) if use_es else None,
-                     best_keys=best_keys, checkpoint=checkpoint, stop_after=stop_after, progress=progress)
+                     best_keys=best_keys, checkpoint=checkpoint, stop_after=stop_after, progress=progress,
+                     extra={"start": start})
     if not result.finished:
         return lens, {"interrupted_at": result.steps}
     conv = layer_convergence(result.history, result.steps, eval_every=cfg.eval_every,
                              patience=cfg.patience if use_es else None)
+    start = result.extra.get("start", start)  # a resumed fit: the start recorded when it began
     return lens, {"history": result.history, "best_es_kl": result.best, "steps": result.steps,
                   "stopped_early": result.stopped_early, "fit_seconds": result.seconds,
+                  "start_seconds": start.get("seconds", 0.0), "start": start,
                   "vocab_size": None if vocab is None else len(vocab),
+                  "kept": kept_states(result.history, use_es),
                   "convergence_window": conv["window"], "last_improved": conv["last_improved"],
-                  "converged": conv["converged"], "unconverged": conv["unconverged"]}
+                  "converged": conv["converged"], "unconverged": conv["unconverged"],
+                  "excluded": exclusion_reasons(conv, result.steps, cfg)}
+
+
+def closed_form_start(lm, info: ModelInfo, lens: TunedLens, train: torch.Tensor, cfg: TunedLensConfig, *,
+                      store: ResidualStore | None = None) -> dict[str, Any]:
+    """Set ``lens`` to the least-squares start (:class:`LeastSquares`, :func:`set_start`) fitted on
+    the first ``cfg.lstsq_windows`` training windows; what it used and took.
+
+    With a ``store`` the sums are built while the store collects its first block (one forward per
+    window, :meth:`ResidualStore.prime`); without one the windows run on their own, in the same batches."""
+    t0 = time.perf_counter()
+    idx = lstsq_windows(train, cfg)
+    sums = LeastSquares(info.n_layers, info.d_model, skip_first=cfg.skip_first)
+    if store is not None:
+        store.prime(sums, idx)
+    else:
+        for ids in _lstsq_batches(idx):
+            sums.add(collect_stack(lm, info, train[ids]))
+    t1 = time.perf_counter()
+    solution = sums.solve(cfg.ridge)
+    set_start(lens, solution)
+    return {"init": "lstsq", "windows": len(idx), "rows": solution["rows"], "ridge": cfg.ridge,
+            "lam": solution["lam"].tolist(), "collect_seconds": t1 - t0,
+            "seconds": time.perf_counter() - t0}
+
+
+def kept_states(history: list[dict], use_es: bool) -> list[str] | None:
+    """Per layer, which state the fit kept: ``"start"`` (the state evaluated at step 0, the
+    closed-form start or the logit lens) or ``"refined"`` (a state after KL steps whose
+    early-stopping KL beat every earlier counted best by more than ``rel_tol``). The fitting loop
+    keeps a layer's state at its last counted improvement, so the kept state's early-stopping KL
+    is never above the start's. None without early-stopping evaluations (the last state is kept)."""
+    evals = [h for h in history if isinstance(h, dict) and "eval" in h and "best" in h]
+    if not use_es or not evals:
+        return None
+    first = evals[0]["best"] if isinstance(evals[0]["best"], list) else [evals[0]["best"]]
+    last = evals[-1]["best"] if isinstance(evals[-1]["best"], list) else [evals[-1]["best"]]
+    return ["start" if a == b else "refined" for a, b in zip(first, last)]
+
+
+def exclusion_reasons(conv: dict[str, Any], steps: int, cfg: TunedLensConfig) -> dict[int, str] | None:
+    """``{l: why}`` for each layer ``h_l`` kept out of verdicts: still improving when the step cap
+    ended the fit (:func:`layer_convergence`). ``{}`` when every layer converged; None when
+    convergence was not judged."""
+    if conv["unconverged"] is None:
+        return None
+    return {l: (f"h_{l} still improving at the step cap ({steps} steps): its early-stopping KL last fell "
+                f"by more than rel_tol={cfg.rel_tol} at step {conv['last_improved'][l]}, within the last "
+                f"{conv['window']} steps (patience x eval_every); raise tuned_steps")
+            for l in conv["unconverged"]}
 
 
 def windows_for(tokenizer, info: ModelInfo, cfg: TunedLensConfig) -> dict[str, torch.Tensor]:

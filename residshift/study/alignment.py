@@ -14,7 +14,7 @@ The notebook orchestrates; everything it computes or draws is a call into this m
   :func:`sensitivity_table`, :func:`summary_lines`;
 - **figures**, each returning ``(fig, numbers)`` for ``plotting.publish``: :func:`metrics_panel`,
   :func:`c1_panel`, :func:`shift_depth_panel`, :func:`sensitivity_panel`, :func:`token_group_panel`,
-  :func:`tuned_panel`, :func:`causal_panel`.
+  :func:`tuned_panel`, :func:`causal_panel` (drawn by :func:`causal_figure`, which takes its numbers).
 
 Every function that takes ``P`` (the resolved profile) reads only keys the notebook's
 ``parameters`` cell declares (a test checks it).
@@ -28,6 +28,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
@@ -41,7 +42,7 @@ DEPTH_METRICS = tuple(verdicts.DEPTH_METRICS)  # metrics whose half-way depth me
 # Panels whose layer-0 value is far from every other layer's (the embedding itself is not normed
 # like a residual, and the next token's log-prob there is hundreds of nats down): drawn from h_1.
 FROM_LAYER_1 = ("logprob", "proj", "kl_final")
-LABEL = {"rank": "rank (median, log scale)", "logrank": r"$\log_{10}$ rank", "logprob": "log-prob (nats)",
+LABEL = {"rank": "rank (median, log scale; 1 = top)", "logrank": r"$\log_{10}$ rank (0 = top)", "logprob": "log-prob (nats)",
          "prob": "probability", "top1": "top-1 match rate", "cos_raw": r"$\cos(h, e)$ raw",
          "cos_norm": r"$\cos(N(h), e)$", "cos_centred": "cos centred",
          "proj": r"projection of $N(h)$ on $e/\|e\|$", "entropy": "entropy (nats)",
@@ -54,6 +55,7 @@ SETTINGS = ("as trained", "BOS flipped", "raw WikiText")
 TUNED_METRICS = ("top1", "prob", "logrank")
 SENSITIVITY_METRICS = ("top1", "prob", "logrank")
 MIN_GROUP_TOKENS = 20
+RANK_METRICS = ("rank", "logrank")  # drawn on inverted axes (rank 1 on top) in every figure
 
 
 
@@ -163,9 +165,21 @@ def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> t
         t0 = time.perf_counter()
         lenses[name], reports[name] = tuned_lens.fit_cached(lm, info, cfg, tok)
         if verbose:
-            print(f"{name}: tuned lens ready ({_convergence_note(reports[name])}; this call "
-                  f"{time.perf_counter() - t0:.0f} s)")
+            head, *why = _convergence_note(reports[name]).split("\n")
+            print(f"{name}: tuned lens ready ({_start_note(reports[name])}{head}; this call "
+                  f"{time.perf_counter() - t0:.0f} s)" + "".join("\n" + line for line in why))
     return lenses, reports
+
+
+def _start_note(rep: Mapping[str, Any]) -> str:
+    """Where the fit started and, per layer, which state it kept (``tuned_lens.kept_states``)."""
+    start, kept = rep.get("start") or {}, rep.get("kept")
+    if start.get("init") != "lstsq":
+        return ""
+    text = f"closed-form start on {start['windows']} windows in {start['seconds']:.0f} s"
+    if kept:
+        text += f", kept at {kept.count('start')} of {len(kept)} layers (KL refinement did not beat it)"
+    return text + "; "
 
 
 def _convergence_note(rep: Mapping[str, Any]) -> str:
@@ -176,8 +190,10 @@ def _convergence_note(rep: Mapping[str, Any]) -> str:
         return f"{steps} steps: every layer converged, stopped early"
     if not unconverged:
         return f"{steps} steps, the cap: every layer converged"
+    reasons = rep.get("excluded") or {}
+    why = "".join(f"\n  excluded: {reasons[l]}" for l in unconverged if l in reasons)
     return (f"{steps} steps, the cap: {len(unconverged)} of {len(rep['converged'])} layers still improving "
-            f"(h_l, l = {', '.join(map(str, unconverged))}), marked and kept out of verdicts")
+            f"(h_l, l = {', '.join(map(str, unconverged))}), marked and kept out of verdicts{why}")
 
 
 def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dict[str, Any]:
@@ -257,11 +273,15 @@ def c1_rows(result, baseline, P, *, model: str, decoder: str, unconverged: Seque
     :data:`PREPROCESSING` is read): a depth it moves by more than its interval is inconclusive.
     ``fitted_to_output``: whether the decoder was fitted towards the model's output (default: whether
     ``decoder`` is one of :data:`FITTED_TO_OUTPUT`, the tuned lens); its C1.early, C1.middle and C1
-    rows are then marked not evidence."""
+    rows are then marked not evidence. Rows whose sub-rule cannot reach every outcome at these windows and
+    positions are marked underpowered (``verdicts.c1_underpowered``: the class profile's, not the default's)."""
     fitted = decoder in FITTED_TO_OUTPUT if fitted_to_output is None else bool(fitted_to_output)
-    rows = verdicts.c1_regimes(**c1_arrays(result, baseline), model=model, decoder=decoder,
+    arrays = c1_arrays(result, baseline)
+    n = arrays["top1_input"].shape[0]
+    rows = verdicts.c1_regimes(**arrays, model=model, decoder=decoder,
                                min_run=verdicts.c1_min_run(result.n_layers), unconverged=unconverged,
-                               fitted_to_output=fitted, n_boot=P.n_boot, seed=P.seed, source=f"{NAME}-c1")
+                               fitted_to_output=fitted, n_boot=P.n_boot, seed=P.seed,
+                               n_positions=result.tokens["cur"].numel() // n if n else None, source=f"{NAME}-c1")
     prep = {s: depth_curves(r) for s, r in (preprocessing or {}).items() if s == PREPROCESSING}
     rows += verdicts.c1_depth(depth_curves(result), model=model, decoder=decoder, n_boot=P.n_boot,
                               seed=P.seed, preprocessing=prep or None, source=f"{NAME}-shift-depth")
@@ -417,6 +437,8 @@ def metrics_panel(results: Mapping[str, Any], baselines: Mapping[str, dict], P):
                                alpha=0.6, dashes=(1, 2))
         if metric == "rank":
             ax.set_yscale("log")
+        if metric in RANK_METRICS:  # rank 1 on top, as in notebook 01: up is "more aligned"
+            ax.invert_yaxis()
         ax.set_title(LABEL[metric] + (r" (from $h_1$)" if metric in FROM_LAYER_1 else ""), fontsize=10)
         ax.set_xlabel("relative depth l / L")
     for ax in axes.flat[len(panels):]:
@@ -442,6 +464,8 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
         x = np.arange(1, L + 1)
         ax.axvspan(1.5, L - 1.5, color="#eeeeee", lw=0, zorder=0)
         for decoder, by_model in results.items():
+            if name not in by_model:  # a model read by the logit lens only (extra_models)
+                continue
             ex = excess_curves(by_model[name], baselines[name], P)
             numbers.setdefault(name, {})[decoder] = {w: c.as_dict() for w, c in ex.items()}
             for which, c in ex.items():
@@ -454,7 +478,7 @@ def c1_panel(results: Mapping[str, Mapping[str, Any]], baselines: Mapping[str, d
             ax.text(l, 1.0, f" {text}", transform=ax.get_xaxis_transform(), fontsize=8, va="top")
         ax.text((L) / 2, 1.0, "middle candidates", transform=ax.get_xaxis_transform(), fontsize=8, va="top",
                 ha="center")
-        _symlog(ax, [numbers[name][d][w]["estimate"][1:] for d in results for w in lens.WHICH], 0.05)
+        _symlog(ax, [numbers[name][d][w]["estimate"][1:] for d in numbers[name] for w in lens.WHICH], 0.05)
         integer_axis(ax, "x")
         ax.set_xlabel(r"residual layer $l$ ($h_l$)")
         ax.set_ylabel("top-1 excess over unigram")
@@ -647,7 +671,9 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
     """How long each tuned lens trained, which layers converged and how much KL is left (held-out,
     nats; means over windows). A layer is still improving at the cap when an evaluation in the last
     ``patience x eval_every`` steps lowered its early-stopping KL by more than ``rel_tol``
-    (``tuned_lens.layer_convergence``); "all converged by step" is when the last layer to converge did."""
+    (``tuned_lens.layer_convergence``); "all converged by step" is when the last layer to converge did.
+    "start" is how the translators began (``lstsq``: the least-squares map, fitted in "start (s)");
+    "layers kept at start" counts the layers whose KL steps never beat that start on held-out windows."""
     rows = []
     for name, rep in reports.items():
         cfg = rep["config"]
@@ -660,7 +686,11 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
                      "stopped early": rep.get("stopped_early"),
                      "windows seen": int(rep.get("steps") or 0) * cfg["batch"],
                      "tokens seen": int(rep.get("steps") or 0) * cfg["batch"] * cfg["window"],
+                     "start": (rep.get("start") or {}).get("init"),
+                     "start (s)": round(float(rep.get("start_seconds") or 0), 1),
                      "fit (s)": round(float(rep.get("fit_seconds") or 0), 0),
+                     "layers kept at start": (None if rep.get("kept") is None
+                                              else sum(k == "start" for k in rep["kept"])),
                      f"KL logit lens h_0": kl_l[0], "KL tuned h_0": kl_t[0],
                      "KL logit lens mid": kl_l[mid], "KL tuned mid": kl_t[mid],
                      "KL logit lens h_(L-1)": kl_l[L - 1], "KL tuned h_(L-1)": kl_t[L - 1],
@@ -672,6 +702,21 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
                                                max(rep["last_improved"]) + rep["convergence_window"]),
                      "final mass outside train vocab": rep.get("outside_mass")})
     return pd.DataFrame(rows).set_index("model").round(3)
+
+
+def tuned_exclusion_lines(reports: Mapping[str, dict]) -> list[str]:
+    """One line per model: every layer converged, or each excluded layer with its reason
+    (``tuned_lens.exclusion_reasons``), so a reader sees why a tuned-lens row skips a layer."""
+    lines = []
+    for name, rep in reports.items():
+        excluded = rep.get("excluded")
+        if excluded is None:
+            lines.append(f"{name}: convergence not judged (no early-stopping windows)")
+        elif not excluded:
+            lines.append(f"{name}: every layer's translator converged; none excluded")
+        else:
+            lines += [f"{name}: excluded {why}" for why in excluded.values()]
+    return lines
 
 
 UNCONVERGED_LABEL = "tuned lens still improving at the cap (kept out of verdicts)"
@@ -734,61 +779,113 @@ def tuned_panel(results: Mapping[str, Any], tuned: Mapping[str, Any], reports: M
 
 
 def causal_panel(profiles: Mapping[str, dict], P):
-    """Three rows per model (columns): (1) the net effects of removing the input / next direction
-    (Δloss minus the random-direction control) over ``h_1..h_{L-1}`` with ``h_0`` and ``h_L`` as open
-    markers (fixed by construction, not localization evidence); (2) the random-direction control's
-    own Δloss (symlog); (3) the skip-path ablation per block. Returns ``(fig, numbers)``."""
-    names = list(profiles)
-    fig, axes = plt.subplots(3, len(names), figsize=(5.4 * len(names), 9.4), squeeze=False)
+    """The causal profiles' numbers and their figure (:func:`causal_figure`): per model, the net effects
+    of removing the input / next direction (Δloss minus the random-direction control), the control's own
+    Δloss and the skip-path ablation per block. Returns ``(fig, numbers)``."""
     numbers: dict[str, Any] = {}
-    for j, name in enumerate(names):
-        prof = profiles[name]
+    skip_layers: dict[str, list[int]] = {}
+    for name, prof in profiles.items():
         L = prof["n_layers"]
         eff = causal.direction_effects(prof["direction"])
-        res_idx = np.asarray(prof["direction"]["residuals"])
+        num = numbers.setdefault(name, {"n_layers": L, "basis": prof["direction"].get("basis"),
+                                        "residuals": np.asarray(prof["direction"]["residuals"]).tolist()})
+        for which in lens.WHICH:
+            num[f"net_{which}"] = stats.curve_ci(eff[which], n_boot=P.n_boot, seed=P.seed).as_dict()
+        num["control"] = stats.curve_ci(eff["control"], n_boot=P.n_boot, seed=P.seed).as_dict()
+        for alpha, summary in causal.skip_summary(prof["skip"], n_boot=P.n_boot, seed=P.seed).items():
+            num[f"skip_alpha_{alpha}"] = summary["ci"]
+        skip_layers[name] = list(prof["skip"]["layers"])
+    return causal_figure(numbers, skip_layers), numbers
+
+
+CAUSAL_PANELS = ("net_input", "net_next", "control", "skip")
+
+
+def causal_figure(numbers: Mapping[str, Mapping[str, Any]], skip_layers: Mapping[str, Sequence[int]]):
+    """One row per model, four panels on linear axes, each its own y range: the net effect of removing
+    the input direction, of removing the next direction (over ``h_1..h_{L-1}``), the random-direction
+    control's own Δloss, and the skip path of block ``l`` scaled by alpha (x: ``(l + 1) / L``, the
+    residual it feeds). ``h_0`` and ``h_L`` are open markers (fixed by construction, not localization
+    evidence); one far outside the interior's range sits on the panel's edge as a triangle with its
+    value written beside it (:func:`_ends`), so the interior keeps a readable scale.
+    ``numbers``: what :func:`causal_panel` returns; ``skip_layers``: per model the blocks of the skip
+    profile (``profile["skip"]["layers"]``)."""
+    names = list(numbers)
+    fig, axes = plt.subplots(len(names), len(CAUSAL_PANELS), figsize=(12.6, 0.7 + 2.9 * len(names)), squeeze=False)
+    for row, name in zip(axes, names):
+        num = numbers[name]
+        L = num["n_layers"]
+        res_idx = np.asarray(num["residuals"])
         x = res_idx / L
         inner = (res_idx > 0) & (res_idx < L)
-        ends = ~inner
-        num = numbers.setdefault(name, {"n_layers": L, "basis": prof["direction"].get("basis"),
-                                        "residuals": res_idx.tolist()})
-        ax = axes[0, j]
-        for which in lens.WHICH:
-            c = stats.curve_ci(eff[which], n_boot=P.n_boot, seed=P.seed)
-            num[f"net_{which}"] = c.as_dict()
-            ax.plot(x[inner], c.estimate[inner], marker=".", color=PALETTE[which], lw=1.5,
-                    label=f"remove {which} direction")
-            ax.fill_between(x[inner], c.lo[inner], c.hi[inner], color=PALETTE[which], alpha=0.18, lw=0)
-            ax.plot(x[ends], c.estimate[ends], "o", mfc="none", color=PALETTE[which], ms=5)
-        ax.axhline(0, color="k", lw=0.7)
-        _symlog(ax, [num[f"net_{w}"]["estimate"] for w in lens.WHICH], 0.01)
-        ax.set_title(f"{name}: Δloss net of the random control", fontsize=10)
-        ax.set_ylabel("Δ next-token loss (nats)")
-        ax.legend(fontsize=7, title=r"open: $h_0$, $h_L$ (by construction)", title_fontsize=7)
-        ax = axes[1, j]
-        c = stats.curve_ci(eff["control"], n_boot=P.n_boot, seed=P.seed)
-        num["control"] = c.as_dict()
-        ax.plot(x, c.estimate, color=CATEGORY[0], lw=1.5, label="remove a random token's direction")
-        ax.fill_between(x, c.lo, c.hi, color=CATEGORY[0], alpha=0.18, lw=0)
-        _symlog(ax, c.estimate, 0.01)
-        ax.set_title(f"{name}: the control's own Δloss", fontsize=10)
-        ax.set_ylabel("Δ loss (nats)")
-        ax.legend(fontsize=7)
-        ax = axes[2, j]
-        skip = causal.skip_summary(prof["skip"], n_boot=P.n_boot, seed=P.seed)
-        xs = (np.array(prof["skip"]["layers"]) + 1) / L
-        for k, (alpha, s) in enumerate(skip.items()):
-            ci = s["ci"]
-            num[f"skip_alpha_{alpha}"] = ci
-            ax.plot(xs, ci["estimate"], marker="o", ms=3, color=CATEGORY[k + 1], label=rf"$\alpha$ = {alpha}")
-            ax.fill_between(xs, ci["lo"], ci["hi"], color=CATEGORY[k + 1], alpha=0.18, lw=0)
-        _symlog(ax, [s["ci"]["estimate"] for s in skip.values()], 0.01)
-        ax.set_title(rf"{name}: skip path of block $l-1$ scaled by $\alpha$", fontsize=10)
-        ax.set_ylabel("Δ loss (nats)")
-        ax.legend(fontsize=7)
-        for ax in axes[:, j]:
-            ax.set_xlabel("relative depth of the edited residual l / L")
-    fig.tight_layout()
-    return fig, numbers
+        for ax, which in zip(row[:2], lens.WHICH):
+            c = num[f"net_{which}"]
+            _curve(ax, x, c, inner, PALETTE[which])
+            ax.axhline(0, color="k", lw=0.7)
+            ax.set_title(f"remove the {which} direction, net", fontsize=10)
+        row[0].set_ylabel(f"{name}\nΔ loss net of the control (nats)", fontsize=9)
+        _curve(row[2], x, num["control"], inner, CATEGORY[0])
+        row[2].axhline(0, color="k", lw=0.7)
+        row[2].set_title("the random control's own Δloss", fontsize=10)
+        for ax in row[2:]:
+            ax.set_ylabel("Δ loss (nats)", fontsize=9)
+        xs = (np.asarray(skip_layers[name]) + 1) / L
+        alphas = [k for k in num if k.startswith("skip_alpha_")]
+        for k, key in enumerate(alphas):
+            ci = num[key]
+            row[3].plot(xs, ci["estimate"], marker="o", ms=3, color=CATEGORY[k + 1],
+                        label=rf"$\alpha$ = {key.removeprefix('skip_alpha_')}")
+            row[3].fill_between(xs, ci["lo"], ci["hi"], color=CATEGORY[k + 1], alpha=0.18, lw=0)
+        row[3].axhline(0, color="k", lw=0.7)
+        row[3].set_title(r"skip path of block $l-1$ $\times\,\alpha$", fontsize=10)
+        row[3].legend(fontsize=8, loc="best")
+        for ax in row:
+            ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10], min_n_ticks=3))
+            ax.set_xlim(-0.04, 1.04)
+            ax.tick_params(labelsize=9)
+    for ax in axes[-1]:
+        ax.set_xlabel("relative depth l / L of the edited $h_l$", fontsize=9)
+    handles = [Line2D([], [], color="0.3", marker=".", label=r"$h_1..h_{L-1}$ (band: 95% CI over windows)"),
+               Line2D([], [], color="0.3", marker="o", mfc="none", ls="", label=r"$h_0$, $h_L$ (by construction)"),
+               Line2D([], [], color="0.3", marker="^", mfc="none", ls="",
+                      label=r"$h_0$ or $h_L$ off the scale: its value written beside it")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.6 / fig.get_figheight(), 1, 1))
+    return fig
+
+
+OFF_SCALE = 3.0  # an end value further than this many interior ranges from the interior is drawn on the edge
+
+
+def _curve(ax, x: np.ndarray, c: Mapping[str, Any], inner: np.ndarray, color: str) -> None:
+    """The interior as a line with its CI band, the ends (:func:`_ends`) as open markers."""
+    est, lo, hi = (np.asarray(c[k], dtype=float) for k in ("estimate", "lo", "hi"))
+    ax.plot(x[inner], est[inner], marker=".", color=color, lw=1.5)
+    ax.fill_between(x[inner], lo[inner], hi[inner], color=color, alpha=0.18, lw=0)
+    _ends(ax, x[~inner], est[~inner], np.concatenate([lo[inner], hi[inner], [0.0]]), color)
+
+
+def _ends(ax, x: np.ndarray, y: np.ndarray, interior: np.ndarray, color: str) -> None:
+    """Open markers for the ends; one further than :data:`OFF_SCALE` interior ranges beyond the interior
+    is drawn on the panel's edge (a triangle pointing where it lies) with its value written beside it."""
+    low, high = float(np.nanmin(interior)), float(np.nanmax(interior))
+    span = max(high - low, 1e-9)
+    inside = (y >= low - OFF_SCALE * span) & (y <= high + OFF_SCALE * span)
+    ax.plot(x[inside], y[inside], "o", mfc="none", color=color, ms=5)
+    shown = np.concatenate([interior, y[inside]])
+    bottom, top = float(shown.min()), float(shown.max())
+    pad = 0.08 * max(top - bottom, 1e-9)
+    bottom, top = bottom - pad, top + pad
+    far = [(xi, yi) for xi, yi in zip(x[~inside], y[~inside])]
+    if far:
+        top += 2 * pad if any(yi > top for _, yi in far) else 0
+        bottom -= 2 * pad if any(yi < bottom for _, yi in far) else 0
+    ax.set_ylim(bottom, top)
+    for xi, yi in far:
+        edge, marker, va = (top, "^", "top") if yi > top else (bottom, "v", "bottom")
+        ax.plot([xi], [edge], marker, mfc="none", color=color, ms=6, clip_on=False)
+        ax.annotate(f"{yi:.2g}", (xi, edge), xytext=(-4 if xi > 0.5 else 4, -2 if va == "top" else 2),
+                    textcoords="offset points", ha="right" if xi > 0.5 else "left", va=va, fontsize=8, color=color)
 
 
 def causal_vs_lens(profiles: Mapping[str, dict], transitions: Mapping[str, list], P) -> tuple[pd.DataFrame, list]:

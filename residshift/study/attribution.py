@@ -11,8 +11,16 @@ pre-softcap lens logit across block ``l``). Here:
 - :func:`window_table` (pretrained: mean over windows, percentile bootstrap CI over windows) and
   :func:`seed_table` (trained: per-seed means over windows, mean and t-interval across seeds: the
   seed is the unit of replication), one long table format for both;
-- :func:`block_panel` (the figure), :func:`check_table` (the decomposition's closure, measured) and
-  :func:`who_lines` (the sentences the notebook ends with, computed from a table only).
+- :func:`block_panel` (the figure; :func:`table_from_numbers` rebuilds its table from the numbers it
+  saved), :func:`check_table` (the decomposition's closure, measured) and :func:`who_lines` (the
+  sentences the notebook ends with, computed from a table only).
+
+The figure's axes are linear, so the stacked bars of a block add up to its change (the dot): where one
+block's bars dwarf the rest (:data:`OWN_SCALE` times the median block), that block moves to a narrow
+panel on the left of its row with its own linear axis, instead of a log scale that would break the sum.
+Colours name sublayers (:data:`COLORS`), never a token: attention blue, MLP purple, the skip edit
+pink, norm rescaling dark grey (hatched). None is a colour of ``plotting.PALETTE``, whose green and
+orange mean the input and the next token in every figure of the study.
 
 Table format: one row per ``(model, which, term, block)`` with ``estimate``, ``lo``, ``hi``, ``n``,
 ``unit``; ``term`` in :data:`TABLE_TERMS` (``attn_minus_mlp`` is the paired difference, for the
@@ -28,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 from scipy import stats as _sp
 
 from ..analysis import stats
@@ -42,7 +51,9 @@ TABLE_TERMS = ("attn", "mlp", "skip", "rescale", "delta", "attn_minus_mlp")
 STACKED = ("attn", "mlp", "skip", "rescale")  # the bars; delta is the dot they add up to
 LABELS = {"attn": "attention", "mlp": "MLP", "skip": "skip edit (alpha - 1) x", "rescale": "norm rescaling",
           "delta": "change of the lens logit", "attn_minus_mlp": "attention - MLP"}
-COLORS = {"attn": "#1f77b4", "mlp": "#ff7f0e", "skip": "#9467bd", "rescale": "#b0b0b0"}
+# Sublayer colours: none is a PALETTE role colour (green input, orange next, light grey other).
+COLORS = {"attn": "#1f78b4", "mlp": "#7570b3", "skip": "#e7298a", "rescale": "#737373"}
+OWN_SCALE = 10.0  # a block whose bars reach this many times the median block gets its own panel
 COLUMNS = ["model", "which", "term", "block", "estimate", "lo", "hi", "n", "unit"]
 
 
@@ -202,67 +213,132 @@ def _check(table: pd.DataFrame) -> pd.DataFrame:
 
 def block_panel(table: pd.DataFrame, models: Sequence[str] | None = None, *, title: str = ""):
     """One row per model, one column per token (input, next): per block, the terms of the change of
-    the token's lens logit as diverging stacked bars (positive parts up, negative down), and the
-    change itself (dot, with its CI). Returns ``(fig, numbers)``."""
+    the token's lens logit as diverging stacked bars (positive parts up, negative down, so a block's
+    bars add up to the change), and the change itself (dot, with its CI), on linear axes. A block that
+    dwarfs the others (:func:`own_scale_blocks`) is drawn in a narrow panel of its own on the left.
+    Returns ``(fig, numbers)``."""
     table = _check(table)
     models = list(dict.fromkeys(table.model)) if models is None else list(models)
     unknown = [m for m in models if m not in set(table.model)]
     if unknown:
         raise AttributionStudyError(f"{unknown} not in the table; it holds {sorted(set(table.model))}")
-    fig, axes = plt.subplots(len(models), 2, figsize=(11, 2.9 * len(models)), squeeze=False)
+    fig = plt.figure(figsize=(11, 0.9 + 2.9 * len(models)))
+    grid = fig.add_gridspec(len(models), 2, wspace=0.18, hspace=0.55)
     numbers: dict[str, Any] = {}
     for i, model in enumerate(models):
         for j, which in enumerate(A.WHICH):
-            ax = axes[i, j]
             t = table[(table.model == model) & (table.which == which)]
-            numbers.setdefault(model, {})[which] = _draw(ax, t)
-            ax.set_title(f"{model}: {which} token", fontsize=10)
-            ax.axhline(0, color="black", lw=0.6)
+            own = own_scale_blocks(t)
+            rest = [b for b in sorted(set(t.block)) if b not in own]
+            if own:
+                wide = max(0.4 + 0.8 * len(own), 0.14 * len(rest))  # readable beside 30 blocks too
+                sub = grid[i, j].subgridspec(1, 2, width_ratios=[wide, len(rest)], wspace=0.3)
+                big, ax = fig.add_subplot(sub[0, 0]), fig.add_subplot(sub[0, 1])
+                _draw(big, t[t.block.isin(own)], categorical=True)
+                big.set_title("own scale", fontsize=8, color="0.3")
+                _frame(big, ylabel=j == 0, xlabel=False)
+            else:
+                ax, big = fig.add_subplot(grid[i, j]), None
+            numbers.setdefault(model, {})[which] = _numbers_of(t)
+            _draw(ax, t[t.block.isin(rest)])
             integer_axis(ax, "x")
-            if j == 0:
-                ax.set_ylabel("lens logit (centred)")
-            if i == len(models) - 1:
-                ax.set_xlabel("block l (h_l -> h_l+1)")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    for ax in axes.flat[1:]:  # a term that only some models have (the skip edit)
+            ax.set_xlim(-0.6, max(t.block) + 0.6)
+            _frame(ax, ylabel=j == 0 and big is None, xlabel=i == len(models) - 1)
+            ax.set_title(f"{model}: {which} token", fontsize=10)
+    handles, labels = [], []
+    for ax in fig.axes:  # a term that only some models have (the skip edit)
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, 1.0))
+    order = [LABELS[t] for t in (*STACKED, "delta") if LABELS[t] in labels]
+    handles = [handles[labels.index(lab)] for lab in order]
+    fig.legend(handles, order, loc="upper center", ncol=len(order), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 1.0 - 0.15 / fig.get_figheight()))
     if title:
-        fig.suptitle(title, y=1.04, fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
+        fig.suptitle(title, y=1.0 + 0.2 / fig.get_figheight(), fontsize=11)
+    fig.subplots_adjust(left=0.08, right=0.99, bottom=0.55 / fig.get_figheight() + 0.02,
+                        top=1.0 - 0.75 / fig.get_figheight())
     return fig, numbers
 
 
-def _draw(ax, t: pd.DataFrame) -> dict[str, Any]:
-    out = {}
-    pos = neg = None
+def own_scale_blocks(t: pd.DataFrame) -> list[int]:
+    """The blocks of one (model, token) table whose bars (or change) reach :data:`OWN_SCALE` times the
+    median block's, when they are fewer than half the blocks; else none (one linear axis suffices)."""
+    tall = _heights(t)
+    if not tall:
+        return []
+    typical = float(np.median(list(tall.values())))
+    own = [b for b, h in tall.items() if typical > 0 and h > OWN_SCALE * typical]
+    return own if len(own) < len(tall) / 2 else []
+
+
+def _heights(t: pd.DataFrame) -> dict[int, float]:
+    """Per block: the taller of the positive stack, the negative stack and the change's CI reach."""
+    out: dict[int, float] = {}
+    for b, r in t.groupby("block"):
+        y = r[r.term.isin(STACKED)].estimate.to_numpy(dtype=float)
+        d = r[r.term == "delta"][["estimate", "lo", "hi"]].to_numpy(dtype=float).ravel()
+        out[int(b)] = float(np.nanmax(np.abs(np.concatenate([[y.clip(0).sum(), -y.clip(None, 0).sum()], d]))))
+    return out
+
+
+def _frame(ax, *, ylabel: bool, xlabel: bool) -> None:
+    ax.axhline(0, color="black", lw=0.6)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10], min_n_ticks=3))
+    ax.tick_params(labelsize=9)
+    if ylabel:
+        ax.set_ylabel("lens logit (centred)")
+    if xlabel:
+        ax.set_xlabel("block l (h_l -> h_l+1)")
+
+
+def _numbers_of(t: pd.DataFrame) -> dict[str, Any]:
+    out = {term: _row_numbers(t[t.term == term].sort_values("block")) for term in STACKED
+           if not t[t.term == term].empty}
+    out["delta"] = _row_numbers(t[t.term == "delta"].sort_values("block"))
+    return out
+
+
+def _draw(ax, t: pd.DataFrame, *, categorical: bool = False) -> None:
+    """The stacked bars and the change of the blocks of ``t``; ``categorical``: at 0, 1, ... labelled
+    with their block numbers (the own-scale panel), else at their block number."""
+    blocks = sorted(set(t.block))
+    where = {b: (k if categorical else b) for k, b in enumerate(blocks)}
+    pos = np.zeros(len(blocks))
+    neg = np.zeros(len(blocks))
     for term in STACKED:
         r = t[t.term == term].sort_values("block")
         if r.empty:
             continue
-        x, y = r.block.to_numpy(), r.estimate.to_numpy()
-        pos = np.zeros_like(y) if pos is None else pos
-        neg = np.zeros_like(y) if neg is None else neg
+        x = np.array([where[b] for b in r.block])
+        y = r.estimate.to_numpy(dtype=float)
         base = np.where(y >= 0, pos, neg)
         ax.bar(x, y, bottom=base, color=COLORS[term], width=0.8, label=LABELS[term],
                hatch="//" if term == "rescale" else None, edgecolor="white", lw=0.3)
         pos, neg = pos + np.clip(y, 0, None), neg + np.clip(y, None, 0)
-        out[term] = _row_numbers(r)
     d = t[t.term == "delta"].sort_values("block")
-    lo, hi = d.lo.to_numpy(), d.hi.to_numpy()
-    err = None if np.isnan(lo).all() else np.abs(np.stack([d.estimate - lo, hi - d.estimate]))
-    ax.errorbar(d.block, d.estimate, yerr=err, fmt="o", color="black", ms=3.5, lw=1, label=LABELS["delta"])
-    out["delta"] = _row_numbers(d)
-    tall = np.maximum(pos, -neg) if pos is not None else np.abs(d.estimate.to_numpy())  # per block
-    typical = float(np.median(tall)) if tall.size else 0.0
-    if typical > 0 and tall.max() > 10 * typical:  # one block dwarfs the rest (the first block's rescaling)
-        ax.set_yscale("symlog", linthresh=typical)
-        ax.text(0.99, 0.02, f"symlog: linear within +-{typical:.2g}", transform=ax.transAxes, ha="right",
-                va="bottom", fontsize=7, color="0.4")
-    return out
+    lo, hi = d.lo.to_numpy(dtype=float), d.hi.to_numpy(dtype=float)
+    est = d.estimate.to_numpy(dtype=float)
+    err = None if np.isnan(lo).all() else np.abs(np.stack([est - lo, hi - est]))
+    ax.errorbar([where[b] for b in d.block], est, yerr=err, fmt="o", color="black", ms=3.5, lw=1,
+                label=LABELS["delta"])
+    if categorical:
+        ax.set_xticks(range(len(blocks)), [str(b) for b in blocks])
+        ax.set_xlim(-0.6, len(blocks) - 0.4)
+
+
+def table_from_numbers(numbers: Mapping[str, Any], *, unit: str = "windows") -> pd.DataFrame:
+    """The table :func:`block_panel` draws, rebuilt from the numbers it returned (or saved beside its
+    figure): ``{model: {which: {term: {"estimate", "lo", "hi"}}}}``; ``n`` is unknown there (0)."""
+    rows = []
+    for model, by_which in numbers.items():
+        for which, terms in by_which.items():
+            for term, v in terms.items():
+                rows += [[model, which, term, b, *(np.nan if v[k][b] is None else v[k][b]
+                                                   for k in ("estimate", "lo", "hi")), 0, unit]
+                         for b in range(len(v["estimate"]))]
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def _row_numbers(r: pd.DataFrame) -> dict[str, list]:

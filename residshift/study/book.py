@@ -9,11 +9,20 @@ and the figures they saved into ``build/book/<profile>/``:
   figure (the first image of a cell tagged ``key-figure``, else the first figure the notebook saved,
   else its first image output), then the generated results tables
   (:func:`residshift.study.report.render` on the profile's numbers);
-- ``NN-name.html``: each notebook with its outputs (nbconvert's JupyterLab template);
+- ``NN-name.html``: each notebook with its outputs (nbconvert's JupyterLab template), one stderr block
+  per cell (:func:`coalesce_streams`) and, where the notebook shows tokens, the key to their glyphs
+  (:func:`token_key_html`);
+- ``summary.html``: the handout, one printed page: every verdict of ``*verdicts.json`` grouped by
+  claim (C1-C4), one row per notebook, model and variant, and one figure per claim
+  (:data:`SUMMARY_FIGURES`); nothing on it is typed, every verdict comes from the files;
 - ``figures.html``: every figure of ``MANIFEST.json`` with its numbers (.json), its PDF and the
   notebook that made it;
 - ``instructor.html``: what each notebook teaches and its measured wall time and peak memory at each
-  profile (``RUNS.json`` beside the figures, written by the runner; "not measured yet" otherwise).
+  profile (``RUNS.json`` beside the figures, written by the runner; "not measured yet" otherwise),
+  then the answer key (:func:`answer_key_html`): every exercise's question and its solution as
+  ``make exercises`` executed it into ``build/exercises/`` (code and outputs, folded), with the
+  solution's time and answer check from ``benchmarks/exercises-default.json``; without that folder
+  the section names the command that makes it.
 
 Only whole runs are rendered: a notebook that finished, or one that failed with papermill's error
 record (its index entry says where it stopped). A half-run copy (a code cell papermill left
@@ -74,13 +83,15 @@ from latex2mathml.converter import convert
 from nbconvert import HTMLExporter
 from nbconvert.exporters.templateexporter import TemplateExporter
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
-from nbconvert.preprocessors import ExtractOutputPreprocessor
+from nbconvert.preprocessors import CoalesceStreamsPreprocessor, ExtractOutputPreprocessor
 from PIL import Image
 
+from ..analysis.verdicts import CLAIMS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, is_evidence
 from ..core import profiles
 from ..core.cache import check_output_dir, output_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
 from ..core.records import CorruptRecordError, read_record
+from ..core.runner import COMMITTED_PROFILE
 from . import report
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
@@ -237,6 +248,55 @@ def static_widgets(nb) -> None:
     nb.metadata.pop("widgets", None)
 
 
+
+def coalesce_streams(nb) -> None:
+    """One stderr block per cell, showing what the terminal showed last.
+
+    nbconvert's :class:`~nbconvert.preprocessors.CoalesceStreamsPreprocessor` merges consecutive
+    stream outputs of the same name and collapses carriage-return redraws (a tqdm bar's updates) to
+    their final state. tqdm writes to stderr while the cell prints to stdout, so a loop over models
+    still leaves one stderr block per model between the printed lines (38 in 04's sweep cell at the
+    default profile, 114 in 05's fit cell). Then: stderr blocks that show nothing (a bar that cleared
+    itself, a lone newline) are dropped, the others are joined, one per line, into one block where the
+    first stood, and the stdout blocks that now meet are merged by the same preprocessor."""
+    merge = CoalesceStreamsPreprocessor()
+    for i, cell in enumerate(nb.cells):
+        if not cell.get("outputs"):
+            continue
+        merge.preprocess_cell(cell, {}, i)
+        errs = [o for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
+        if not errs:
+            continue
+        shown = [o.text.replace("\r", "").rstrip().lstrip("\n") for o in errs]
+        shown = [t for t in shown if t.strip()]
+        first = next(j for j, o in enumerate(cell.outputs) if o is errs[0])  # no stderr before it
+        rest = [o for o in cell.outputs if not (o.output_type == "stream" and o.name == "stderr")]
+        if shown:
+            errs[0].text = "\n".join(shown) + "\n"
+            rest.insert(first, errs[0])
+        cell.outputs = rest
+        merge.preprocess_cell(cell, {}, i)
+
+
+def shows_tokens(nb) -> bool:
+    """Whether a code cell of the notebook calls one of the functions that show tokens through
+    ``tour.display_token`` (``tour.SHOWS_TOKENS``): its page then carries the key to the glyphs."""
+    from .tour import SHOWS_TOKENS
+
+    call = re.compile(r"\b(?:" + "|".join(SHOWS_TOKENS) + r")\s*\(")
+    return any(c.cell_type == "code" and call.search(c.source) for c in nb.cells)
+
+
+def token_key_html() -> str:
+    """The key to the token glyphs (``tour.TOKEN_KEY``, shown as ``tour.display_token`` shows them)."""
+    from .tour import token_key
+
+    items = "".join(f"<dt><code>{html.escape(shown)}</code></dt><dd>{html.escape(meaning)}</dd>"
+                    for shown, meaning in token_key())
+    return ('<aside class="token-key" id="token-key"><details open><summary>How tokens are shown</summary>'
+            f"<dl>{items}</dl></details></aside>")
+
+
 EXERCISE = re.compile(r"^###\s+Exercise\s+(\d+)\s*[—–-]\s*(.+?)\s*$", re.M)
 
 
@@ -291,9 +351,9 @@ def _figures_source(executed: Path, profile: str) -> Path:
     own = executed / "figures"
     if (own / "MANIFEST.json").is_file():
         return own
-    if profile == "smoke":
-        raise BookError(f"{own}/MANIFEST.json is missing: the smoke run writes its figures there; run "
-                        "`python -m residshift run --profile smoke` first")
+    if profile != COMMITTED_PROFILE:
+        raise BookError(f"{own}/MANIFEST.json is missing: a {profile} run writes its figures there; run "
+                        f"`python -m residshift run --profile {profile}` first")
     return figures_dir()
 
 
@@ -323,6 +383,7 @@ NOTEBOOK_TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {% block html_head_js_mermaidjs %}{% endblock html_head_js_mermaidjs %}
 {% block body_header %}{{ super() }}
 {{ resources.book_nav }}
+{{ resources.get('book_token_key', '') }}
 {% endblock body_header %}
 {% block codecell %}
 {%- if 'solution' in cell.metadata.get('tags', []) -%}
@@ -386,6 +447,9 @@ math[display="block"] { margin: 0.7em 0; }
 .jp-Collapser { display: none; }
 details.book-solution { border-left: 3px solid #bdbdbd; margin: 0.5em 0; padding-left: 0.6em; }
 details.book-solution > summary { cursor: pointer; color: #555; font-style: italic; }
+details.answer pre { font-size: 0.85em; max-height: 30em; overflow: auto; }
+details.answer img { max-width: 100%; }
+.answer-failed { color: #b00020; font-style: normal; }
 .jp-InputArea, .jp-InputArea-editor { overflow: hidden; }
 .cm-editor.cm-s-jupyter .highlight pre { padding: var(--jp-code-padding) 4px; margin: 0; font-family: inherit;
   font-size: inherit; line-height: inherit; color: inherit; }
@@ -394,6 +458,32 @@ details.book-solution > summary { cursor: pointer; color: #555; font-style: ital
 a.anchor-link { visibility: hidden; margin-left: 0.2em; text-decoration: none; }
 h1:hover > a.anchor-link, h2:hover > a.anchor-link, h3:hover > a.anchor-link,
 h4:hover > a.anchor-link { visibility: visible; }
+.token-key { max-width: 64em; margin: 0.8em auto 0; padding: 0.4em 1em; border: 1px solid #e3e3e3;
+  background: #fafafa; font: 13px/1.4 system-ui, sans-serif; }
+.token-key summary { cursor: pointer; font-weight: 600; }
+.token-key dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.15em 1em; margin: 0.4em 0; }
+.token-key dt { text-align: right; } .token-key dd { margin: 0; color: #444; }
+.claim-body { display: grid; grid-template-columns: minmax(0, 70fr) minmax(0, 30fr); gap: 0.8em; align-items: start; }
+.claim-body figure { margin: 0; } .claim-body img { width: 100%; height: auto; }
+.book-main table.summary { font-size: 0.85em; border-collapse: collapse; table-layout: auto; width: 100%; margin: 0; }
+.book-main table.summary th, .book-main table.summary td { padding: 0.1em 0.35em; text-align: left;
+  vertical-align: top; }
+.book-main table.summary th { font-weight: 600; border-bottom: 1px solid #bbb; }
+table.summary td:nth-child(-n+3) { white-space: nowrap; }
+table.summary .pair { white-space: nowrap; margin-right: 0.6em; } .claim-id { color: #555; }
+.v-reproduced { color: #1a7f37; } .v-not-reproduced { color: #b3261e; } .v-inconclusive { color: #8a6d00; }
+@media print {
+  @page { size: A4; margin: 8mm; }
+  .book-nav { display: none; }
+  .book-main { max-width: none; padding: 0; }
+  .summary-page .book-main { font-size: 7.5pt; }
+  .summary-page h1 { font-size: 1.6em; margin: 0 0 0.2em; }
+  .summary-page h2 { font-size: 1.15em; margin: 0.2em 0; }
+  .summary-page .claim { margin-top: 0.4em; padding-top: 0.2em; break-inside: avoid; }
+  .summary-page .note { font-size: 0.95em; margin: 0.2em 0; }
+  .summary-page table.summary td, .summary-page table.summary th { padding: 0 0.3em; }
+  .summary-page figcaption { font-size: 0.85em; } .summary-page figcaption code { font-size: 0.9em; }
+}
 * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
 """
 
@@ -405,7 +495,7 @@ def _nav(profile: str, chapters: list[Chapter], current: str, prev: Chapter | No
         links.append(f'<a rel="prev" href="{prev.page}">← {prev.number}</a>')
     if nxt is not None:
         links.append(f'<a rel="next" href="{nxt.page}">{nxt.number} →</a>')
-    for href, label in (("index.html", "Contents"), ("figures.html", "Figures"),
+    for href, label in (("index.html", "Contents"), ("summary.html", "Summary"), ("figures.html", "Figures"),
                         ("instructor.html", "Instructor")):
         if href != current:
             links.append(f'<a href="{href}">{label}</a>')
@@ -574,9 +664,11 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
     for i, (ch, nb) in enumerate(zip(chapters, nbs)):
         nb = copy.deepcopy(nb)
         static_widgets(nb)
+        coalesce_streams(nb)
         nav = _nav(profile, chapters, ch.page, chapters[i - 1] if i else None,
                    chapters[i + 1] if i + 1 < len(chapters) else None)
         resources = {"output_files_dir": f"{ch.stem}_files", "unique_key": ch.stem, "book_nav": nav,
+                     "book_token_key": token_key_html() if shows_tokens(nb) else "",
                      "metadata": {"name": ch.stem, "path": str(ch.path.parent)}}
         body, res = exporter.from_notebook_node(nb, resources=resources)
         _write(site / ch.page, body)
@@ -605,14 +697,122 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
 
     _write(site / "index.html", _index_page(profile, chapters, fig_src, executed, report))
     _write(site / "figures.html", _gallery_page(profile, chapters, manifest, pngs, jsons))
-    _write(site / "instructor.html", _instructor_page(profile, chapters, list(profiles.PROFILES), fig_src))
+    _write(site / "instructor.html", _instructor_page(profile, chapters, list(profiles.PROFILES), fig_src,
+                                                           site=site))
+    _write(site / "summary.html", _summary_page(profile, chapters, fig_src, site))
+
+
+# The summary page (summary.html): the verdicts grouped by claim, and for each claim one figure the
+# notebooks save (copied into the site's figures/), with what it shows (no result is typed here).
+SUMMARY_FIGURES: dict[str, tuple[str, str]] = {
+    "C1": ("03-alignment-curves-c1.png", "what the logit lens and the tuned lens decode at each layer, "
+           "as excess over a unigram guess (notebook 03)"),
+    "C2": ("04-attenuation-sweep-best-cut.png", "the loss change when the skip path of one block of a "
+           "frozen model is attenuated, per block, with the best cut (notebook 04)"),
+    "C3": ("05-learned-gates-loss.png", "the test loss change of learned gates and of the best fixed cut "
+           "against the unmodified model (notebook 05)"),
+    "C4": ("07-learned-gates-and-benchmarks-compare.png", "the trained variants' final validation loss "
+           "against the baseline's (notebook 07; the benchmark scores are in "
+           "07-learned-gates-and-benchmarks-benchmarks.json)"),
+}
+SUMMARY_HEADLINES = {"C1": "C1", "C2": "C2.late-cut", "C3": "C3.beats-baseline", "C4": "C4.benchmarks"}
+VERDICT_MARKS = {REPRODUCED: "✓", NOT_REPRODUCED: "✗", INCONCLUSIVE: "?"}
+NOT_EVIDENCE_MARK, POST_HOC_MARK = "°", "*"  # verdicts.is_evidence false; a post-hoc rule (tables.marks)
+
+
+@dataclass
+class ClaimTable:
+    """The verdicts on one claim (C1-C4): one row per (notebook, model, variant), one column per
+    claim id (``C2.late-cut``, ``C2-training.late-cut``, ...), in the order the files list them."""
+
+    claims: list[str] = field(default_factory=list)
+    rows: dict[tuple[str, str, str], dict[str, list]] = field(default_factory=dict)
+
+
+def summary_tables(fig_src: Path) -> tuple[dict[str, ClaimTable], list[str]]:
+    """``({"C1": ClaimTable, ...}, [verdict files not in the verdict layout])`` from every
+    ``*verdicts.json`` in ``fig_src``, read through ``analysis.verdicts`` as the README's tables are."""
+    groups: dict[str, ClaimTable] = {}
+    skipped = []
+    for path in sorted(Path(fig_src).glob("*verdicts.json")):
+        data = report._load(path)
+        if not report.is_verdict_layout(data):
+            skipped.append(path.name)
+            continue
+        for row in report.rows_from_json(data, str(path)):
+            table = groups.setdefault(row.claim_id[:2], ClaimTable())
+            if row.claim_id not in table.claims:
+                table.claims.append(row.claim_id)
+            key = (path.name[:2], row.model, row.variant or "–")
+            table.rows.setdefault(key, {}).setdefault(row.claim_id, []).append(row)
+    return dict(sorted(groups.items())), skipped
+
+
+def _claim_label(cid: str, group: str) -> str:
+    """A claim id without its group (``C2-training.late-cut`` -> ``training.late-cut``), its words on hover."""
+    short = cid[len(group):].lstrip(".-") or cid
+    return f'<span class="claim-id" title="{html.escape(CLAIMS.get(cid, cid))}">{html.escape(short)}</span>'
+
+
+def _verdict_marks(rows) -> str:
+    """Each row's verdict as its mark (:data:`VERDICT_MARKS`, with ° and * as ``tables.marks`` says),
+    its statistic, estimate and n on hover."""
+    out = []
+    for r in rows:
+        rec = report.tables.verdict_record(r)
+        tip = html.escape(f"{rec['verdict']}; {rec['statistic']} {rec['estimate [CI]']}, n = {rec['n']}")
+        mark = (VERDICT_MARKS[r.verdict] + ("" if is_evidence(r) else NOT_EVIDENCE_MARK)
+                + (POST_HOC_MARK if r.details.get("pre_registered_verdict") is not None else ""))
+        out.append(f'<span class="v-{r.verdict.replace(" ", "-")}" title="{tip}">{mark}</span>')
+    return "".join(out)
+
+
+def _summary_page(profile, chapters, fig_src: Path, site: Path) -> str:
+    groups, skipped = summary_tables(fig_src)
+    legend = ", ".join(f"{m} {html.escape(v)}" for v, m in VERDICT_MARKS.items())
+    parts = [f"<h1>Results summary</h1>"
+             f'<p class="note">Every verdict in <code>{html.escape(_rel(fig_src))}/*verdicts.json</code> '
+             f"(profile <code>{html.escape(profile)}</code>), grouped by claim: one row per notebook, model "
+             f"and variant, with its verdict on each claim id. {legend}; {NOT_EVIDENCE_MARK} not counted as evidence, "
+             f"{POST_HOC_MARK} a rule revised after its first numbers. Hover a verdict for its statistic, "
+             f'estimate and n; the <a href="index.html#results">results tables</a> give every number and '
+             f"rule.</p>"]
+    if skipped:
+        parts.append(f'<p class="run-error">Not shown (an older verdict layout; rerun the notebook that '
+                     f'writes it): {", ".join(f"<code>{html.escape(n)}</code>" for n in skipped)}.</p>')
+    if not groups:
+        parts.append('<p class="not-measured">No verdicts yet: run the notebooks that write '
+                     "<code>*verdicts.json</code>.</p>")
+    for group, table in groups.items():
+        head = SUMMARY_HEADLINES.get(group, group)
+        body = "".join(
+            f"<tr><td>{nb}</td><td>{html.escape(model)}</td><td>{html.escape(variant)}</td><td>"
+            + " ".join(f'<span class="pair">{_claim_label(c, group)} {_verdict_marks(cells[c])}</span>'
+                       for c in table.claims if c in cells) + "</td></tr>"
+            for (nb, model, variant), cells in table.rows.items())
+        fig = SUMMARY_FIGURES.get(group)
+        if fig and (site / "figures" / fig[0]).is_file():
+            figure = (f'<figure><a href="figures.html#{Path(fig[0]).stem}"><img src="figures/{fig[0]}" '
+                      f'alt="{html.escape(fig[0])}"></a><figcaption><code>{html.escape(fig[0])}</code>: '
+                      f"{html.escape(fig[1])}</figcaption></figure>")
+        else:
+            figure = (f'<p class="not-measured">{html.escape(fig[0]) if fig else "no figure chosen"}: '
+                      "not produced yet</p>")
+        parts.append(f'<section class="claim" id="{group}"><h2>{group}: {html.escape(CLAIMS.get(head, head))}</h2>'
+                     f'<div class="claim-body"><table class="summary"><thead><tr><th>nb</th><th>model</th>'
+                     f"<th>variant</th><th>verdicts</th></tr></thead><tbody>{body}</tbody></table>{figure}</div>"
+                     f"</section>")
+    return PAGE.format(title=f"Results summary · residshift · {profile}",
+                       nav=_nav(profile, chapters, "summary.html"),
+                       body="\n".join(parts)).replace('<body class="book-page"', '<body class="book-page summary-page"')
 
 
 def _index_page(profile, chapters, fig_src: Path, executed: Path, report) -> str:
     parts = [f"<h1>Residual connections and the causal shift: the study, executed</h1>",
              f'<p class="note">{_profile_note(profile)} Built {_dt.datetime.now().strftime("%Y-%m-%d %H:%M")} '
              f"from <code>{html.escape(_rel(executed))}</code>. Read the notebooks in order; "
-             f'<a href="#results">the results tables</a> close the page.</p>',
+             f'<a href="#results">the results tables</a> close the page; <a href="summary.html">the summary</a> '
+             f"puts every verdict and one figure per claim on one printable page.</p>",
              "<ol class=\"toc\">" + "".join(f'<li><a href="#nb-{c.number}">{c.title_html}</a></li>'
                                              for c in chapters)
              + '<li><a href="#results">Results (generated)</a></li></ol>']
@@ -698,8 +898,153 @@ def _exercise_cost(entry: dict[str, Any] | None) -> str:
     return f' <span class="cost">({entry["seconds"]:.0f} s of solution at default; {kind})</span>'
 
 
-def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
+CLASS_PROFILE = "class"  # the lecture profile (residshift.core.profiles.CLASS): 00-03 in minutes
+CLASS_NOTEBOOKS = ("00", "01", "02", "03")
+
+
+def committed_runs(profile: str) -> Path:
+    """A profile's measured run times committed beside the benchmarks (``benchmarks/RUNS-<profile>.json``,
+    a copy of ``build/<profile>/figures/RUNS.json`` after a run): only the default profile's runs write
+    the committed ``figures/RUNS.json``, so another profile's times reach a fresh clone this way."""
+    return REPO_ROOT / "benchmarks" / f"RUNS-{profile}.json"
+
+
+def _class_line(runs: dict[str, dict[str, dict]]) -> str:
+    """One sentence: what notebooks 00-03 took at the class profile by the last measured runs."""
+    got = {stem[:2]: e for stem, e in runs.get(CLASS_PROFILE, {}).items()
+           if stem[:2] in CLASS_NOTEBOOKS and e.get("wall_s") is not None}
+    cmd = f"<code>make study PROFILE={CLASS_PROFILE}</code>"
+    if not got:
+        return (f"At the <code>{CLASS_PROFILE}</code> profile ({cmd}; the embedded models at a few windows, "
+                f"its C1 verdicts marked underpowered) notebooks {', '.join(CLASS_NOTEBOOKS)} are sized to run "
+                f"in minutes; not measured yet.")
+    parts = ", ".join(f"{k} {float(e['wall_s']) / 60:.1f} min" for k, e in sorted(got.items()))
+    total = sum(float(e["wall_s"]) for e in got.values())
+    missing = [k for k in CLASS_NOTEBOOKS if k not in got]
+    loads = [e.get("machine", {}).get("load_1min_at_start") for e in got.values()]
+    loaded = max((x for x in loads if isinstance(x, (int, float))), default=None)
+    return (f"At the <code>{CLASS_PROFILE}</code> profile ({cmd}; the embedded models at a few windows, its C1 "
+            f"verdicts marked underpowered), by the last measured runs: {parts}"
+            + (f" ({total / 60:.1f} min in all)" if not missing else f"; {', '.join(missing)} not measured yet")
+            + (f"; the machine's load average was up to {loaded:.1f} when they started" if loaded else "") + ".")
+
+
+def exercise_folder() -> Path:
+    """The notebooks executed with their solutions (``make exercises``: ``build/exercises/``)."""
+    return build_dir() / "exercises"
+
+
+EXERCISES_COMMAND = ("<code>make exercises</code> (every notebook at <code>default</code> with "
+                     "<code>show_solutions=true</code>, into <code>build/exercises/</code>; after "
+                     "<code>make study</code> it reuses the cached results, so what it adds is the solutions; "
+                     "<code>python -m residshift run --profile smoke -p show_solutions=true --output-dir "
+                     "build/exercises</code> makes a quick one on tiny random models)")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def solved_exercises(nb) -> list[dict[str, Any]]:
+    """Per ``### Exercise k — title`` of an executed notebook: its number, title, the question (the
+    heading's markdown from the heading on) and its solution cells (the code cells up to the next
+    markdown cell)."""
+    out: list[dict[str, Any]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            m = EXERCISE.search(cell.source)
+            if m:
+                out.append({"number": int(m.group(1)), "title": m.group(2),
+                            "question": cell.source[m.end():].strip(), "cells": []})
+            elif out and out[-1]["cells"]:
+                out.append(None)  # prose after a solution closes the exercise
+            continue
+        if out and out[-1] is not None:
+            out[-1]["cells"].append(cell)
+    return [e for e in out if e is not None]
+
+
+def _output_html(out, name: str, site: Path | None) -> str:
+    """One output of a solution cell as HTML; an image is written to ``site/answers_files/name``."""
+    kind = out.get("output_type")
+    if kind == "stream":
+        return f'<pre class="answer-{html.escape(out.get("name", "stdout"))}">{html.escape(out.get("text", ""))}</pre>'
+    if kind == "error":
+        tb = ANSI.sub("", "\n".join(out.get("traceback") or [f"{out.get('ename')}: {out.get('evalue')}"]))
+        return f'<pre class="answer-error">{html.escape(tb)}</pre>'
+    data = out.get("data", {})
+    for mime, ext in (("image/png", "png"), ("image/jpeg", "jpg")):
+        if mime in data and site is not None:
+            import base64
+
+            rel = f"answers_files/{name}.{ext}"
+            _write(site / rel, base64.b64decode(data[mime]))
+            return f'<img src="{rel}" alt="output of the solution" loading="lazy">'
+    if "image/svg+xml" in data:
+        return f'<div class="answer-svg">{data["image/svg+xml"]}</div>'
+    if "text/html" in data:
+        return f'<div class="answer-html">{data["text/html"]}</div>'
+    if "text/plain" in data:
+        return f"<pre>{html.escape(data['text/plain'])}</pre>"
+    return ""
+
+
+def _answer_status(cells, measured: dict[str, Any] | None) -> str:
+    """How the solution ended: its error's last line, never run, or ran (the measured answer check wins)."""
+    for cell in cells:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                last = ANSI.sub("", (out.get("traceback") or [""])[-1]).strip().splitlines()
+                line = last[-1] if last else f"{out.get('ename')}: {out.get('evalue')}"
+                return f'<span class="answer-failed">answer check failed: {html.escape(line)}</span>'
+    if not any(c.get("outputs") or c.get("execution_count") is not None for c in cells):
+        return '<span class="answer-failed">not run</span>'
+    if measured and measured.get("passed") is False:
+        return f'<span class="answer-failed">failed at default: {html.escape(str(measured.get("error_line")))}</span>'
+    return "answer check passed"
+
+
+def answer_key_html(folder: Path | None = None, *, chapters: list[Chapter] = (), costs=None,
+                    site: Path | None = None) -> str:
+    """The answer key: per executed notebook of ``folder`` (default :func:`exercise_folder`), each
+    exercise's question and, folded in ``<details>``, its solution's code and executed outputs, with
+    the solution's time at default (``costs``: :func:`exercise_costs`). Images go to
+    ``site/answers_files/``. Without executed notebooks it says which command makes them."""
+    folder = Path(folder) if folder else exercise_folder()
+    books = sorted(p for p in folder.glob("*.ipynb") if NOTEBOOK.match(p.name)) if folder.is_dir() else []
+    head = '<h2 id="answer-key">Answer key</h2>'
+    if not books:
+        return (f'{head}<p class="note">No executed solutions in <code>{html.escape(_rel(folder))}</code>: '
+                f"{EXERCISES_COMMAND} writes them, and the book shows them here.</p>")
+    costs = exercise_costs() if costs is None else costs
+    pages = {ch.stem: ch.page for ch in chapters}
+    parts = [head, f'<p class="note">Every exercise with its solution as executed in '
+                   f"<code>{html.escape(_rel(folder))}</code> ({EXERCISES_COMMAND}). Each solution ends in asserts "
+                   f"that check its answer; beside it, what it took at default "
+                   f"(<code>benchmarks/exercises-default.json</code>) and whether its check passed.</p>"]
+    for path in books:
+        nb = nbformat.read(path, as_version=4)
+        title, _ = title_and_summary(nb, path.stem)
+        link = f'<a href="{pages[path.stem]}">{_inline_html(title)}</a>' if path.stem in pages else _inline_html(title)
+        parts.append(f'<section class="answers" id="answers-{path.stem[:2]}"><h3>{link}</h3>')
+        measured = costs.get(path.stem, {})
+        for ex in solved_exercises(nb):
+            entry = measured.get(ex["number"])
+            cost = _exercise_cost(entry) or ' <span class="cost">(not timed at default yet: <code>make exercises</code>)</span>'
+            code = "\n\n".join(c.source for c in ex["cells"])
+            outs = "".join(_output_html(o, f"{path.stem[:2]}-{ex['number']}-{ci}-{oi}", site)
+                           for ci, c in enumerate(ex["cells"]) for oi, o in enumerate(c.get("outputs", [])))
+            parts.append(f'<h4>Exercise {ex["number"]} — {_inline_html(ex["title"])}</h4>'
+                         f'{markdown_html(ex["question"])}'
+                         f'<details class="book-solution answer"><summary>Solution{cost}: '
+                         f'{_answer_status(ex["cells"], entry)}</summary>'
+                         f'<pre class="answer-code"><code>{html.escape(code)}</code></pre>'
+                         f'{outs or "<p>(no output)</p>"}</details>')
+        parts.append("</section>")
+    return "".join(parts)
+
+
+def _instructor_page(profile, chapters, all_profiles, fig_src: Path, *, answers: Path | None = None,
+                     site: Path | None = None) -> str:
     sources = [fig_src / "RUNS.json", figures_dir() / "RUNS.json"] + [
+        committed_runs(p) for p in all_profiles if p != COMMITTED_PROFILE] + [
         build_dir() / p / "figures" / "RUNS.json" for p in all_profiles]
     runs = _runs(all_profiles, sources)
     costs = exercise_costs()
@@ -719,11 +1064,15 @@ def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
     body = (f"<h1>For instructors</h1>"
             f'<p class="note">What each notebook teaches (its opening paragraph) and its last measured run '
             f"at each profile: wall time and the kernel's peak memory, as the runner recorded them in "
-            f"<code>RUNS.json</code> beside the figures. Beside each exercise: what its solution cells took "
+            f"<code>RUNS.json</code> beside the figures (other profiles than {COMMITTED_PROFILE}: "
+            f"<code>build/&lt;profile&gt;/figures/</code>, or committed as <code>benchmarks/RUNS-&lt;profile&gt;.json</code>). Beside each exercise: what its solution cells took "
             f"at the default profile (<code>make exercises</code>, <code>benchmarks/exercises-default.json</code>); "
-            f"over a minute on two cores is homework.</p>"
+            f"over a minute on two cores is homework. The <a href=\"#answer-key\">answer key</a> at the end "
+            f"of this page shows every solution as executed.</p>"
             f'<table class="instructor"><thead><tr><th>notebook</th><th>what it teaches</th><th>exercises</th>{head}</tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table>'
+            f'<h2>To hand out</h2><p><a href="summary.html">The results summary</a>: every verdict, grouped by '
+            f"claim, and one figure per claim, generated from the saved numbers; it prints on one page.</p>"
             f"<h2>Before class</h2><p>On the machine the class uses: <code>make setup</code>, "
             f"<code>make models</code> (dequantize the embedded models once), then "
             f"<code>python -m residshift run --profile default</code> to fill the result caches; "
@@ -733,7 +1082,9 @@ def _instructor_page(profile, chapters, all_profiles, fig_src: Path) -> str:
             f"beginning of the session) taking at most {SESSION_RUN_S // 60} minutes at the default profile. By "
             f"the last measured runs that fits: {', '.join(fits) or 'no notebook measured yet'}. Longer "
             f"notebooks fit when they are run before class (their result caches then make the rerun short), "
-            f"or at the smoke profile to read the code (<code>-p</code> overrides shrink any sample).</p>")
+            f"or at the smoke profile to read the code (<code>-p</code> overrides shrink any sample).</p>"
+            f"<p>{_class_line(runs)}</p>"
+            + answer_key_html(answers, chapters=chapters, costs=costs, site=site))
     return PAGE.format(title=f"Instructor · residshift · {profile}",
                        nav=_nav(profile, chapters, "instructor.html"), body=body)
 

@@ -27,7 +27,8 @@ launched outside the notebooks (the ``paper`` profile's grid needs GPUs).
   while it trains, and a second trainer exits at once with status 75, which the launcher reports as
   a skip). With K > 1 a first ``--prepare-only`` subprocess builds the tokenizer and
   the token stream the runs share, and each run logs to ``results/train-grid/<profile>/``.
-  Interrupted, the same command resumes.
+  Interrupted, the same command resumes. Each finished run gets ``host.json`` (``training.record_host``:
+  the 1-min load at its start and end, how many runs trained at once), read by notebook 06's throughput.
 """
 from __future__ import annotations
 
@@ -474,7 +475,7 @@ def launch(p: Plan, *, parallel: int = 1, gpus_per_run: int = 1, gpus: Sequence[
             resume = f" (resumes at step {run.steps_done:,})" if run.status == "partial" else ""
             echo(f"[{i}/{len(todo)}] start {run.name}, seed {run.seed}{resume}"
                  + (f" on GPU {dev}" if dev is not None else "") + (f"; log {log}" if log else ""))
-            t0 = time.perf_counter()
+            t0, start = time.perf_counter(), training.host_snapshot()
             # the trainer holds the run folder's lock while it trains: a run another process took
             # since the plan ends at once with LOCKED_EXIT, and is skipped here
             rc = spawn(command(run, p.profile, p.device, gpus_per_run=gpus_per_run, quiet=quiet),
@@ -483,6 +484,8 @@ def launch(p: Plan, *, parallel: int = 1, gpus_per_run: int = 1, gpus: Sequence[
                 echo(f"[{i}/{len(todo)}] skip {run.name}, seed {run.seed}: another process took it")
                 continue
             out = Outcome(run, rc, dev, time.perf_counter() - t0, log)
+            if rc == 0 and run.folder is not None:  # the load while it trained (issue 37; not in the summary)
+                training.record_host(run.folder, start, trained_by="train-grid", parallel_runs=slots, order=i)
             with lock:
                 outcomes.append(out)
             echo(f"[{i}/{len(todo)}] {'done' if rc == 0 else f'FAILED (exit {rc})'}: {run.name}, seed {run.seed} "

@@ -5,7 +5,8 @@ request, so two requests never share a folder and a repeated one replaces its ow
 
 - ``trajectory-<i>.png`` / ``.json``: notebook 02's trajectory map of each ``--text``: the top-1
   lens token at every layer and position, coloured by whether it is the input token ``x_t``, the
-  next token ``x_{t+1}`` or another token;
+  next token ``x_{t+1}`` or another token (a model too deep for one 16:9 figure gets
+  ``trajectory-<i>-layers-<a>-<b>.png``, one per layer range, beside the one ``.json``);
 - ``alignment.png`` / ``.json``: notebook 03's alignment curves over a corpus sample (every lens
   metric per layer, input vs next token, 95% bootstrap CIs over windows, the unigram decoder as a
   dotted line), and ``c1.png`` (top-1 rate minus the unigram decoder's, the layers C1's rules read);
@@ -222,10 +223,15 @@ def _save(fig, folder: Path, name: str, numbers: Any) -> list[str]:
 
     from ..core.outputs import json_ready
 
-    fig.savefig(folder / f"{name}.png", format="png", bbox_inches="tight", metadata={"Software": None})
-    plt.close(fig)
-    (folder / f"{name}.json").write_text(json.dumps(json_ready(numbers), indent=1) + "\n")
-    return [f"{name}.png", f"{name}.json"]
+    files = []
+    if fig is not None:
+        fig.savefig(folder / f"{name}.png", format="png", bbox_inches="tight", metadata={"Software": None})
+        plt.close(fig)
+        files.append(f"{name}.png")
+    if numbers is not None:
+        (folder / f"{name}.json").write_text(json.dumps(json_ready(numbers), indent=1) + "\n")
+        files.append(f"{name}.json")
+    return files
 
 
 def _name_decoder(fig, what: str) -> None:
@@ -301,9 +307,13 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
             n = entry["sentences"][0]["n_tokens"]
             if n > MAX_MAP_TOKENS:
                 cut.append((i, n))
-            fig, numbers = tour.trajectory_map(f"{req.model} ({label})", entry)
+            figs, numbers = tour.trajectory_map(f"{req.model} ({label})", entry)
             numbers["decoder"] = info.decoder
-            files += _save(fig, tmp, f"trajectory-{i}", numbers)
+            parts = list(figs.items())  # one sentence: "sentence-1", or its layer ranges for a deep model
+            files += _save(parts[0][1] if len(parts) == 1 else None, tmp, f"trajectory-{i}", numbers)
+            if len(parts) > 1:
+                for part, fig in parts:
+                    files += _save(fig, tmp, f"trajectory-{i}-{part.removeprefix('sentence-1-')}", None)
         seconds["trajectories"] = time.perf_counter() - t0
         for i, n in cut:
             say(f"text {i} has {n} tokens: its map draws the first {MAX_MAP_TOKENS}")
@@ -389,7 +399,10 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
              "", "## Trajectory maps", ""]
     for i, text in enumerate(req.texts, start=1):
         note = next((f" (first {MAX_MAP_TOKENS} of {n} tokens drawn)" for j, n in cut if j == i), "")
-        lines.append(f"- [{text[:80]}](trajectory-{i}.png){note}")
+        maps = [f for f in files if f.startswith(f"trajectory-{i}") and f.endswith(".png")
+                and f[len(f"trajectory-{i}"):len(f"trajectory-{i}") + 1] in (".", "-")]
+        links = ", ".join(f"[{f[len(f'trajectory-{i}-'):-4]}]({f})" for f in maps) if len(maps) > 1 else ""
+        lines.append(f"- [{text[:80]}](trajectory-{i}.png){note}" if not links else f"- {text[:80]}: {links}{note}")
     lines += ["", "## Alignment over the corpus sample", "",
               "![alignment curves](alignment.png)", "", "![C1](c1.png)" if rows else "", "",
               "## Where the representation shifts (relative depth l / L, 95% CIs)", "",

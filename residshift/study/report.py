@@ -72,9 +72,54 @@ def section_sanity(fig: Path, bench: Path) -> str:
     for r in d["perplexity"]:
         rows.append([r["model"], str(r["windows"]), f"{r['tokens']:,}",
                      f"{_num(r['ppl'], 1)} ± {_num(r['ppl_se'], 1)}", f"{r['uniform_ppl']:,}"])
-    return ("**Sanity check** (notebook 00): perplexity on WikiText-2 validation windows, each window "
+    text = ("**Sanity check** (notebook 00): perplexity on WikiText-2 validation windows, each window "
             "from scratch (± 1 SE over windows).\n\n"
             + _table(["model", "windows", "tokens scored", "perplexity", "uniform baseline"], rows))
+    facts = d.get("models")
+    if facts:
+        text += "\n\n" + _model_facts(facts)
+    defs = d.get("perplexity_definitions")
+    if defs:
+        text += "\n\n" + _perplexity_definitions(defs)
+    return text
+
+
+def _model_facts(facts) -> str:
+    """Notebook 00's models table: size, depth, and the matrix the lens reads through."""
+    rows = []
+    for r in facts:
+        if r.get("tied_same_tensor"):
+            reads = "tied E (one tensor)"
+        else:
+            rel, cos = r.get("head_vs_embedding_rel_dist"), r.get("head_vs_embedding_row_cos")
+            reads = (f"its output head (untied; head vs input embedding: relative distance {_num(rel, 3)}, "
+                     f"row cosine {_num(cos, 4)})")
+        rows.append([r["name"], f"{r['params'] / 1e6:,.0f}M", str(r["layers"]), str(r["d_model"]),
+                     f"{r['vocab']:,}", reads, _num(r.get("load_s"), 1)])
+    return ("Models (notebook 00; `load_s`: seconds to load the cached fp32 weights):\n\n"
+            + _table(["model", "parameters", "layers", "d", "vocabulary", "lens reads through", "load (s)"], rows))
+
+
+def _perplexity_definitions(defs) -> str:
+    """Both WikiText perplexity definitions per model (notebook 00, ``evaluate.perplexity_definitions``)."""
+    rows = [[r["model"], f"{_num(r['sliding_ppl'], 2)}", f"{_num(r['sliding_word_ppl'], 1)} ± "
+             f"{_num(r['sliding_word_ppl_se'], 1)}",
+             f"{r['sliding_windows']} of {r['sliding_windows_total']} (context {r['sliding_context']}, "
+             f"stride {r['sliding_stride']})",
+             f"{_num(r['doc_ppl'], 2)}", f"{_num(r['doc_word_ppl'], 1)}", f"{_num(r['doc_bits_per_byte'], 3)}",
+             f"{r['documents']} of {r['documents_total']} (max_length {r['doc_max_length']})",
+             "–" if "doc_unk" not in r else f"{r['doc_unk']}, as {'one special token' if r['doc_unk_special'] else 'text'}"]
+            for r in defs]
+    corpus = defs[0].get("corpus", "wikitext-2")
+    return (f"Two definitions of WikiText perplexity ({corpus}, notebook 00): ours slides a window over "
+            "the whole split (strided, so every token after the first window has context); "
+            "lm-evaluation-harness's `wikitext` task scores each article in disjoint windows of `max_length` "
+            "tokens and reports perplexity per word, which rises as `max_length` falls. Per-word numbers do "
+            "not depend on the tokenizer; per-token ones do. lm-eval tokenizes with the tokenizer's defaults, "
+            "which turn WikiText-v1's literal `<unk>` into a special token where the tokenizer has one.\n\n"
+            + _table(["model", "sliding: per token", "sliding: per word", "sliding: windows",
+                      "per article: per token", "per article: per word", "bits per byte", "articles",
+                      "literal <unk> in those articles (lm-eval's tokenization)"], rows))
 
 
 def section_harness(fig: Path, bench: Path) -> str:
@@ -188,6 +233,7 @@ def section_provenance(fig: Path, bench: Path) -> str:
         nb["profiles"].add(str(e.get("profile")))
     runs = load_runs(fig / "RUNS.json").get("default", {})
     rows, total, first_half = [], 0.0, 0.0
+    bounds = bound_multiples(_load(bench / BOUNDS_FILE))
     stems = sorted(set(runs) | {f"{k}-…" for k in by_nb if not any(r.startswith(k) for r in runs)})
     for stem in stems:
         r = runs.get(stem, {})
@@ -200,6 +246,7 @@ def section_provenance(fig: Path, bench: Path) -> str:
         rows.append([f"`{stem}`", _num(None if not r else r["wall_s"] / 60, 1), _num(r.get("peak_rss_mib"), 0),
                      _num(load, 1), "–" if written is None else ("0 (all cached)" if written == 0 else str(written)),
                      "–" if not slow else f"{slow['s'] / 60:.1f}: `{slow['code'].replace('|', '/')}`",
+                     bounds.get(stem[:2], "–"),
                      str(r.get("commit", "–")) + ("-dirty" if r.get("code_dirty") else ""),
                      str(nb["files"]), ", ".join(sorted(nb["commits"])) or "–", ", ".join(sorted(nb["profiles"])) or "–"])
     problems = manifest_problems(entries)
@@ -214,11 +261,58 @@ def section_provenance(fig: Path, bench: Path) -> str:
             "cached results, so a warm rerun shows as such; slowest cell = the notebook's longest cell, in minutes, "
             "and its first line; the times are those of the last run):\n\n"
             + _table(["notebook (default)", "minutes", "peak RSS (MiB)", "load", "results written", "slowest cell",
-                      "run at commit", "outputs", "outputs' commits", "profile"], rows)
+                      "× FLOP bound", "run at commit", "outputs", "outputs' commits", "profile"], rows)
             + f"\n\nTotal of the last runs: {_num(total / 60, 1)} minutes, of which notebooks 00–05 "
             f"{_num(first_half / 60, 1)}. " + _cold_run_note(runs) + _grid_time_note(fig, runs)
             + ("Every output comes from committed code." if not problems else
-               f"**{len(problems)} outputs do not come from committed code** (first: {problems[0]})."))
+               f"**{len(problems)} outputs do not come from committed code** (first: {problems[0]}).")
+            + "\n\n" + section_bounds(bench))
+
+
+BOUNDS_FILE = "bench-bounds.json"
+BOUND_STAGES = {"03": ("lens", "tuned-lens step"), "04": ("sweep cell",), "05": ("gate-fit step", "item scoring"),
+                "06": ("training step",), "10": ("training step",)}
+"""The stages of ``benchmarks/bench_bounds.py`` each notebook spends its time in."""
+BOUNDS_COMMAND = "nice .venv/bin/python benchmarks/bench_bounds.py --json benchmarks/bench-bounds.json"
+
+
+def bound_multiples(b: Mapping[str, Any] | None) -> dict[str, str]:
+    """``{notebook prefix: "lens ×1.3, …"}``: each notebook's stages as multiples of their FLOP bound."""
+    if not b:
+        return {}
+    rows = b.get("stages", [])
+    out = {}
+    for nb, stages in BOUND_STAGES.items():
+        cells = [f"{r['stage']} ×{r['multiple']:.2f}" + (f" ({r['model']})" if len(mine) > 1 else "")
+                 for st in stages for mine in [[r for r in rows if r["stage"] == st]] for r in mine]
+        if cells:
+            out[nb] = ", ".join(cells)
+    return out
+
+
+def section_bounds(bench: Path) -> str:
+    """Every stage's time as a multiple of its fp32 GEMM bound on the machine it ran on
+    (``benchmarks/bench-bounds.json``, written by ``benchmarks/bench_bounds.py``)."""
+    b = _load(bench / BOUNDS_FILE)
+    if b is None:
+        return (f"_FLOP bounds: not measured yet (`benchmarks/{BOUNDS_FILE}` is missing; run "
+                f"`{BOUNDS_COMMAND}`)._")
+    m = b["machine"]
+    rows = [[r["stage"], r["model"], r["unit"], _num(r["flops"] / 1e9, 1), _num(r["bound_s"], 3),
+             _num(r["measured_s"], 3), f"{r['multiple']:.2f}", f"≤ {r['target']:.1f}", _met(r["met"])]
+            for r in b["stages"]]
+    loads = [x for r in b["stages"] for rd in r["rounds"] for x in rd["load"]]
+    met = sum(r["met"] for r in b["stages"])
+    return (f"**Stages against their FLOP bound** (`benchmarks/bench_bounds.py`, `benchmarks/{BOUNDS_FILE}`; "
+            f"{m['cpu']}, {m['threads']} threads, 1-minute load {_num(min(loads), 1)}–{_num(max(loads), 1)} on "
+            f"{m.get('cpu_count', '?')} cores shared with other processes): the bound is the time the stage's "
+            "matrix products take at the sustained fp32 `torch.matmul` rate of their shapes, timed in the same "
+            "process, interleaved with the stage over "
+            f"{b['rounds']} rounds; load only adds time, so measured is the stage's fastest round and the bound "
+            f"sums each product's fastest timing; × bound = measured / bound. {met} of {len(rows)} stages meet "
+            "their target:\n\n"
+            + _table(["stage", "model", "one unit", "GFLOP", "bound (s)", "measured (s)", "× bound", "target",
+                      "met"], rows))
 
 
 def _cold_run_note(runs: Mapping[str, Any]) -> str:
@@ -327,8 +421,10 @@ def before_after(old_rows, new_rows) -> list[list[str]]:
 BEFORE_34 = "verdicts-before-issue-34"  # benchmarks/<this>/: the verdict files as they stood before issue 34
 BEFORE_34_COMMIT = "8ffc90c"
 # What issue 34 changed, in words (the rows before and after are computed): filled in with the changes.
-CHANGED_34 = ("C1.early's extent rule and C1.depth are labelled post hoc; the tuned lens's C1.early and C1.middle "
-              "rows are not counted as evidence; the training verdicts need the exact sign-flip test beside the "
+CHANGED_34 = ("the logit and tuned lenses read 344 windows instead of 32 (16 positions each), so that each C1 "
+              "outcome is reachable at the real layer counts; the tuned lens starts from the closed-form least-squares "
+              "map and is refined by KL to convergence on every layer; C1.early's extent rule and C1.depth are "
+              "labelled post hoc; the tuned lens's C1.early and C1.middle rows are not counted as evidence; the training verdicts need the exact sign-flip test beside the "
               "t-interval, show the candidate that decides, hold gates and cuts to one 'not materially worse' "
               "clause, and the training grid was retrained with oneMKL's reproducible kernels (bit-identical on "
               "Intel and AMD CPUs).")
@@ -632,18 +728,57 @@ def _harness_benchmark(b: dict) -> str:
 
 
 def _tuned_lens_benchmark(b: dict) -> str:
-    c = b["config"]
-    return (f"**Tuned-lens fit** (`benchmarks/bench_tuned_lens.py`, {b['model']}, `{b['profile']}` profile: "
-            f"{c['steps']} steps × {c['batch']} windows of {c['window']} tokens drawn from {c['train_windows']}, "
-            f"training vocabulary {c['train_vocab']}, early stopping every {c['eval_every']} steps on "
-            f"{c['es_windows']} windows; 1-min load average {_num(min(x for v in b['load'].values() for p in v for x in p), 1)}–"
-            f"{_num(max(x for v in b['load'].values() for p in v for x in p), 1)} on {b.get('cpu_count', '?')} cores): "
-            f"running the model every step {' / '.join(_num(x, 0) for x in b['per_step_s'])} s vs residuals "
-            f"collected once ({b['distinct_windows']} distinct windows of the {b['windows_drawn']} drawn, "
-            f"{_num(b['mib_per_window'], 1)} MiB each, within {b['residual_cache_bytes'] / 2**30:.0f} GiB) "
-            f"{' / '.join(_num(x, 0) for x in b['once_s'])} s: **{_num(b['speedup'], 2)}× faster**. "
-            f"Same lens: translator weights {'identical' if b['weights_identical'] else 'within ' + format(b['max_abs_diff_weights'], '.1e')}, "
-            f"max |Δ| of the held-out KL {b['max_abs_diff_val_kl']:.1e} nats.")
+    """bench-tuned-lens.json: the SGD recipe vs the closed-form start refined by KL, per model."""
+    if "models" not in b:
+        return ("**Tuned-lens fit**: `benchmarks/bench-tuned-lens.json` predates the closed-form start; "
+                "rerun `benchmarks/bench_tuned_lens.py --json benchmarks/bench-tuned-lens.json`.")
+    return "\n\n".join(_tuned_lens_model(name, m) for name, m in b["models"].items())
+
+
+def _tuned_lens_model(name: str, m: dict) -> str:
+    c, sgd, new, mean = m["config"], m["sgd"], m["lstsq"], m["val_kl_mean"]
+    loads = [x for k in ("sgd", "lstsq") for x in m[k]["load"]]
+
+    def ended(r: dict) -> str:
+        if not r["unconverged"]:
+            return f"every layer converged by step {r['converged_by_step']}"
+        return (f"{len(r['unconverged'])} of {m['layers']} layers still improving at the cap "
+                f"(h_l, l = {', '.join(map(str, r['unconverged']))}), kept out of verdicts")
+
+    return (f"**Tuned-lens fit** (`benchmarks/bench_tuned_lens.py`, {name}, `{m['profile']}` profile: batches of "
+            f"{c['batch']} windows × {c['window']} tokens from {c['train_windows']}, training vocabulary "
+            f"{c['train_vocab']}, early stopping every {c['eval_every']} steps on {c['es_windows']} windows; "
+            f"{m['cpu'].get('cpu', '?')}, 1-min load average {_num(min(loads), 1)}–{_num(max(loads), 1)} on "
+            f"{m.get('cpu_count', '?')} cores). Held-out KL(final ‖ lens) over h_0..h_{m['layers'] - 1}, mean of "
+            f"the {c['val_windows']} report windows: logit lens {_num(mean['logit'])} nats; SGD from the logit "
+            f"lens (lr {m['sgd_config']['lr']}, {sgd['steps']} steps, {_num(sgd['seconds'], 0)} s: "
+            f"{ended(sgd)}) {_num(mean['sgd'])}; the closed-form start alone ({m['start']['windows']} windows, "
+            f"{_num(m['start']['seconds'], 0)} s) {_num(mean['start'])}; the start refined by KL (lr {c['lr']}, "
+            f"{new['steps']} steps, {_num(new['seconds'], 0)} s: {ended(new)}) **{_num(mean['lstsq'])}**, lower "
+            f"than SGD at {m['lstsq_below_sgd_at']} of {m['layers']} layers.")
+
+
+def section_wikitext_agreement(fig: Path, bench: Path) -> str:
+    """Our per-article (lm-eval) WikiText perplexity against lm-eval's own task, article by article."""
+    d = _load(bench / "wikitext-ppl-agreement.json")
+    if d is None:
+        return _missing("WikiText perplexity vs lm-evaluation-harness", "benchmarks/wikitext-ppl-agreement.json")
+    cfg = d["config"]
+    rows = []
+    for name, m in d["models"].items():
+        docs = m["documents"]
+        worst = max(docs, key=lambda x: x["abs_diff"])
+        same = sum(x["same_text"] and x["same_tokens"] and x["words_ours"] == x["words_lm_eval"]
+                   and x["bytes_ours"] == x["bytes_lm_eval"] for x in docs)
+        rows.append([name, str(len(docs)), f"{same} of {len(docs)}",
+                     _num(m["ours"]["word_perplexity"], 4), _num(m["lm_eval"]["word_perplexity"], 4),
+                     f"{worst['abs_diff']:.1e} (article {worst['doc']}, {worst['rel_diff']:.1e} relative)"])
+    return (f"**WikiText perplexity vs lm-evaluation-harness** (`benchmarks/validate_wikitext_ppl.py`, lm-eval "
+            f"{cfg['lm_eval']}'s own `wikitext` task on our local {cfg['corpus']}, `max_length` {cfg['max_length']}; "
+            f"articles: {cfg['documents_rule']}). Per article: the same detokenized text, tokens, word and byte "
+            "counts, and the summed log-likelihood of both harnesses.\n\n"
+            + _table(["model", "articles", "same text, tokens, words, bytes", "word ppl, ours", "word ppl, lm-eval",
+                      "largest |Δ log-likelihood|"], rows))
 
 
 def section_lm_eval(fig: Path, bench: Path) -> str:
@@ -837,7 +972,10 @@ def section_scale(fig: Path, bench: Path) -> str:
     if deep_trained:
         where = ""
     elif deep_pre:
-        where = f" Of the models measured here, only the pretrained {' and '.join(deep_pre)} shows the deep switch."
+        names = (deep_pre[0] if len(deep_pre) == 1
+                 else ", ".join(deep_pre[:-1]) + " and " + deep_pre[-1])
+        verb = "shows" if len(deep_pre) == 1 else "show"
+        where = f" Of the models measured here, only the pretrained {names} {verb} the deep switch."
     else:
         where = " No model measured here shows the deep switch."
     ladder = _ladder_sentence(fig)
@@ -904,12 +1042,61 @@ def section_grid(fig: Path, bench: Path) -> str:
     if g is None:
         return _missing("Training grid", "figures/06-training-with-attenuation-grid.json (notebook 06)")
     m = g["machine"]
-    return (f"**The training grid** (notebook 06, `figures/06-training-with-attenuation-grid.json`): "
+    text = (f"**The training grid** (notebook 06, `figures/06-training-with-attenuation-grid.json`): "
             f"{g['runs']} runs ({g['variants']} variants x {g['seeds']} seeds) of {g['tokens_per_run']:,} tokens, "
             f"{g['precision']}, trained in {_num(g['train_seconds'] / 60, 1)} minutes of training time in all "
             f"({_num(g['seconds_per_run'], 0)} s per run; {g['tokens_per_s']['mean']:,.0f} tokens/s on average, "
             f"{g['tokens_per_s']['min']:,.0f}-{g['tokens_per_s']['max']:,.0f} across runs) on {m['cpu']}, "
             f"{m['threads']} threads, native bf16: {', '.join(m['native_bf16']) or 'none'}.")
+    if g.get("throughput"):  # grids saved before issue 37 lack it
+        text += "\n\n" + _grid_throughput(g["throughput"])
+    ppl = _load(fig / "06-training-with-attenuation-perplexity.json")
+    if ppl and ppl.get("per_variant"):  # saved by 06 since issue 35 §3
+        text += "\n\n" + _grid_perplexity(ppl)
+    return text
+
+
+def _pct(x: Any) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def _grid_throughput(t: dict) -> str:
+    """Where the grid's speed went (``training.throughput_numbers``, saved in the grid's JSON)."""
+    load = t.get("load") or {}
+    said = (f"{load['runs']} of {t['runs']} runs recorded the 1-min load ({_num(load.get('min'), 1)}-"
+            f"{_num(load.get('max'), 1)}); tokens/s against it: r = {_num(load.get('r'))} across runs, "
+            f"{_num(load.get('r_within_variant'))} within variants" if load.get("runs")
+            else "no run recorded the load (trained before `host.json`)")
+    per = t["per_variant"]
+    rows = [[f"`{v}`", str(per[v]["runs"]), f"{per[v]['mean']:,.0f}", f"{per[v]['min']:,.0f}-{per[v]['max']:,.0f}"]
+            for v in t.get("variants") or per]
+    return (f"Its speed: the runs' mean tokens/s was {_pct(t.get('share_of_best'))} of its best run's; of the gap the "
+            f"variant explains {_pct(t.get('between_share'))} (its fastest seed already slower than the best run), "
+            f"{_pct(t.get('within_share'))} lies within a variant; the variants hold "
+            f"{_pct(t.get('variance_between_share'))} of the variance; {said}; evaluations and checkpoints took "
+            f"{_pct(t.get('overhead_share'))} of a run's seconds (not in tokens/s).\n\n"
+            + _table(["variant", "runs", "tokens/s (mean)", "min-max"], rows))
+
+
+def _grid_perplexity(p: dict) -> str:
+    """Both WikiText perplexities of the trained models (``figures/06-training-with-attenuation-perplexity.json``)."""
+    keys = p.get("metric_order") or list(p["metrics"])
+    per = p["per_variant"]
+
+    def num(x: Any) -> str:
+        return f"{x:,.0f}" if isinstance(x, (int, float)) and abs(x) >= 100 else _num(x)
+
+    def cell(x: dict) -> str:
+        return num(x["mean"]) + ("" if x.get("sd") is None else f" ± {num(x['sd'])}")
+
+    rows = [[f"`{v}`", str(per[v]["seeds"]), *[cell(per[v][k]) for k in keys]] for v in p.get("variants") or per]
+    sl, le = p["sliding"], p["lm_eval"]
+    return (f"**The trained models' WikiText perplexities** (notebook 06, "
+            f"`figures/06-training-with-attenuation-perplexity.json`; {p['corpus']}, mean ± SD over seeds): sliding "
+            f"windows of {sl['context']} tokens (stride {sl['stride']}, {sl['windows']} of {sl['windows_total']} "
+            f"windows) and lm-eval's disjoint windows of {le['max_length']} tokens per article ({le['documents']} of "
+            f"{le['documents_total']} articles).\n\n"
+            + _table(["variant", "seeds", *[p["metrics"][k] for k in keys]], rows))
 
 
 LENS_EXAMPLE = "docs/lens-example"  # `make lens-example`: python -m residshift lens on the embedded models
@@ -946,7 +1133,7 @@ SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, se
                                                section_pilot,
                                                section_grid, section_lens_example,
                                                section_harness, section_benchmarks, section_lm_eval,
-                                               section_provenance]
+                                               section_wikitext_agreement, section_provenance]
 
 
 def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:

@@ -58,14 +58,18 @@ def evidence_kind(row: VerdictRow) -> str:
 
 def marks(row: VerdictRow) -> str:
     """What a row's rule marked, in brackets: a post-hoc rule with the verdict of the rule declared
-    before the numbers (``details["pre_registered_verdict"]``), and a row not counted as evidence
-    (:func:`evidence_kind`); ``""`` for a row with neither mark."""
+    before the numbers (``details["pre_registered_verdict"]``), a row not counted as evidence
+    (:func:`evidence_kind`), and a decided row whose rule could not reach every outcome at this profile's
+    sizes (``details["underpowered"]``, ``verdicts.c1_underpowered``); ``""`` for a row with none."""
     out = []
     pre = row.details.get("pre_registered_verdict")
     if pre is not None:
         out.append(f"post hoc; the pre-registered rule: {pre}")
     if not is_evidence(row):
         out.append(f"not evidence: {evidence_kind(row)}")
+    weak = str(row.details.get("underpowered") or "")
+    if weak and weak not in str(row.details.get("why") or ""):  # an inconclusive row's why says it already
+        out.append(weak)
     return "".join(f" [{m}]" for m in out)
 
 

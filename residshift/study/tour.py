@@ -2,18 +2,26 @@
 
 - 00 models-and-data: :func:`load_and_describe` (architecture facts and the two tie checks, measured),
   :func:`perplexity_table` (the dequantization sanity check, cached), :func:`corpus_table`,
-  :func:`perplexity_panel`, :func:`tokens_panel`, :func:`tour_numbers`.
+  :func:`perplexity_panel`, :func:`tokens_panel`, :func:`tour_numbers`, :func:`models_found` (its three
+  closing lines).
 - 01 the-causal-shift: :func:`position_table` (what the lens decodes at a few depths),
   :func:`regime_shares`, :func:`layer0_misdecodes` (why layer 0 does not always decode its input),
   :func:`shift_curves` (rank, log-probability and raw cosine of the input and next token per
   layer, and the :func:`crossings` of their medians), :func:`tug_of_war` (its figure),
-  :func:`depth_summary`, :func:`crossing_table`.
-- 02 decoding-trajectories: :func:`decode_sentences`, :func:`trajectory_map` (layer x position map
-  of the top-1 lens token), :func:`sentence_explorer` (try your own sentence, in JupyterLab),
-  :func:`shares_panel`, :func:`regime_table`, :func:`slug`.
+  :func:`depth_summary`, :func:`crossing_table`; "one curve, three answers": :func:`curve_numbers`
+  (:func:`sentence_depths`, notebook 03's fade, crossing and emergence on one sentence, and
+  :func:`block0_write`), :func:`one_curve` (its figure), :func:`block0_lines`; :func:`shift_found`
+  (its three closing lines).
+- 02 decoding-trajectories: :func:`decode_sentences`, :func:`trajectory_map` (layer x position maps
+  of the top-1 lens token: :func:`trajectory_numbers`, drawn by :func:`map_figures` one sentence a
+  figure, cut into layer ranges where a deep model would not fit a 16:9 slide),
+  :func:`sentence_explorer` (try your own sentence, in JupyterLab),
+  :func:`shares_panel`, :func:`regime_table`, :func:`trajectories_found` (its three closing lines),
+  :func:`slug`.
 
 Every figure function returns ``(fig, numbers)``: the notebook publishes both under one name
-(:func:`residshift.study.plotting.publish`). Numbers are JSON-ready (``core.outputs.json_ready``): no NaN,
+(:func:`residshift.study.plotting.publish`). :func:`trajectory_map` returns ``({part: fig}, numbers)``:
+the numbers under the model's name, each figure under that name and ``-<part>``. Numbers are JSON-ready (``core.outputs.json_ready``): no NaN,
 missing is ``None``. Decoded tokens are shown by :func:`token_text` / :func:`display_token`: every
 character a printable glyph (leading spaces as ``␣``, bytes that are not UTF-8 as ``⟨E3⟩``).
 """
@@ -23,6 +31,7 @@ import functools
 import re
 import time
 import unicodedata
+from types import SimpleNamespace
 from typing import Any, Iterable, Mapping, Sequence
 
 import matplotlib
@@ -33,11 +42,12 @@ import seaborn as sns
 import torch
 from matplotlib import font_manager
 from matplotlib.colors import ListedColormap
+from matplotlib.lines import Line2D
 
 from ..analysis.stats import crossing_point
 from ..core import cache, data
 from ..core.outputs import json_ready
-from ..core.models import EMBEDDED, LoadedModel, load_model, same_storage, tie_write_probe
+from ..core.models import EMBEDDED, LoadedModel, embedding_gap, load_model, same_storage, tie_write_probe
 from ..measure import lens
 from ..core.forward import window_losses
 from ..measure.evaluate import perplexity
@@ -204,6 +214,35 @@ def display_token(content: str | bytes, width: int | None = None, *, drawable: b
     return "".join(units)
 
 
+# The key to display_token's notation (the book prints it beside every notebook that shows tokens):
+# (what a token stands for, the width it is cut to, what its shown form means). The shown form is not
+# typed here: token_key() computes it with display_token, so the key cannot drift from the function.
+TOKEN_KEY: tuple[tuple[str | bytes, int | None, str], ...] = (
+    (" door", None, "a space at the start or end of a token (here the token \" door\")"),
+    ("    ", None, "four or more equal spaces or notations in a row, counted"),
+    ("\n", None, "a line break"),
+    ("\t", None, "a tab"),
+    ("", None, "the empty string"),
+    (b"\xee", None, "a byte that is not UTF-8 on its own (part of a character the tokenizer split), "
+                    "in hexadecimal; several such bytes in a row together"),
+    ("\x06", None, "an ASCII control character, by its byte in hexadecimal"),
+    ("\u200d", None, "an invisible or undrawable character (or the replacement character U+FFFD), "
+                     "by its Unicode code point"),
+    ("\u0301", None, "a combining mark with no character before it, on a dotted circle"),
+    ("international", 6, "a token cut short to fit its cell"),
+    ("&#", None, "no notation: any other text is the token's own, as is (&# begins an HTML "
+                 "character reference such as &#39;)"),
+)
+# The functions of this module that show tokens through display_token: a notebook that calls one
+# shows tokens, and its page in the book carries the key (residshift.study.book.shows_tokens).
+SHOWS_TOKENS = ("display_token", "token_text", "position_table", "layer0_misdecodes", "trajectory_map")
+
+
+def token_key() -> list[tuple[str, str]]:
+    """``(shown form, meaning)`` of every notation of :func:`display_token` (:data:`TOKEN_KEY`)."""
+    return [(display_token(content, width), meaning) for content, width, meaning in TOKEN_KEY]
+
+
 def token_text(tokenizer, token_id: int, width: int | None = None, *, drawable: bool = False) -> str:
     """One token id as :func:`display_token` shows it (:func:`token_content`: raw bytes where the
     decoded text would hold ``\\ufffd``)."""
@@ -243,10 +282,33 @@ def model_row(loaded: LoadedModel, load_seconds: float | None = None) -> dict[st
     row["weights"] = spec.description if spec else info.source
     row["tied_same_tensor"] = same_storage(inp, out)
     row["write_probe_diff"] = tie_write_probe(module)
+    gap = embedding_gap(module)  # untied: how far the head the lens reads is from the input embedding
+    row["head_vs_embedding_rel_dist"] = gap.get("rel_frobenius", 0.0 if gap["tied"] else None)
+    row["head_vs_embedding_row_cos"] = gap.get("mean_row_cosine", 1.0 if gap["tied"] else None)
     row["dtype"] = str(info.embedding.dtype).removeprefix("torch.")
     if load_seconds is not None:
         row["load_s"] = round(load_seconds, 2)
     return row
+
+
+def tie_lines(models_table, tied: Sequence[str]) -> list[str]:
+    """One line per model: for ``tied`` (the study's models) that input embedding and output head are
+    one tensor, raising if not; for the others, which matrix the lens reads and how far the output head
+    is from the input embedding (a GGUF of a tied family that stores both, quantized separately)."""
+    lines = []
+    for name, row in models_table.iterrows():
+        if name in tied:
+            if not (row["tied_same_tensor"] and row["write_probe_diff"] == 0):
+                raise AssertionError(f"{name} must tie its embeddings (one tensor): it does not")
+            lines.append(f"{name}: tied (one tensor; a write to the input embedding shows in the head)")
+        elif row["tied_same_tensor"]:
+            lines.append(f"{name}: tied (one tensor)")
+        else:
+            lines.append(f"{name}: untied; the lens reads through its {row['decoder']} matrix. The output head "
+                         f"differs from the input embedding by {row['head_vs_embedding_rel_dist']:.3f} of its "
+                         f"norm (relative Frobenius distance), mean cosine between matching rows "
+                         f"{row['head_vs_embedding_row_cos']:.4f}")
+    return lines
 
 
 def load_and_describe(names: Sequence[str], *, device: str = "cpu"):
@@ -358,10 +420,93 @@ def tokens_panel(corpora, models: Sequence[str]):
     return fig, {"tokens_per_word": numbers}
 
 
-def tour_numbers(models_table, ppl, corpora) -> dict[str, Any]:
-    """The numbers notebook 00 saves beside its figures (the README's sanity table reads them)."""
-    return {"models": json_ready(models_table), "perplexity": json_ready(ppl),
-            "corpora": json_ready(corpora.to_dict(orient="records"))}
+def perplexity_definitions(loaded: Mapping[str, LoadedModel], *, corpus: str, split: str, window: int,
+                           n: int | None, doc_limit: int | None, max_length: int | None, seed: int = 0):
+    """Both perplexities of every model (:func:`residshift.measure.evaluate.perplexity_definitions`):
+    ours, a strided window of ``window`` tokens (stride ``window // 2``, ``n`` windows of the split),
+    and lm-eval's, each article in disjoint windows of ``max_length`` tokens (``doc_limit`` articles);
+    token and word perplexity both ways. One row per model (cached by the harness)."""
+    from ..measure import evaluate as ev
+
+    config = ev.EvalConfig(context=window, stride=max(1, window // 2), seed=seed)
+    rows = [ev.perplexity_definitions(lm, info, tok, corpus=corpus, split=split, config=config, window_limit=n,
+                                      doc_limit=doc_limit, max_length=max_length)
+            for lm, tok, info in loaded.values()]
+    return pd.DataFrame(rows).set_index("model")
+
+
+def definition_lines(definitions) -> list[str]:
+    """Per model: both perplexities per word, and how the scored articles' literal ``<unk>`` reached it
+    under lm-eval's tokenization (``evaluate.unk_handling``)."""
+    lines = []
+    for name, r in definitions.iterrows():
+        unk = (f"its tokenizer turns each of the {r.doc_unk} literal <unk> of those articles into one special "
+               "token (ours reads them as text)" if r.doc_unk_special and r.doc_unk else
+               f"the {r.doc_unk} literal <unk> of those articles stay text under both")
+        lines.append(f"{name}: per word, sliding {r.sliding_word_ppl:.1f} ± {r.sliding_word_ppl_se:.1f} "
+                     f"({r.sliding_windows} windows), per article {r.doc_word_ppl:.1f} ± {r.doc_word_ppl_se:.1f} "
+                     f"({r.documents} articles, max_length {r.doc_max_length}); {unk}")
+    return lines
+
+
+def tour_numbers(models_table, ppl, corpora, definitions=None) -> dict[str, Any]:
+    """The numbers notebook 00 saves beside its figures (the README's sanity table reads them);
+    ``definitions``: :func:`perplexity_definitions`."""
+    out = {"models": json_ready(models_table), "perplexity": json_ready(ppl),
+           "corpora": json_ready(corpora.to_dict(orient="records"))}
+    if definitions is not None:
+        out["perplexity_definitions"] = json_ready(definitions)
+    return out
+
+
+def _names(names: Sequence[str]) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _se(value: float, se: float | None, fmt: str) -> str:
+    """``value ± se`` in ``fmt``, or the value alone where the standard error is missing."""
+    ok = se is not None and np.isfinite(se)
+    return f"{value:{fmt}} ± {se:{fmt}}" if ok else f"{value:{fmt}} (no standard error: one window)"
+
+
+def models_found(models_table, ppl, corpora, *, corpus: str, split: str) -> list[str]:
+    """What notebook 00 found, in three sentences computed from its tables, every model of the run:
+
+    1. the tie check: which models are one tensor (both checks of :func:`model_row`) and, for the
+       others, which matrix the lens reads and how far the output head is from the input embedding;
+    2. each model's perplexity (± its standard error over windows) on ``corpus``/``split`` as a ratio
+       to the uniform guess (the vocabulary size), :func:`perplexity_table`'s ``ppl``;
+    3. tokens per whitespace word of ``corpus``/``split`` under each tokenizer (:func:`corpus_table`).
+    """
+    tied = [n for n, r in models_table.iterrows() if r["tied_same_tensor"] and r["write_probe_diff"] == 0]
+    untied = [n for n in models_table.index if n not in tied]
+    parts = []
+    if tied:
+        parts.append(f"{_names(tied)} {'ties its' if len(tied) == 1 else 'tie their'} embeddings (one tensor: "
+                     "a write to the input embedding shows in the head), so the lens reads the matrix that "
+                     "embedded the input")
+    for n in untied:
+        r = models_table.loc[n]
+        parts.append(f"{n} is untied (two tensors: a write to the input embedding does not reach the head), so the lens reads its "
+                     f"{r['decoder']} matrix, whose distance from the input embedding is {r['head_vs_embedding_rel_dist']:.3f} "
+                     f"of the embedding's norm (mean row cosine {r['head_vs_embedding_row_cos']:.4f})")
+    tie = "Tie check: " + "; ".join(parts) + "."
+    windows = ppl["windows"].astype(int)
+    n_windows = f"{windows.iloc[0]}" if windows.nunique() == 1 else "/".join(map(str, windows))
+    perp = (f"Perplexity on {n_windows} window{'' if n_windows == '1' else 's'} of {corpus} {split} (± standard error), as a ratio to the "
+            "uniform guess (the vocabulary size): " + "; ".join(
+                f"{n} {_se(r['ppl'], r['ppl_se'], '.1f')} of {int(r['uniform_ppl']):,}, ratio "
+                f"{r['ppl'] / r['uniform_ppl']:#.2g}" for n, r in ppl.iterrows()) + ".")
+    row = corpora[(corpora["corpus"] == corpus) & (corpora["split"] == split)]
+    if len(row) != 1 or pd.isna(row["words"].iloc[0]):
+        raise ValueError(f"the corpus table has no running-text row for {corpus} {split}: pass the corpus "
+                         "and split the perplexity was measured on")
+    row = row.iloc[0]
+    words = int(row["words"])
+    per_word = (f"Tokens per whitespace word on {corpus} {split} ({words:,} words): " + "; ".join(
+        f"{n} {int(row[f'tokens[{n}]']) / words:.3f}" for n in models_table.index) + ".")
+    return [tie, perp, per_word]
 
 
 # --------------------------------------------------------------------------------------------
@@ -516,6 +661,239 @@ def crossings(numbers: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
             for k, v in events.items()}
 
 
+def _rank(x: float) -> str:
+    """A median rank as printed: ``115``, ``30.5``, ``35,603``."""
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def _rank_at(numbers: Mapping[str, Any], which: str, layer: int) -> str:
+    """The median rank of ``which`` at ``layer`` with its inter-quartile range over positions."""
+    med, q1, q3 = (numbers[f"rank_{which}_{s}"][layer] for s in ("median", "q1", "q3"))
+    return f"{_rank(med)} (IQR {_rank(q1)}–{_rank(q3)})"
+
+
+TOP_FEW = 10  # "near the top" in shift_found: a median rank of at most this
+
+
+def shift_found(numbers: Mapping[str, Any]) -> list[str]:
+    """What notebook 01 found, in three sentences computed from :func:`shift_curves`'s numbers:
+
+    1. the input token ``x_t``: its median rank at layer 0, the first layer where it leaves the top-1
+       (with the median rank there) and its best median rank at any later layer;
+    2. the next token ``x_{t+1}``: its median rank at layers 0 and 1, and the first layers where its
+       median rank is within :data:`TOP_FEW` and is 1 ("never" where it is not);
+    3. the rank crossing of the median curves (:func:`crossings`) and the median ranks of both tokens
+       at the first whole layer at or after it, or that the curves never cross.
+
+    Ranks are medians over the sentence's analysed positions, the inter-quartile range beside them.
+    """
+    L, ev = numbers["n_layers"], numbers["events"]
+    rin, rnext = numbers["rank_input_median"], numbers["rank_next_median"]
+    leaves = ev["input leaves top-1"]
+    head = f"{numbers['model']} on {numbers['sentence']!r} ({numbers['positions']} analysed positions): "
+    if leaves is None:
+        first = f"the input token x_t is the lens's top choice (median rank 1) at every layer 0..{L}"
+    else:
+        at = int(leaves["layer"])
+        best = min(range(at, L + 1), key=lambda l: rin[l])
+        first = (f"the input token x_t has median rank {_rank_at(numbers, 'input', 0)} at layer 0 and leaves the "
+                 f"top-1 at layer {at} of {L}, where its median rank is {_rank_at(numbers, 'input', at)}; its best "
+                 f"median rank from there on is {_rank(rin[best])}, at layer {best}")
+    near, top = _first(r <= TOP_FEW for r in rnext), ev["next becomes top-1"]
+    reach = (f"its median rank is within the top {TOP_FEW} at no layer" if near is None else
+             f"its median rank is within the top {TOP_FEW} first at layer {near}")
+    reach += (f" and is 1 at no layer (at layer {L} it is {_rank_at(numbers, 'next', L)})" if top is None
+              else f" and is 1 first at layer {int(top['layer'])} of {L}")
+    second = (f"The next token x_t+1 has median rank {_rank_at(numbers, 'next', 0)} at layer 0 and "
+              f"{_rank_at(numbers, 'next', min(1, L))} at layer {min(1, L)}; {reach}.")
+    cross = ev["rank crossing"]
+    if cross is None:
+        third = (f"The median rank curves never cross in layers 0..{L}: at layer {L} the input token's median rank "
+                 f"is {_rank_at(numbers, 'input', L)} and the next token's {_rank_at(numbers, 'next', L)}.")
+    else:
+        at = int(np.ceil(cross["layer"] - 1e-9))
+        both = [rin[at], rnext[at]]
+        where = "neither token is the top choice there" if min(both) > 1 else "the next token is the top choice there"
+        third = (f"The median rank curves cross at layer {cross['layer']:g} of {L} (relative depth "
+                 f"{cross['relative depth']:.2f}); at layer {at} the median ranks are {_rank_at(numbers, 'input', at)} "
+                 f"for the input token and {_rank_at(numbers, 'next', at)} for the next token: {where}.")
+    return [head + first + ".", second, third]
+
+
+# --------------------------------------------------------------------------------------------
+# 01: one curve, three answers (fade, crossing, emergence) and block 0's write
+# --------------------------------------------------------------------------------------------
+
+# The curves one_curve draws: log10 rank (the tug of war's measure, on a scale where the crossing is
+# readable) and the top-1 rate (C1.depth's declared metric, verdicts.DEPTH_PRIMARY). Both are among the
+# metrics notebook 03 computes the three depths for (alignment.DEPTH_METRICS).
+ONE_CURVE_METRICS = ("logrank", "top1")
+DEPTH_KINDS = ("fade", "crossing", "emergence")  # the keys of alignment.transition_rows, in depth order
+DEPTH_LABEL = {"fade": "input fade", "crossing": "crossing", "emergence": "next-token emergence"}
+DEPTH_STYLE = {"fade": (PALETTE["input"], "--"), "crossing": ("black", "-"), "emergence": (PALETTE["next"], "-.")}
+CURVE_LABEL = {"logrank": r"$\log_{10}$ rank (mean over positions; 0 = top)",
+               "top1": "top-1 rate (share of positions)"}
+
+
+def sentence_depths(info, hs: torch.Tensor, ids: torch.Tensor, *, n_boot: int, seed: int,
+                    metrics: Sequence[str] = ONE_CURVE_METRICS) -> dict[str, Any]:
+    """Input fade, crossing and next-token emergence of one sentence, per metric, by notebook 03's own
+    computation (:func:`residshift.study.alignment.transition_rows`) with the sentence's analysed
+    positions (``t = 1..T-2``) in place of the corpus windows: fade = the mean input curve has fallen
+    half-way from ``h_0`` to ``h_L``, crossing = the mean next-token curve first overtakes it,
+    emergence = the mean next-token curve has risen half-way from ``h_1`` to ``h_L`` (C1.depth's rule).
+
+    ``hs [L+1, 1, T, d]`` (``forward.collect_residuals``), ``ids [1, T]``. Returns, per metric, the mean
+    curves ``input`` and ``next`` (``[L+1]``) and each depth as ``layer`` (interpolated), ``l/L`` and its
+    bootstrap interval over positions (``lo``, ``hi`` in layers; ``None`` where the event never happens).
+    """
+    from . import alignment  # notebook 03's glue: imported here, where the depths are computed
+
+    if hs.ndim != 4 or hs.shape[1] != 1:
+        raise ValueError(f"expected the residuals of one sentence, [L+1, 1, T, d]; got {tuple(hs.shape)}")
+    bad = [m for m in metrics if m not in alignment.DEPTH_METRICS]
+    if bad:
+        raise ValueError(f"{bad}: notebook 03 computes the three depths for {list(alignment.DEPTH_METRICS)} only")
+    m = lens.residual_metrics(info, hs, ids, options=lens.LensOptions(metrics=list(metrics)))
+    per_position = {col: v[:, 0, :].T.double() for col, v in m.items()}  # [positions, L+1]: positions as the sample
+    sample = SimpleNamespace(per_seq=per_position, n_layers=info.n_layers)
+    rows = alignment.transition_rows(sample, SimpleNamespace(n_boot=n_boot, seed=seed))
+    L, out = info.n_layers, {}
+    for row in rows:
+        metric = row["metric"]
+        entry = {w: per_position[f"{metric}_{w}"].mean(0).tolist() for w in lens.WHICH}
+        for kind in DEPTH_KINDS:
+            e = row[kind]
+            entry[kind] = None if e.crossing is None else {
+                "layer": round(e.crossing, 3), "l/L": round(e.crossing / L, 3),
+                "lo": None if e.lo is None else round(e.lo, 3), "hi": None if e.hi is None else round(e.hi, 3)}
+        out[metric] = entry
+    return {"n_layers": L, "positions": int(m[f"{metrics[0]}_input"].shape[-1]), "n_boot": n_boot,
+            "metrics": {k: out[k] for k in metrics}}
+
+
+def block0_write(hs: torch.Tensor) -> dict[str, Any]:
+    """How large block 0's update is next to the embedding it reads, over the analysed positions
+    ``t = 1..T-2`` of one sentence (``hs [L+1, 1, T, d]`` from ``forward.collect_residuals``, one
+    nnsight trace): medians over positions of ``|h_1 - h_0| / |h_0|`` (the write's relative size),
+    ``|h_1| / |h_0|`` (how much the stream's norm grows) and ``cos(h_0, h_1)`` (how much of the
+    embedding's direction is left)."""
+    if hs.ndim != 4 or hs.shape[1] != 1 or hs.shape[0] < 2 or hs.shape[2] < 3:
+        raise ValueError("expected the residuals of one sentence of at least 3 tokens, [L+1, 1, T, d]; "
+                         f"got {tuple(hs.shape)}")
+    h0, h1 = hs[0, 0, 1:-1].double(), hs[1, 0, 1:-1].double()
+    n0 = h0.norm(dim=-1)
+    stat = lambda x: round(float(x.median()), 4)  # noqa: E731 - torch's median: the lower middle value
+    return {"positions": int(h0.shape[0]),
+            "relative write": stat((h1 - h0).norm(dim=-1) / n0),
+            "norm ratio": stat(h1.norm(dim=-1) / n0),
+            "cos(h_0, h_1)": stat(torch.nn.functional.cosine_similarity(h0, h1, dim=-1))}
+
+
+def curve_numbers(info, hs: torch.Tensor, ids: torch.Tensor, *, model: str, sentence: str, n_boot: int,
+                  seed: int) -> dict[str, Any]:
+    """Everything :func:`one_curve` and :func:`block0_lines` read for one model and sentence:
+    :func:`sentence_depths`, :func:`block0_write`, and the median ranks of :func:`shift_curves` (with
+    its rank crossing) at layers 0 and 1. JSON-ready."""
+    ranks = shift_curves(info, hs, ids, model=model, sentence=sentence)
+    return json_ready({"model": model, "sentence": sentence,
+                       **sentence_depths(info, hs, ids, n_boot=n_boot, seed=seed),
+                       "block 0 write": block0_write(hs),
+                       "median rank": {w: {f"layer {l}": ranks[f"rank_{w}_median"][l] for l in (0, 1)}
+                                       for w in lens.WHICH},
+                       "rank crossing (medians)": ranks["events"]["rank crossing"]})
+
+
+def one_curve(numbers: Mapping[str, Mapping[str, Any]]):
+    """One row per model, one panel per metric of :data:`ONE_CURVE_METRICS`: the mean input and
+    next-token curves of one sentence over layers, with the input fade, the crossing and the
+    next-token emergence (:func:`sentence_depths`) marked as labelled vertical lines.
+
+    ``numbers``: ``{model: curve_numbers(...)}``. Returns ``(fig, numbers)``, the numbers being the
+    input's with, per model, the three depths of C1.depth's metric side by side (``depths``).
+    """
+    if not numbers:
+        raise ValueError("no model: pass {model: curve_numbers(...)} for at least one model")
+    metrics = list(next(iter(numbers.values()))["metrics"])
+    fig, axes = plt.subplots(len(numbers), len(metrics), figsize=(5.6 * len(metrics), 3.3 * len(numbers)),
+                             squeeze=False)
+    out: dict[str, Any] = {}
+    for row, (name, num) in zip(axes, numbers.items()):
+        L = num["n_layers"]
+        layers = np.arange(L + 1)
+        for ax, metric in zip(row, metrics):
+            entry = num["metrics"][metric]
+            for which in lens.WHICH:
+                ax.plot(layers, entry[which], color=PALETTE[which], marker="o", ms=2.5, lw=1.6)
+            for k, kind in enumerate(DEPTH_KINDS):  # labels one under another: close events stay readable
+                at = entry[kind]
+                if at is None:
+                    continue
+                color, ls = DEPTH_STYLE[kind]
+                right = at["layer"] > 0.6 * L  # a label near the right edge goes to the marker's left
+                ax.axvline(at["layer"], color=color, ls=ls, lw=1.3)
+                ax.annotate(f"{DEPTH_LABEL[kind]}\n{at['layer']:.1f} ({at['l/L']:.2f})", (at["layer"], 1.0 - 0.17 * k),
+                            xycoords=("data", "axes fraction"), xytext=(-3 if right else 3, -3),
+                            textcoords="offset points", ha="right" if right else "left", va="top", fontsize=7.5,
+                            color=color, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.5})
+            if lens.ORIENTATION[metric] < 0:
+                ax.invert_yaxis()  # up = more aligned, as in the tug of war
+            integer_axis(ax, "x")
+            ax.set_xlim(-0.5, L + 0.5)
+            ax.set_ylabel(CURVE_LABEL.get(metric, metric), fontsize=9)
+            ax.set_title(f"{name} (L = {L})" + (": the verdict's metric" if metric == "top1" else ""), fontsize=10)
+        row[0].set_xlabel("layer $l$")
+        row[-1].set_xlabel("layer $l$")
+        primary = "top1" if "top1" in num["metrics"] else metrics[0]
+        out[name] = {**num, "depths": {"metric": primary, **{k: num["metrics"][primary][k] for k in DEPTH_KINDS}}}
+    handles = [Line2D([], [], color=PALETTE["input"], marker="o", ms=3, label="input token $x_t$"),
+               Line2D([], [], color=PALETTE["next"], marker="o", ms=3, label="next token $x_{t+1}$")]
+    handles += [Line2D([], [], color=DEPTH_STYLE[k][0], ls=DEPTH_STYLE[k][1], label=DEPTH_LABEL[k]) for k in DEPTH_KINDS]
+    fig.legend(handles=handles, loc="lower center", ncol=5, frameon=False, bbox_to_anchor=(0.5, 0.0), fontsize=9)
+    first = next(iter(numbers.values()))
+    fig.suptitle(f"One sentence, three answers to \"where is the shift?\" ({first['positions']} positions; "
+                 "markers: layer (l/L))", fontsize=11)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig, json_ready(out)
+
+
+def block0_lines(numbers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One sentence per model from :func:`curve_numbers`: how much block 0 writes next to the embedding
+    (:func:`block0_write`), what that does to both tokens' median ranks between layers 0 and 1, and
+    where the median rank curves cross (as a consequence, when they cross by layer 1)."""
+    lines = []
+    for name, num in numbers.items():
+        w, r = num["block 0 write"], num["median rank"]
+        grows = w["norm ratio"] >= 1
+        norm = (f"the stream's norm grows by a factor {w['norm ratio']:.1f} at block 0" if grows else
+                f"the stream's norm shrinks to {w['norm ratio']:.2f} of its size at block 0")
+        first = (f"{name}: block 0 writes an update {w['relative write']:.1f} times the size of the embedding it "
+                 f"reads (median |h_1 - h_0| / |h_0| over {w['positions']} positions) and {norm} "
+                 "(median |h_1| / |h_0|)")
+        cos = f"median cos(h_0, h_1) = {w['cos(h_0, h_1)']:.2f}"
+        ri0, ri1, rn0, rn1 = (_rank(r[w_]["layer " + l_]) for w_ in lens.WHICH for l_ in "01")
+        nxt = (f"while the next token's only rises to {rn1} (from {rn0})" if r["next"]["layer 1"] < r["next"]["layer 0"]
+               else f"while the next token's goes from {rn0} to {rn1}")
+        if r["input"]["layer 1"] > r["input"]["layer 0"]:
+            moves = (f", so the embedding's direction is diluted ({cos}): the input token's median rank falls from "
+                     f"{ri0} at layer 0 to {ri1} at layer 1 {nxt}")
+        else:
+            moves = (f"; the median cos(h_0, h_1) is {w['cos(h_0, h_1)']:.2f}, yet the input token's median rank is "
+                     f"{ri1} at layer 1 (at layer 0: {ri0}) {nxt}")
+        cross = num["rank crossing (medians)"]
+        if cross is None:
+            tail = "; the median rank curves never cross."
+        elif cross["layer"] <= 1:
+            near = max(r["input"]["layer 1"], r["next"]["layer 1"]) > TOP_FEW
+            tail = (f", so the median rank curves already cross at layer {cross['layer']:g} of {num['n_layers']}"
+                    + (f", where neither token is within the top {TOP_FEW}: that crossing marks the input "
+                       "leaving, not the next token arriving." if near else "."))
+        else:
+            tail = f"; the median rank curves cross later, at layer {cross['layer']:g} of {num['n_layers']}."
+        lines.append(first + moves + tail)
+    return lines
+
+
 # --------------------------------------------------------------------------------------------
 # 02: decoding trajectories
 # --------------------------------------------------------------------------------------------
@@ -548,58 +926,112 @@ def decode_sentences(loaded: LoadedModel, sentences: Sequence[str | torch.Tensor
     return {"tok": tok, "info": info, "sentences": out}
 
 
-MAP_FONT = 8.0  # points: the smallest text in a trajectory map
+MAP_FONT = 8.0  # points: the smallest text in a trajectory map (the tokens in its cells)
+MAP_TICK_FONT = 9.0  # points: its axis labels
 _CELL_W, _CELL_H = 0.66, 0.25  # inches per position / per layer
+SLIDE_INCHES = (12.8, 7.2)  # 1920 x 1080 px at savefig.dpi 150: the most one map figure may take
+_MAP_MARGIN_W, _MAP_MARGIN_H = 1.0, 1.9  # inches around the cells: layer axis; titles, token axis, legend
 
 
-def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
-    """One panel per sentence: the top-1 lens token in every (layer, position) cell, coloured by
-    regime (input = ``x_t``, next = ``x_{t+1}``, other). Layer 0 at the bottom.
+def map_chunks(n: int, cell: float, margin: float, room: float) -> list[range]:
+    """``range(n)`` cut into the fewest near-equal consecutive chunks whose ``len * cell + margin``
+    inches fit in ``room``: the layers or positions one map figure shows."""
+    per = int((room - margin) // cell)
+    if per < 1:
+        raise ValueError(f"not even one cell of {cell} in fits {room} in minus a margin of {margin} in")
+    k = -(-n // per)
+    size = -(-n // k)
+    return [range(i, min(i + size, n)) for i in range(0, n, size)]
 
-    Text is at least :data:`MAP_FONT` points at the figure's own size (cells grow with the
-    sentence, they do not shrink the text). Tokens are drawn by :func:`token_text` (``" door"`` as
-    ``␣door`` in the cells and the axis alike, raw bytes as ``⟨E3⟩``). Returns ``(fig, numbers)``,
-    numbers holding every decoded token (``tokens``, ``top1``: the decoded text), what the figure
-    shows for it (``tokens_shown``, ``top1_shown``) and every label.
-    """
-    tok, info, sents = entry["tok"], entry["info"], entry["sentences"]
+
+def trajectory_numbers(name: str, entry: Mapping[str, Any], *, width: int = 7) -> dict[str, Any]:
+    """What a trajectory map shows, JSON-ready: every decoded token (``tokens``, ``top1``: the
+    decoded text), what the map draws for it (``tokens_shown``, ``top1_shown``: :func:`token_text`,
+    ``" door"`` as ``␣door``, raw bytes as ``⟨E3⟩``, at most ``width`` characters) and every regime
+    label, per sentence of ``entry`` (:func:`decode_sentences`)."""
+    tok, info = entry["tok"], entry["info"]
     L = info.n_layers
-    T_max = max(len(s["ids"]) for s in sents)
-    panel_h = _CELL_H * (L + 1) + 1.3
-    fig, axes = plt.subplots(len(sents), 1, figsize=(max(_CELL_W * T_max + 1.0, 6.5), panel_h * len(sents)),
-                             squeeze=False)
-    cmap = ListedColormap([PALETTE[r] for r in lens.REGIMES])
     numbers: dict[str, Any] = {"model": name, "n_layers": L, "regimes": list(lens.REGIMES), "sentences": []}
-    for ax, s in zip(axes[:, 0], sents):
+    for s in entry["sentences"]:
         lab, ids, top1 = s["labels"].numpy(), s["ids"], s["top1"]
         T = lab.shape[1]
-        ax.imshow(lab, cmap=cmap, vmin=0, vmax=len(lens.REGIMES) - 1, origin="lower", aspect="auto",
-                  interpolation="nearest")
-        shown = [[token_text(tok, top1[l, t], width, drawable=True) for t in range(T)] for l in range(L + 1)]
-        inputs = [token_text(tok, ids[t], width, drawable=True) for t in range(T)]
-        for l in range(L + 1):
-            for t in range(T):
-                ax.text(t, l, shown[l][t], ha="center", va="center", fontsize=MAP_FONT)
-        ticks = [inputs[t] + "\n→ " + (inputs[t + 1] if t + 1 < T else "") for t in range(T)]
-        ax.set_xticks(range(T), ticks, fontsize=MAP_FONT)
-        ax.set_yticks(range(0, L + 1, 2 if L > 20 else 1))
-        ax.tick_params(axis="y", labelsize=MAP_FONT + 1)
-        ax.set_ylabel("layer $l$")
-        ax.grid(False)
-        fonts = _drawable_codepoints()
-        ax.set_title("".join(c if c.isspace() or ord(c) in fonts else f"\u27e8U+{ord(c):04X}\u27e9"
-                             for c in repr(s["sentence"])), fontsize=10)
         numbers["sentences"].append({
             "sentence": s["sentence"], "tokens": [tok.decode([int(i)]) for i in ids],
             "top1": [[tok.decode([int(i)]) for i in row] for row in top1],
-            "tokens_shown": inputs, "top1_shown": shown, "labels": lab.tolist()})
+            "tokens_shown": [token_text(tok, ids[t], width, drawable=True) for t in range(T)],
+            "top1_shown": [[token_text(tok, top1[l, t], width, drawable=True) for t in range(T)]
+                           for l in range(L + 1)],
+            "labels": lab.tolist()})
+    return numbers
+
+
+def trajectory_map(name: str, entry: Mapping[str, Any], *, width: int = 7):
+    """The top-1 lens token in every (layer, position) cell of each sentence, coloured by regime
+    (input = ``x_t``, next = ``x_{t+1}``, other), layer 0 at the bottom. Returns ``(figures, numbers)``:
+    ``numbers`` from :func:`trajectory_numbers`, ``figures`` from :func:`map_figures` (one figure per
+    sentence, split into layer or position ranges where a sentence would not fit a 16:9 slide)."""
+    numbers = trajectory_numbers(name, entry, width=width)
+    return map_figures(numbers), numbers
+
+
+def map_figures(numbers: Mapping[str, Any]) -> dict[str, Any]:
+    """``{part: figure}`` for the numbers of :func:`trajectory_numbers` (computed or saved): per
+    sentence ``k`` (from 1) the part ``sentence-k``, or ``sentence-k-layers-a-b`` /
+    ``...-tokens-c-d`` when its layers or positions are cut into ranges so that each figure fits
+    :data:`SLIDE_INCHES` (1920 x 1080 px at the saved dpi). Cells grow with nothing and shrink with
+    nothing: token text stays :data:`MAP_FONT` points, axis labels :data:`MAP_TICK_FONT`."""
+    L = numbers["n_layers"]
+    rows = map_chunks(L + 1, _CELL_H, _MAP_MARGIN_H, SLIDE_INCHES[1])
+    out = {}
+    for k, s in enumerate(numbers["sentences"], start=1):
+        cols = map_chunks(len(s["tokens_shown"]), _CELL_W, _MAP_MARGIN_W, SLIDE_INCHES[0])
+        for layers in rows:
+            for positions in cols:
+                part = f"sentence-{k}"
+                if len(rows) > 1:
+                    part += f"-layers-{layers[0]}-{layers[-1]}"
+                if len(cols) > 1:
+                    part += f"-tokens-{positions[0]}-{positions[-1]}"
+                out[part] = _map_figure(numbers, s, layers, positions)
+    return out
+
+
+def _map_figure(numbers: Mapping[str, Any], s: Mapping[str, Any], layers: range, positions: range):
+    """One sentence's map over ``layers`` x ``positions``, on one axis."""
+    L = numbers["n_layers"]
+    lab = np.asarray(s["labels"])[layers.start:layers.stop, positions.start:positions.stop]
+    width = max(_CELL_W * len(positions) + _MAP_MARGIN_W, 6.5)
+    size = (width, max(_CELL_H * len(layers) + _MAP_MARGIN_H, width * 9 / 16 + 0.2))  # never wider than 16:9
+    fig, ax = plt.subplots(figsize=size)
+    cmap = ListedColormap([PALETTE[r] for r in numbers["regimes"]])
+    ax.imshow(lab, cmap=cmap, vmin=0, vmax=len(numbers["regimes"]) - 1, origin="lower", aspect="auto",
+              interpolation="nearest", extent=(positions.start - 0.5, positions.stop - 0.5,
+                                               layers.start - 0.5, layers.stop - 0.5))
+    for l in layers:
+        for t in positions:
+            ax.text(t, l, s["top1_shown"][l][t], ha="center", va="center", fontsize=MAP_FONT)
+    inputs = s["tokens_shown"]
+    ticks = [inputs[t] + "\n→ " + (inputs[t + 1] if t + 1 < len(inputs) else "") for t in positions]
+    ax.set_xticks(list(positions), ticks, fontsize=MAP_TICK_FONT)
+    ax.set_yticks(list(layers))
+    ax.tick_params(axis="y", labelsize=MAP_TICK_FONT)
+    ax.set_ylabel("layer $l$")
+    ax.grid(False)
+    fonts = _drawable_codepoints()
+    text = "".join(c if c.isspace() or ord(c) in fonts else f"\u27e8U+{ord(c):04X}\u27e9" for c in repr(s["sentence"]))
+    where = []
+    if len(layers) < L + 1:
+        where.append(f"layers {layers[0]}–{layers[-1]} of 0–{L}")
+    if len(positions) < len(inputs):
+        where.append(f"tokens {positions[0]}–{positions[-1]} of 0–{len(inputs) - 1}")
+    ax.set_title(text + (f"  ({'; '.join(where)})" if where else ""), fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=PALETTE[k]) for k in ("input", "next", "other")]
     fig.legend(handles, ["decodes the input token $x_t$", "decodes the next token $x_{t+1}$", "other"],
                loc="lower center", ncol=3, fontsize=10, frameon=False, bbox_to_anchor=(0.5, 0.0))
-    fig.suptitle(f"{name}: top-1 logit-lens token per layer and position "
+    fig.suptitle(f"{numbers['model']}: top-1 logit-lens token per layer and position "
                  "(x-axis: input token → next token)", fontsize=12)
-    fig.tight_layout(rect=(0, 0.03, 1, 0.98))
-    return fig, numbers
+    fig.tight_layout(rect=(0, 0.35 / size[1], 1, 1))
+    return fig
 
 
 MAX_OWN_TOKENS = 48  # the explorer draws at most this many tokens of the reader's sentence
@@ -608,7 +1040,7 @@ MAX_OWN_TOKENS = 48  # the explorer draws at most this many tokens of the reader
 class SentenceExplorer:
     """Try your own sentence: a text box and a model menu that redraw :func:`trajectory_map`.
 
-    ``draw(text, model)`` does the work (tested without a frontend) and returns ``(fig, numbers)``, or
+    ``draw(text, model)`` does the work (tested without a frontend) and returns ``(figures, numbers)``, or
     raises ``ValueError`` naming the fix for an empty sentence or an unknown model; :meth:`widget`
     wraps it in ipywidgets (a ``Text`` box that redraws on Enter, a ``Dropdown`` of the loaded models,
     an ``Output`` area). Figures drawn here are shown, never saved: the committed figures stay the
@@ -645,12 +1077,13 @@ class SentenceExplorer:
             out.clear_output(wait=True)
             with out:
                 try:
-                    fig, _numbers = self.draw(box.value, menu.value)
+                    figs, _numbers = self.draw(box.value, menu.value)
                 except ValueError as err:
                     print(err)
                     return
-                display(fig)
-                plt.close(fig)
+                for fig in figs.values():
+                    display(fig)
+                    plt.close(fig)
 
         box.observe(redraw, names="value")
         menu.observe(redraw, names="value")
@@ -711,6 +1144,57 @@ def _longest_run(layers: Sequence[int]) -> tuple[int, int] | None:
     return best
 
 
+def _quiet_layers(s: Mapping[str, Any]) -> list[int]:
+    """Layers ``1..L-1`` where fewer than half of the positions decode either ``x_t`` or ``x_{t+1}``."""
+    return [l for l in range(1, s["n_layers"]) if s["input"][l] + s["next"][l] < 0.5]
+
+
+def _next_over_input(s: Mapping[str, Any]) -> int | None:
+    """The first layer where the next-token share exceeds the input share."""
+    return _first(s["next"][l] > s["input"][l] for l in range(s["n_layers"] + 1))
+
+
+def _decode(share: float, n: int) -> str:
+    k = round(share * n)
+    return f"{k} of {n} positions decode{'s' if k == 1 else ''}"
+
+
+def _count(share: float, n: int) -> str:
+    return f"{share:.2f} ({round(share * n)} of {n} positions)"
+
+
+def trajectories_found(shares: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """What notebook 02 found, in three sentences computed from :func:`shares_panel`'s numbers, each
+    naming every model (a share is given with the count of positions behind it):
+
+    1. the input share above layer 0: its largest value and the first layer it is reached (and the
+       share at layer 0);
+    2. the first layer where "next" outnumbers "input", with both shares there ("never" where none);
+    3. the longest band of layers ``1..L-1`` where fewer than half of the positions decode either
+       token (as in :func:`regime_table`), or "none".
+    """
+    inputs, flips, bands = [], [], []
+    for name, s in shares.items():
+        L, n, inp, nxt = s["n_layers"], s["positions"], s["input"], s["next"]
+        top = max(range(1, L + 1), key=lambda l: (inp[l], -l))
+        inputs.append(f"{name} {_count(inp[top], n)} at every layer 1..{L}" if inp[top] == 0 else
+                      f"{name} {_count(inp[top], n)} at layer {top} of {L}")
+        inputs[-1] += f", against {inp[0]:.2f} at layer 0"
+        flip = _next_over_input(s)
+        flips.append(f"{name} never in layers 0..{L}" if flip is None else
+                     f"{name} layer {flip} of {L}, where {_decode(nxt[flip], n)} the next token and "
+                     f"{round(inp[flip] * n)} the input")
+        run = _longest_run(_quiet_layers(s))
+        bands.append(f"{name} none" if run is None else
+                     f"{name} layers {run[0]}..{run[1]} of {L} ({run[1] - run[0] + 1} layers, relative depth "
+                     f"{run[0] / L:.2f}–{run[1] / L:.2f})")
+    return ["Largest share of positions decoding the input token x_t at any layer above 0: " + "; ".join(inputs) + ".",
+            "First layer where more positions decode the next token x_t+1 than the input token: "
+            + "; ".join(flips) + ".",
+            "Longest band of layers (1..L-1) where fewer than half of the positions decode either token: "
+            + "; ".join(bands) + "."]
+
+
 def regime_table(shares: Mapping[str, Mapping[str, Any]]):
     """Per model, read off :func:`shares_panel`'s numbers: the input share at layer 0, the largest
     input share at any layer >= 1, the last layer where at least half the positions decode the
@@ -719,13 +1203,13 @@ def regime_table(shares: Mapping[str, Mapping[str, Any]]):
     rows = []
     for name, s in shares.items():
         L = s["n_layers"]
-        quiet = [l for l in range(1, L) if s["input"][l] + s["next"][l] < 0.5]
+        quiet = _quiet_layers(s)
         run = _longest_run(quiet)
         rows.append({
             "model": name, "L": L, "positions": s["positions"],
             "input @ l=0": round(s["input"][0], 2), "max input @ l≥1": round(max(s["input"][1:]), 2),
             "last l with input ≥ 0.5": max((l for l in range(L + 1) if s["input"][l] >= 0.5), default=None),
-            "first l with next > input": _first(s["next"][l] > s["input"][l] for l in range(L + 1)),
+            "first l with next > input": _next_over_input(s),
             "layers with input+next < 0.5": len(quiet),
             "longest run of them": f"{run[0]}..{run[1]}" if run else "none",
             "next @ l=L": round(s["next"][L], 2),

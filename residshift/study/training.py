@@ -20,6 +20,14 @@ The notebooks orchestrate; what they compute or draw is a call into this module.
   :func:`c1_rows` (three regimes and emergence depth of each baseline seed), :func:`regimes_panel`,
   :func:`persistence_table` (``lens.input_persistence`` after each cut, paired per window, loss
   beside it), :func:`misalignment_rows`, :func:`persistence_panel`.
+- **throughput** (issue 37) — :func:`record_host` (``host.json`` beside a fresh run's summary: the 1-min
+  load at its start and end, wall-clock times, threads, who trained it and how many at once),
+  :func:`throughput_runs` (per run: tokens/s, training vs wall seconds, load), :func:`throughput_numbers`
+  (per variant; the grid mean as a share of the best run; the gap split into between and within
+  variants; the correlation with load), :func:`throughput_lines`.
+- **perplexity** (issue 35) — :func:`perplexity_runs` (both WikiText definitions of every trained model,
+  ``evaluate.run_perplexities``), :func:`perplexity_table` (per variant, mean and SD over seeds),
+  :func:`perplexity_numbers`.
 - **all** — :func:`verdict_table`, :func:`power_lines` (from ``study.attenuation``), :func:`verdict_lines`,
   :func:`summary_table`, :func:`grid_cost`.
 
@@ -28,6 +36,8 @@ that takes ``P`` (the resolved profile) reads only ``train_*`` keys plus ``devic
 """
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +51,7 @@ from matplotlib.ticker import FuncFormatter
 
 from ..analysis import verdicts
 from ..analysis.stats import as_numpy
+from ..core.cache import atomic_write_text
 from ..core.gating import THETA_INIT
 from ..core.models import load_model
 from ..core.paths import figures_dir
@@ -58,6 +69,8 @@ GATED = ("learned", "learned-token", "scalars")  # a skip gate per block (alpha/
 C3_GATES = ("learned", "learned-token")  # the paper's gates: the C3-training rules judge these
 LENS_CORPUS, LENS_SPLIT = "wikitext-2", "test"  # held out: training on train, validation loss on validation
 LENS_METRICS = ("logprob", "logrank", "top1")
+# Colours of edited variants beside the black baseline: none is plotting.PALETTE's input green or next orange.
+VARIANT_COLORS = ("#0173b2", "#cc78bc", "#5e3c99", "#56b4e9", "#e7298a", "#666666", "#000080", "#8c564b")
 PAPER_REF = ("paper (reference, docs/paper.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
              "tokens; alpha = 0 hurts, the layer matters, a late cut helps; learned gates concentrate on "
              "the final layer")
@@ -201,8 +214,10 @@ def train_grid(P, only: str | Iterable[str] | Callable[[Variant], bool] | None =
 
             if kernels_note():
                 print(kernels_note())
+        start = host_snapshot()
         runs[(v.name, s)] = run = T.train(cfg, device=P.device, progress=progress)
         if fresh:
+            record_host(run, start, trained_by="notebook", order=trained)
             trained += 1
             if verbose:
                 sm = T.read_summary(run)
@@ -228,15 +243,188 @@ def summary_table(runs: Mapping[tuple[str, int], Path]) -> pd.DataFrame:
 def grid_numbers(runs: Mapping[tuple[str, int], Path], P) -> dict[str, Any]:
     """What the grid cost, with the CPU beside it: runs, variants, seeds, tokens per run, summed training
     seconds, tokens/s (mean, min, max over runs) and the machine (``trainer.cpu_facts``: the one this
-    notebook runs on, which trained the runs unless they were reused from elsewhere)."""
+    notebook runs on, which trained the runs unless they were reused from elsewhere); ``per_run``
+    (:func:`throughput_runs`) and ``throughput`` (:func:`throughput_numbers`): where the speed went."""
     sums = [T.read_summary(r) for r in runs.values()]
     tps = [s["tokens_per_s"] for s in sums]
-    return {"runs": len(sums), "variants": len({k[0] for k in runs}), "seeds": len({k[1] for k in runs}),
+    per_run = throughput_runs(runs)
+    return {"per_run": _json_rows(per_run), "throughput": throughput_numbers(per_run), "runs": len(sums), "variants": len({k[0] for k in runs}), "seeds": len({k[1] for k in runs}),
             "tokens_per_run": int(sums[0]["tokens"]), "precision": "bf16 autocast" if P.train_bf16 else "fp32",
             "train_seconds": float(sum(s["train_seconds"] for s in sums)),
             "seconds_per_run": float(np.mean([s["train_seconds"] for s in sums])),
             "tokens_per_s": {"mean": float(np.mean(tps)), "min": float(min(tps)), "max": float(max(tps))},
             "machine": T.cpu_facts()}
+
+
+# ============================================================================================
+# Throughput (issue 37): per run tokens/s against the variant and the machine's load
+# ============================================================================================
+
+HOST_FILE = "host.json"  # beside a run's summary.json, written by whoever trained it (not the trainer)
+# Not in the trainer's summary on purpose: the run key hashes trainer.py's source
+# (trainer.training_code_fingerprint), so a new summary field would retrain every run of every grid.
+
+
+def _load_1min() -> float | None:
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
+def host_snapshot() -> dict[str, Any]:
+    """The wall-clock time and the 1-min load average now (the start of a run, for :func:`record_host`)."""
+    return {"time": time.time(), "load_1min": _load_1min()}
+
+
+def record_host(run: Path, start: Mapping[str, Any], *, trained_by: str, parallel_runs: int = 1,
+                order: int | None = None) -> dict[str, Any]:
+    """Write ``run/host.json`` once a fresh run finished: the 1-min load average at its start
+    (``start``, :func:`host_snapshot`) and end, its start and end time and wall seconds, the CPU, its
+    cores, torch's threads and ``OMP_NUM_THREADS`` of this process, who trained it (``"notebook"``,
+    ``"train-grid"``), how many runs trained at once and its place in that session's order."""
+    end, facts = host_snapshot(), T.cpu_facts()
+    out = {"load_1min_start": start.get("load_1min"), "load_1min_end": end["load_1min"],
+           "started": start.get("time"), "ended": end["time"],
+           "wall_seconds": None if start.get("time") is None else end["time"] - start["time"],
+           "cpu": facts["cpu"], "cpus": os.cpu_count(), "threads": facts["threads"],
+           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "trained_by": trained_by,
+           "parallel_runs": int(parallel_runs), "order": order}
+    if (Path(run) / "summary.json").is_file():
+        atomic_write_text(Path(run) / HOST_FILE, json.dumps(out, indent=2))
+    return out
+
+
+def read_host(run: Path) -> dict[str, Any]:
+    """A run's ``host.json`` ({} for a run trained before it existed, or an unreadable one)."""
+    try:
+        out = json.loads((Path(run) / HOST_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+THROUGHPUT_COLUMNS = ("variant", "seed", "tokens_per_s", "train_seconds", "run_seconds", "wall_seconds",
+                      "overhead_share", "load_1min_start", "load_1min_end", "load_1min", "threads", "cpus",
+                      "parallel_runs", "order", "trained_by", "device")
+
+
+def throughput_runs(runs: Mapping[tuple[str, int], Path]) -> pd.DataFrame:
+    """One row per run: tokens/s (optimiser steps only: evaluations and checkpoints are not in
+    ``train_seconds``), training seconds, the seconds of the run's last call from building the model
+    to its summary (``run_seconds``: steps, evaluations, checkpoints; ``wall_seconds`` adds the data
+    and tokenizer), the share of ``run_seconds`` outside the steps (``overhead_share``; None when the run
+    resumed, whose training seconds span several calls), and from ``host.json`` where present the
+    1-min load at start and end (``load_1min``: their mean), threads, cores, runs trained at once and
+    order. Old summaries and runs without ``host.json`` give None, never an error."""
+    rows = []
+    for (name, s), run in runs.items():
+        sm, host = T.read_summary(run), read_host(run)
+        train_s, run_s = float(sm["train_seconds"]), sm.get("run_seconds_last_call")
+        over = None if run_s is None or run_s < train_s or run_s <= 0 else 1 - train_s / run_s
+        loads = [host.get(k) for k in ("load_1min_start", "load_1min_end") if host.get(k) is not None]
+        rows.append({"variant": name, "seed": s, "tokens_per_s": float(sm["tokens_per_s"]), "train_seconds": train_s,
+                     "run_seconds": run_s, "wall_seconds": sm.get("wall_seconds_last_call"), "overhead_share": over,
+                     "load_1min_start": host.get("load_1min_start"), "load_1min_end": host.get("load_1min_end"),
+                     "load_1min": float(np.mean(loads)) if loads else None,
+                     "threads": host.get("threads"), "cpus": host.get("cpus"), "parallel_runs": host.get("parallel_runs"),
+                     "order": host.get("order"), "trained_by": host.get("trained_by"), "device": sm.get("device")})
+    return pd.DataFrame(rows, columns=list(THROUGHPUT_COLUMNS))
+
+
+def _json_value(v: Any) -> Any:
+    if v is None or isinstance(v, (str, bool)):
+        return v
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if np.isfinite(v) else None
+    return v
+
+
+def _json_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as JSON-ready dicts (missing and non-finite values: null)."""
+    return [{k: (None if not isinstance(v, str) and pd.isna(v) else _json_value(v)) for k, v in r.items()}
+            for r in frame.to_dict(orient="records")]
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Pearson's r, None with fewer than 3 pairs or a constant side."""
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return None
+    return float(np.corrcoef(x, y)[0, 1])
+
+
+def throughput_numbers(frame: pd.DataFrame) -> dict[str, Any]:
+    """Where the grid's speed went, from :func:`throughput_runs`:
+
+    - ``per_variant``: tokens/s mean, min, max over seeds and the runs (``variants``: the grid's order);
+    - ``mean``, ``best`` (the fastest run, ``best_run``) and ``share_of_best`` = mean / best;
+    - ``gap`` = best - mean, split exactly into ``between`` = the mean over runs of best minus the
+      fastest run of the run's variant (the variant itself: even its fastest seed is that much slower)
+      and ``within`` = the mean over runs of its variant's fastest minus its own (load, order, luck),
+      with their ``*_share`` of the gap;
+    - ``variance_between_share``: the share of the runs' variance of tokens/s between variants (eta
+      squared; None with one variant or no variance);
+    - ``load``: runs with a recorded load, its range, and Pearson's r of tokens/s with the load
+      across runs and within variants (each minus its variant's mean; None with under 3 runs);
+    - ``overhead_share``: mean share of a run's seconds outside the optimiser steps (evaluations,
+      checkpoints; not in tokens/s)."""
+    tps = frame["tokens_per_s"].to_numpy(dtype=float)
+    by = frame.groupby("variant", sort=False)["tokens_per_s"]
+    per = {str(v): {"mean": float(g.mean()), "min": float(g.min()), "max": float(g.max()), "runs": int(len(g))}
+           for v, g in by}
+    best_i = int(np.argmax(tps))
+    best, mean = float(tps[best_i]), float(tps.mean())
+    vmax = by.transform("max").to_numpy(dtype=float)
+    vmean = by.transform("mean").to_numpy(dtype=float)
+    between, within = float(np.mean(best - vmax)), float(np.mean(vmax - tps))
+    gap = best - mean
+    ss = float(((tps - mean) ** 2).sum())
+    eta2 = float(((vmean - mean) ** 2).sum() / ss) if ss > 0 and len(per) > 1 else None
+    has = frame["load_1min"].notna().to_numpy()
+    load: dict[str, Any] = {"runs": int(has.sum())}
+    if has.any():
+        x = frame.loc[has, "load_1min"].to_numpy(dtype=float)
+        xs = x - frame.loc[has].groupby("variant", sort=False)["load_1min"].transform("mean").to_numpy(dtype=float)
+        ys = tps[has] - frame.loc[has].groupby("variant", sort=False)["tokens_per_s"].transform("mean").to_numpy(dtype=float)
+        load.update(min=float(x.min()), max=float(x.max()), r=_pearson(x, tps[has]), r_within_variant=_pearson(xs, ys))
+    over = frame["overhead_share"].dropna()
+    return {"runs": int(len(frame)), "per_variant": per, "variants": list(per), "mean": mean, "best": best,
+            "best_run": {"variant": str(frame["variant"].iloc[best_i]), "seed": int(frame["seed"].iloc[best_i])},
+            "share_of_best": mean / best if best > 0 else None, "gap": gap, "between": between, "within": within,
+            "between_share": between / gap if gap > 0 else None, "within_share": within / gap if gap > 0 else None,
+            "variance_between_share": eta2, "load": load,
+            "overhead_share": float(over.mean()) if len(over) else None}
+
+
+def throughput_lines(t: Mapping[str, Any]) -> list[str]:
+    """:func:`throughput_numbers` as printed sentences (every number from ``t``)."""
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.0f}%"
+
+    br = t["best_run"]
+    lines = [f"the grid ran at {pct(t['share_of_best'])} of its best run on average ({t['mean']:,.0f} vs "
+             f"{t['best']:,.0f} tokens/s, {br['variant']} seed {br['seed']}; {t['runs']} runs)"]
+    if t["gap"] > 0:
+        lines.append(f"of the gap ({t['gap']:,.0f} tokens/s), the variant explains {pct(t['between_share'])} (even its "
+                     f"fastest seed is slower than the best run) and {pct(t['within_share'])} lies within a variant "
+                     f"(seeds of one variant: load, order); the variants hold {pct(t['variance_between_share'])} of "
+                     "the runs' variance of tokens/s")
+    lines.append("tokens/s per variant (mean, min-max over seeds): " + "; ".join(
+        f"{v} {p['mean']:,.0f} ({p['min']:,.0f}-{p['max']:,.0f})" for v, p in t["per_variant"].items()))
+    ld = t["load"]
+    if ld["runs"]:
+        r, rw = ld.get("r"), ld.get("r_within_variant")
+        lines.append(f"1-min load recorded for {ld['runs']} of {t['runs']} runs ({ld['min']:.1f}-{ld['max']:.1f}); "
+                     "correlation of tokens/s with it: " + ("n/a" if r is None else f"r = {r:+.2f}")
+                     + " across runs, " + ("n/a" if rw is None else f"r = {rw:+.2f}") + " within variants")
+    else:
+        lines.append("no run recorded the machine's load (host.json: runs trained before it existed); retrain to "
+                     "measure the load's share")
+    if t["overhead_share"] is not None:
+        lines.append(f"evaluations and checkpoints took {pct(t['overhead_share'])} of a run's seconds on average "
+                     "(outside tokens/s, which counts the optimiser steps only)")
+    for line in lines:
+        print(line)
+    return lines
 
 
 def grid_cost(runs: Mapping[tuple[str, int], Path]) -> dict[str, float]:
@@ -276,16 +464,19 @@ def curves_panel(frame: pd.DataFrame, P):
     """Validation loss vs training tokens per variant (mean over seeds, band = min-max over seeds):
     one panel for the learned variants and relatives, one per cut alpha."""
     alphas = [float(a) for a in P.train_cut_alphas]
-    fig, axes = plt.subplots(1, 1 + len(alphas), figsize=(5.2 * (1 + len(alphas)), 3.9), sharey=True)
-    axes = np.atleast_1d(axes)
-    cmap = plt.get_cmap("viridis")
+    nrows, ncols = slide_grid(1 + len(alphas))
+    fig, grid = plt.subplots(nrows, ncols, figsize=(12.6, 0.6 + 3.3 * nrows), sharey=True, squeeze=False)
+    for ax in grid.flat[1 + len(alphas):]:
+        ax.axis("off")
+    axes = grid.flat[:1 + len(alphas)]
+    cmap = plt.get_cmap("cividis")  # blue to yellow: no green or orange, the input/next colours
     base = frame[frame.variant == "baseline"]
     numbers: dict[str, Any] = {}
     for ax in axes:
         m = _band(ax, base, "tokens", "val_loss", color="k", label="baseline")
         numbers["baseline"] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
     others = [v for v in frame.variant.unique() if v in EXTRA_MODES]
-    colors = dict(zip(EXTRA_MODES, ("#0173b2", "#cc78bc", "#de8f05", "#029e73")))
+    colors = dict(zip(EXTRA_MODES, ("#0173b2", "#cc78bc", "#5e3c99", "#666666")))  # not the input/next colours
     for v in others:
         m = _band(axes[0], frame[frame.variant == v], "tokens", "val_loss", color=colors[v], label=v, ls="--")
         numbers[v] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
@@ -301,17 +492,27 @@ def curves_panel(frame: pd.DataFrame, P):
                       color=cmap(i / max(1, len(layers) - 1) * 0.9), label=f"block {l}", ls="--")
             numbers[name] = {"tokens": m.index.tolist(), "val_loss": m.values.tolist()}
         ax.set_title(rf"fixed cut, $\alpha = {a:g}$")
-    for ax in axes:
+    for k, ax in enumerate(axes):
         ax.set_xlabel("training tokens")
         tokens_axis(ax)
         ax.legend(fontsize=8, ncol=2)
-    axes[0].set_ylabel("validation loss (nats)")
+        if k % ncols == 0:
+            ax.set_ylabel("validation loss (nats)")
     lo = float(frame.groupby(["variant", "tokens"]).val_loss.mean().min())
     first = float(frame[frame.step == frame.step.min()].val_loss.max())
     axes[0].set_ylim(lo - 0.1, first + 0.1)
     fig.suptitle(f"{model_name(P)}: validation loss during training ({len(seeds(P))} seeds; band: min-max)")
     fig.tight_layout()
     return fig, numbers
+
+
+def slide_grid(n: int, *, max_cols: int = 3) -> tuple[int, int]:
+    """(rows, columns) for ``n`` panels of curves: at most ``max_cols`` a row, so that a figure of
+    12.6 inches (1890 px at ``savefig.dpi`` 150) stays within a 16:9 slide at a readable font."""
+    if n < 1:
+        raise ValueError(f"a figure needs at least one panel, got {n}")
+    cols = min(n, max_cols)
+    return -(-n // cols), cols
 
 
 def model_name(P) -> str:
@@ -422,6 +623,58 @@ def c2_lines(rows: Sequence, cuts: pd.DataFrame, finals: Mapping[tuple[str, int]
     for line in lines:
         print(line)
     return lines
+
+
+# ============================================================================================
+# 06: both WikiText perplexities of every trained model (issue 35)
+# ============================================================================================
+
+PPL_METRICS = {"sliding_ppl": "sliding, per token", "sliding_word_ppl": "sliding, per word",
+               "doc_word_ppl": "lm-eval, per word", "doc_bits_per_byte": "lm-eval, bits per byte"}
+
+
+def perplexity_runs(runs: Mapping[tuple[str, int], Path], P) -> pd.DataFrame:
+    """Both WikiText perplexities of every run's final model (``evaluate.run_perplexities``, cached by
+    the harness per model): ours, a sliding window of ``train_context`` tokens (stride half of it,
+    ``ppl_windows`` windows of ``ppl_corpus`` / ``ppl_split``), and lm-eval's, each article in disjoint
+    windows of ``train_context`` tokens (``ppl_doc_limit`` articles). One row per run: variant, seed,
+    the :data:`PPL_METRICS` and what each was computed on."""
+    ctx = int(P.train_context)
+    cfg = evaluate.EvalConfig(context=ctx, stride=max(1, ctx // 2), seed=P.seed)
+    rows = []
+    for (name, s), run in runs.items():
+        r = evaluate.run_perplexities(run, corpus=P.ppl_corpus, split=P.ppl_split, window_limit=P.ppl_windows,
+                                      doc_limit=P.ppl_doc_limit, max_length=ctx, config=cfg, device=P.device)
+        rows.append({"variant": name, "seed": s, **{k: float(r[k]) for k in PPL_METRICS},
+                     **{k: r[k] for k in ("corpus", "sliding_context", "sliding_stride", "sliding_windows",
+                                          "sliding_windows_total", "doc_max_length", "documents", "documents_total")}})
+    return pd.DataFrame(rows)
+
+
+def perplexity_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """:func:`perplexity_runs` per variant (in the grid's order), the seed as the unit: the mean and the
+    SD (n - 1; NaN with one seed) over seeds of each of :data:`PPL_METRICS`, and the seeds."""
+    g = frame.groupby("variant", sort=False)
+    out = pd.concat({PPL_METRICS[k]: g[k].agg(["mean", "std"]).rename(columns={"std": "sd"}) for k in PPL_METRICS},
+                    axis=1)
+    out[("seeds", "n")] = g.size()
+    return out
+
+
+def perplexity_numbers(frame: pd.DataFrame, table: pd.DataFrame) -> dict[str, Any]:
+    """What 06 saves of the trained models' perplexities: per variant the mean and SD over seeds of
+    each metric (null SD with one seed), every run's values, and the two definitions' settings."""
+    first = frame.iloc[0]
+    per = {str(v): {k: {"mean": _json_value(float(table.loc[v, (PPL_METRICS[k], "mean")])),
+                        "sd": _json_value(float(table.loc[v, (PPL_METRICS[k], "sd")]))} for k in PPL_METRICS}
+           | {"seeds": int(table.loc[v, ("seeds", "n")])} for v in table.index}
+    return {"corpus": str(first["corpus"]), "metrics": dict(PPL_METRICS), "per_variant": per,
+            "variants": list(per), "metric_order": list(PPL_METRICS),  # the saved JSON's keys are sorted
+            "sliding": {"context": int(first["sliding_context"]), "stride": int(first["sliding_stride"]),
+                        "windows": int(first["sliding_windows"]), "windows_total": int(first["sliding_windows_total"])},
+            "lm_eval": {"max_length": int(first["doc_max_length"]), "documents": int(first["documents"]),
+                        "documents_total": int(first["documents_total"])},
+            "per_run": _json_rows(frame[["variant", "seed", *PPL_METRICS]])}
 
 
 # ============================================================================================
@@ -973,24 +1226,24 @@ def persistence_panel(lenses: Mapping[tuple[str, int], Any], P):
     S = seeds(P)
     names = ["baseline"] + [n for n in _edited(lenses, P) if after_layers(n, P)]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    cmap = plt.get_cmap("tab10")
     numbers: dict[str, Any] = {}
     for i, name in enumerate(names):
         numbers[name] = {}
         for ax, key in zip(axes, ("logrank_input", "top1_next")):
             per = _stack(lenses, name, key, S).mean(1)  # [S, L+1]
             x = np.arange(per.shape[1])
-            color = "k" if name == "baseline" else cmap(i % 10)
+            color = "k" if name == "baseline" else VARIANT_COLORS[(i - 1) % len(VARIANT_COLORS)]
             ax.plot(x, per.mean(0), color=color, ls="-" if name == "baseline" else "--", marker="o", ms=3,
                     label=name)
             ax.fill_between(x, per.min(0), per.max(0), color=color, alpha=0.12, lw=0)
             numbers[name][key] = per.tolist()
-    for ax, title in zip(axes, ("input token: log10 rank under the lens (higher: less decodable)",
+    for ax, title in zip(axes, ("input token: log10 rank under the lens (lower: less decodable)",
                                 "next token: top-1 rate under the lens")):
         ax.set_xlabel(r"residual state $h_l$")
         ax.set_xticks(range(int(P.train_layers) + 1))
         ax.set_title(title, fontsize=10)
-    axes[0].set_ylabel("log10 rank")
+    axes[0].set_ylabel("log10 rank (0 = top)")
+    axes[0].invert_yaxis()  # rank 1 on top, as in notebooks 01 and 03
     axes[1].set_ylabel("top-1 rate")
     axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{model_name(P)}: the input token after the edit (mean over seeds; band: min-max over seeds)")
