@@ -137,8 +137,9 @@ def test_the_budget_interval_brackets_the_point_budget_and_opens_when_the_line_c
     budgets = [1e5, 4e5, 1.6e6]
     shares = [0.8, 0.6, 0.4]  # falling 0.332 per decade: 0.2 at about 6.4e6 tokens
     final = [rng.uniform(0.2, 0.4, 200) for _ in budgets]
-    early = [f * s for f, s in zip(final, shares)]
-    point = budget_to_reach(fit_trend(budgets, shares), 0.2)["tokens"]
+    # window noise in the ratio (without it every resample returns the point and the interval has no width)
+    early = [f * s * rng.uniform(0.8, 1.2, 200) for f, s in zip(final, shares)]
+    point = budget_to_reach(fit_trend(budgets, [e.mean() / f.mean() for e, f in zip(early, final)]), 0.2)["tokens"]
     iv = budget_interval(budgets, early, final, 0.2, n_boot=200)
     assert iv["lo"] < point < iv["hi"] and iv["never"] == 0.0
     noisy = [rng.uniform(0, 1, 5) * s for s in (0.5, 0.5, 0.5)]  # flat line, 5 windows: often never
