@@ -53,6 +53,21 @@ def test_fitting_lowers_the_training_loss(tiny, windows, kind):
     assert not torch.allclose(g.alphas(), torch.full((info.n_layers,), 0.99752738), atol=1e-4)
 
 
+def test_the_unmodified_heldout_loss_is_measured_once_per_model_and_windows(monkeypatch):
+    lm, _, info = load_model("tiny-llama")  # a model of its own: the memo starts empty
+    _, tok, _ = load_model("tiny-llama")
+    w = token_windows("tiny-shakespeare", "train", tok, length=16, n=6, seed=1)
+    calls = []
+    real = G.gated_window_losses
+    monkeypatch.setattr(G, "gated_window_losses", lambda lm_, info_, gates, *a, **k: (
+        calls.append(gates is None), real(lm_, info_, gates, *a, **k))[1])
+    runs = [G.fit_gates_on(lm, info, _cfg(kind, steps=2, eval_every=2), w[:4], w[4:]) for kind in ("scalar", "token")]
+    assert calls.count(True) == 1, "every gate kind fits on the same held-out windows: measure them once"
+    assert runs[0]["heldout_base"] == runs[1]["heldout_base"] == float(real(lm, info, None, w[4:]).mean())
+    G.fit_gates_on(lm, info, _cfg("scalar", steps=2, eval_every=2), w[:3], w[3:])  # other windows: measured
+    assert calls.count(True) == 2
+
+
 def test_gradients_reach_every_gate(tiny, windows):
     lm, _, info = tiny
     for g in (G.ScalarGates(range(info.n_layers), info.d_model), G.TokenGates([0, 2], info.d_model)):

@@ -1,4 +1,6 @@
 """Fixed attenuation: identity at alpha = 1, multi-layer edit vs direct torch, cheap sweep vs naive."""
+import dataclasses
+
 import pytest
 import torch
 
@@ -82,6 +84,35 @@ def test_cheap_sweep_equals_naive(model):
     assert torch.allclose(cheap["base"], naive["base"], atol=1e-5)
     assert torch.all(cheap["dloss"][:, -1] == 0)
     assert cheap["dloss"][:, 0].abs().max() > 1e-3
+
+
+def test_the_sweep_edits_the_captured_block_output_exactly_as_a_replay_of_the_block(model):
+    """The sweep starts from block l's captured output instead of running block l again: bit-identical."""
+    lm, _, info = model
+    w = torch.randint(0, 259, (4, 10), generator=torch.Generator().manual_seed(3))
+    cfg = sweep.SweepConfig(model=info.name, batch_size=4, alphas=(0.0, 0.5, 1.0))
+    got = sweep.sweep_windows(lm, info, w, cfg)
+    cap = replay.capture(lm._module, info, w)
+    base = sweep.next_token_losses(cap.logits, w).mean(dim=1)
+    for layer in range(info.n_layers):
+        for ai, alpha in enumerate((0.0, 0.5)):
+            full = sweep.next_token_losses(replay.replay(lm._module, info, cap, layer, alpha), w).mean(dim=1) - base
+            assert torch.equal(got["dloss"][layer, ai], full), (layer, alpha)
+
+
+def test_a_sweep_from_a_later_window_is_the_tail_of_the_longer_sweep(tmp_path, monkeypatch):
+    """Confirmation sweeps cover only the windows after the grid's (first_window), recomputing none."""
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    lm, tok, info = load_model("tiny-llama")
+    cfg = sweep.SweepConfig(model=info.name, corpus="tiny-shakespeare", split="train", window=16,
+                            n_windows=6, batch_size=3, alphas=(0.0, 1.0), layers=(1,))
+    full = sweep.run_sweep(lm, info, tok, cfg)
+    tail = sweep.run_sweep(lm, info, tok, dataclasses.replace(cfg, first_window=3))
+    assert tail["dloss"].shape == (1, 2, 3) and torch.equal(tail["dloss"], full["dloss"][..., 3:])
+    assert torch.equal(tail["base"], full["base"][3:])
+    for bad in (-1, 6):
+        with pytest.raises(ValueError, match="first_window must lie in 0..n_windows-1 = 5"):
+            sweep.run_sweep(lm, info, tok, dataclasses.replace(cfg, first_window=bad))
 
 
 def test_sweep_resumes_from_partial_layers(tmp_path, monkeypatch):

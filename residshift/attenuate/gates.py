@@ -28,6 +28,8 @@ atomically under ``results/gates-ckpt/<config key>.pt``; the final result goes t
 """
 from __future__ import annotations
 
+import hashlib
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -300,6 +302,22 @@ def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, ba
     return loss.mean(dim=1)
 
 
+# The unmodified model's held-out loss, per loaded model: every gate kind of a seed fits on the same
+# held-out windows, so it is measured once, not once per kind. Keyed by the torch module (weakly: the
+# entry goes with the model), then by the windows' bytes and the autocast setting.
+_BASE_LOSS: "weakref.WeakKeyDictionary[nn.Module, dict[tuple[str, bool], float]]" = weakref.WeakKeyDictionary()
+
+
+def heldout_base_loss(lm, info: ModelInfo, heldout: torch.Tensor, *, bf16: bool = False) -> float:
+    """Mean held-out loss of the unmodified model on ``heldout``, measured once per model, windows
+    and ``bf16`` (:func:`gated_window_losses` with no gates)."""
+    key = (hashlib.sha256(heldout.cpu().numpy().tobytes()).hexdigest() + str(tuple(heldout.shape)), bool(bf16))
+    memo = _BASE_LOSS.setdefault(getattr(lm, "_module", lm), {})
+    if key not in memo:
+        memo[key] = float(gated_window_losses(lm, info, None, heldout, bf16=bf16).mean())
+    return memo[key]
+
+
 def split_windows(cfg: GateConfig, tokenizer, info: ModelInfo) -> tuple[torch.Tensor, torch.Tensor]:
     """Seeded, disjoint train / held-out windows of ``cfg.corpus`` (BOS as the model expects)."""
     w = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
@@ -319,7 +337,8 @@ def fit_gates_on(lm, info: ModelInfo, cfg: GateConfig, train: torch.Tensor, held
     """Fit gates on ``train`` windows with early stopping on ``heldout`` (:mod:`residshift.core.fitting`).
 
     Batches: a seeded permutation of the training windows per epoch. The held-out loss of the
-    unmodified model and of the gates at initialisation are measured first; the initial gates are
+    unmodified model (once per model and held-out windows: :func:`heldout_base_loss`) and of the gates
+    at initialisation are measured first; the initial gates are
     a candidate best. ``stop_after`` ends the call after that many steps (leaving the checkpoint
     to resume from): the tests use it to interrupt a fit. Returns a dict with the best gates'
     state, the history (train loss per step, held-out loss per evaluation) and the held-out loss
@@ -331,7 +350,7 @@ def fit_gates_on(lm, info: ModelInfo, cfg: GateConfig, train: torch.Tensor, held
     gates = make_gates(cfg.kind, cfg.layers, info.d_model, cfg.theta_init)
     extra = None
     if checkpoint is None or not Path(checkpoint).is_file():
-        extra = {"heldout_base": float(gated_window_losses(lm, info, None, heldout, bf16=cfg.bf16).mean())}
+        extra = {"heldout_base": heldout_base_loss(lm, info, heldout, bf16=cfg.bf16)}
 
     def step_fn(step, micro, backward):
         ids = train[epoch_batch(len(train), cfg.batch_size, step, cfg.seed)]

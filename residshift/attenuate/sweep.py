@@ -11,11 +11,13 @@ resampling, so confidence intervals are paired bootstraps over windows (:func:`s
 
 Why it is cheap: the residual stream entering block ``l`` does not depend on any alpha at ``l``.
 One unmodified forward captures, for every block, its input and its call arguments (attention
-mask, rotary tables, ...) through forward pre-hooks on the bare torch module. For each ``(l, alpha)``
-only blocks ``l..L-1``, the final norm and the head are replayed (``residshift.core.replay``), starting from the captured input;
-block ``l``'s output is edited with :func:`residshift.core.residual.attenuated`, the same formula
-that :func:`residshift.core.interventions.attenuate_block` applies inside nnsight traces. ``alpha = 1``
-needs no replay at all (it is the unmodified model; its dloss is exactly 0). The tests check that
+mask, rotary tables, ...) through forward pre-hooks on the bare torch module, and so also each
+block's unmodified output (the next block's input). For each ``(l, alpha)`` block ``l``'s captured
+output is edited with :func:`residshift.core.residual.attenuated` (subtract ``(1 - alpha) h_l``, the
+same formula that :func:`residshift.core.interventions.attenuate_block` applies inside nnsight
+traces) and only blocks ``l+1..L-1``, the final norm and the head are replayed from it
+(``residshift.core.replay.replay_from``). ``alpha = 1`` needs no replay at all (it is the unmodified
+model; its dloss is exactly 0). The tests check that
 this path equals the plain nnsight ``attenuate`` path; ``benchmarks/bench_sweep.py`` times both.
 
 Resumable: the per-layer results are written atomically under
@@ -37,7 +39,8 @@ from ..core import cache
 from ..core.data import token_windows
 from ..core.forward import refuse_remote, window_losses
 from ..core.interventions import _alpha_ok, attenuate
-from ..core.replay import capture, replay
+from ..core.replay import capture, replay_from
+from ..core.residual import attenuated
 from ..core.models import ModelInfo
 from ..core.progress import progress as progress_bar
 from ..core.unembed import next_token_losses
@@ -62,6 +65,7 @@ class SweepConfig:
     alphas: Sequence[float] = DEFAULT_ALPHAS
     layers: Sequence[int] | None = None
     seed: int = 0
+    first_window: int = 0  # sweep windows first_window..n_windows-1 of the seed's nested windows
 
     @classmethod
     def from_profile(cls, P: Any, model: str) -> "SweepConfig":
@@ -82,10 +86,13 @@ class SweepConfig:
             info.check_layer(int(l) % info.n_layers if int(l) < 0 else int(l)) for l in self.layers]
         if self.n_windows < 1 or self.batch_size < 1 or self.window < 2:
             raise ValueError("n_windows and batch_size must be >= 1 and window >= 2")
+        if not 0 <= self.first_window < self.n_windows:
+            raise ValueError(f"first_window must lie in 0..n_windows-1 = {self.n_windows - 1}, got {self.first_window}: "
+                             "the sweep covers windows first_window..n_windows-1")
         if info.name != self.model:
             raise ValueError(f"config is for model {self.model!r} but the loaded model is {info.name!r}")
         return SweepConfig(self.model, self.corpus, self.split, self.window, self.n_windows,
-                           self.batch_size, tuple(alphas), tuple(layers), self.seed)
+                           self.batch_size, tuple(alphas), tuple(layers), self.seed, self.first_window)
 
     def key_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -134,7 +141,10 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
         for ai, alpha in enumerate(cfg.alphas):
             if alpha == 1.0:
                 continue  # the unmodified model: dloss is exactly zero
-            per = [next_token_losses(replay(module, info, c, layer, alpha), c.ids).mean(dim=1).cpu()
+            # block `layer`'s unmodified output is the captured h_{layer+1}: edit it, replay the blocks after it
+            per = [next_token_losses(replay_from(module, info, c, layer + 1,
+                                                 attenuated(c.residual(layer + 1), c.inputs[layer], alpha)),
+                                     c.ids).mean(dim=1).cpu()
                    for c in caps]
             row[ai] = torch.cat(per) - base
         if path is not None:
@@ -147,7 +157,9 @@ def sweep_windows(lm, info: ModelInfo, windows: torch.Tensor, cfg: SweepConfig, 
 
 def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: bool = False,
               refresh: bool = False) -> dict[str, Any]:
-    """The cached, resumable sweep on ``cfg.corpus`` windows (BOS as the model expects)."""
+    """The cached, resumable sweep on ``cfg.corpus`` windows (BOS as the model expects): the seed's
+    windows ``cfg.first_window..cfg.n_windows-1`` (windows of a seed are nested, so a confirmation
+    sweep of the windows after a grid's shares none with it and recomputes none of them)."""
     refuse_remote(info, "sweep.run_sweep", _REPLAY)
     cfg = cfg.checked(info)
     key = cfg.key_dict()
@@ -155,7 +167,7 @@ def run_sweep(lm, info: ModelInfo, tokenizer, cfg: SweepConfig, *, progress: boo
 
     def compute():
         windows = token_windows(cfg.corpus, cfg.split, tokenizer, length=cfg.window,
-                                n=cfg.n_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)
+                                n=cfg.n_windows, seed=cfg.seed, prepend_bos=info.prepend_bos)[cfg.first_window:]
         return sweep_windows(lm, info, windows, cfg, partial_dir=partial, progress=progress)
 
     return cache.cached("attenuation-sweep", key, compute, code=run_sweep, refresh=refresh)

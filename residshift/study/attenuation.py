@@ -180,11 +180,11 @@ def confirm_sweeps(models: Mapping[str, Any], sweeps: Mapping[str, dict], P,
         out[name] = {}
         for layer in sorted({c["layer"] for c in picked}):
             alphas = tuple(sorted(c["alpha"] for c in picked if c["layer"] == layer))
-            cfg = dataclasses.replace(base, layers=(layer,), alphas=alphas,
+            cfg = dataclasses.replace(base, layers=(layer,), alphas=alphas, first_window=n_sel,
                                       n_windows=n_sel + P.sweep_confirm_windows)
             res = sweep.run_sweep(lm, info, tok, cfg)
             for ai, a in enumerate(alphas):
-                out[name][(layer, a)] = as_numpy(res["dloss"][0, ai, n_sel:])
+                out[name][(layer, a)] = as_numpy(res["dloss"][0, ai])
         if verbose:
             cands = ", ".join(f"block {c['layer']} alpha={c['alpha']:g} ({c['selection_mean']:+.4f})" for c in picked)
             print(f"{name}: candidates chosen on the {n_sel} grid windows: {cands}; confirmed on "
@@ -865,9 +865,9 @@ def confirm_cells(models: Mapping[str, Any], sweeps: Mapping[str, dict], cells: 
         for layer, alpha in wanted:
             key = (int(layer), float(alpha))
             if key not in given:
-                cfg = dataclasses.replace(base, layers=(key[0],), alphas=(key[1],),
+                cfg = dataclasses.replace(base, layers=(key[0],), alphas=(key[1],), first_window=n_sel,
                                           n_windows=n_sel + P.sweep_confirm_windows)
-                given[key] = as_numpy(sweep.run_sweep(lm, info, tok, cfg)["dloss"][0, 0, n_sel:])
+                given[key] = as_numpy(sweep.run_sweep(lm, info, tok, cfg)["dloss"][0, 0])
             if len(given[key]) != P.sweep_confirm_windows:
                 raise ValueError(f"{name}: cell {key} has {len(given[key])} confirmation windows, the profile "
                                  f"{P.sweep_confirm_windows}: pass confirm_sweeps' result at this profile")
