@@ -24,7 +24,7 @@ notebooks → study → (measure | attenuate | train) → analysis → core
 - ``study``     composes the stages and writes the outputs: ``plotting`` (figures + manifest),
                 ``tables`` (verdict rows for readers; save_verdicts), ``tour``, ``alignment``,
                 ``attenuation``, ``training`` (each notebook group's glue and panels), ``notes``,
-                ``report`` (the README's generated block), ``book``
+                ``report`` (the README's headline and docs/results.md), ``book``
 
 ``from residshift import load_model`` is a shortcut for ``residshift.core.models.load_model``.
 """

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("models", help="list the model names load_model understands")
     prof = sub.add_parser("profiles", help="print the profiles' parameters")
     prof.add_argument("name", nargs="?", default=None, help="one profile (default: all)")
-    rep = sub.add_parser("report", help="regenerate the README's results block from the saved numbers")
+    rep = sub.add_parser("report", help="regenerate the README's headline verdicts and docs/results.md from the saved numbers")
     rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
     book.add_argument("--profile", default="default", help="smoke | class | default | paper")
@@ -173,10 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.check:
                 ok = check_readme()
-                print("README results are up to date" if ok else
-                      "README results are out of date: run `python -m residshift report`")
+                print("README headline and docs/results.md are up to date" if ok else
+                      "README headline or docs/results.md is out of date: run `python -m residshift report`")
                 return 0 if ok else 1
-            print("README updated" if update_readme() else "README already up to date")
+            print("README updated (headline, docs/results.md)" if update_readme() else "README already up to date")
         except CorruptRecordError as err:  # a garbled RUNS.json or MANIFEST.json: the message names the fix
             print(f"residshift report: error: {err}", file=sys.stderr)
             return 2

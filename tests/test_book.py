@@ -413,7 +413,7 @@ def test_summary_page_groups_the_saved_verdicts_by_claim_with_one_figure_each(tm
     (fig / "07-learned-gates-and-benchmarks-verdicts.json").write_text(json.dumps([
         row("trained", "learned", "C4.benchmarks", "reproduced")]))
     (fig / "09-old-verdicts.json").write_text(json.dumps({"rows": []}))  # an older layout: named, not shown
-    groups, skipped = book.summary_tables(fig)
+    groups, skipped = book.report.summary_tables(fig)
     assert list(groups) == ["C2", "C4"] and skipped == ["09-old-verdicts.json"]
     assert groups["C2"].claims == ["C2.late-cut", "C2.layer-sensitive"]
     assert list(groups["C2"].rows) == [("04", "model-x", "block 3"), ("04", "model-y", "–")]

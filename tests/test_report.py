@@ -4,11 +4,51 @@ import json
 import pytest
 
 from residshift.analysis.verdicts import VerdictRow
+from residshift.core.paths import REPO_ROOT
 from residshift.study import report
 
 
-def test_readme_results_block_matches_the_saved_numbers():
-    assert report.check_readme(), "README results are stale: run `python -m residshift report`"
+def test_readme_headline_and_results_page_match_the_saved_numbers():
+    assert report.check_readme(), "README headline or docs/results.md is stale: run `python -m residshift report`"
+
+
+def test_the_readme_is_a_landing_page():
+    """Under 20 KB, the two commands on its first screen, every verdict as a mark, links to the rest."""
+    text = (REPO_ROOT / "README.md").read_text()
+    assert len(text.encode()) < 20_000, f"README.md is {len(text.encode())} bytes: move detail to docs/"
+    first = text[:text.index("## The notebooks")]
+    assert "make study" in first and "make test" in first
+    head = text.split(report.HEAD_START, 1)[1].split(report.HEAD_END, 1)[0]
+    assert "| claim | notebook | model | variant | verdict per claim id |" in head
+    for doc in ("docs/results.md", "docs/guide.md", "docs/definitions.md"):
+        assert f"]({doc})" in text and (REPO_ROOT / doc).is_file()
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves():
+    import re
+
+    bad = []
+    for page in [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]:
+        for url in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not re.match(r"^[a-z]+:", url) and not (page.parent / url).exists():
+                bad.append(f"{page.relative_to(REPO_ROOT)}: {url}")
+    assert not bad, "links to nothing:\n" + "\n".join(bad)
+
+
+def test_the_headline_marks_each_verdict(tmp_path):
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    assert "not produced yet" in report.render_headline(fig)
+    rows = [VerdictRow(model="m", variant="v", claim_id="C2.late-cut", claim="c", verdict="not reproduced",
+                       statistic="s", estimate=0.1, ci=(0.0, 0.2), level=0.95, n=8, rule="r"),
+            VerdictRow(model="m", variant="v", claim_id="C2.layer-sensitive", claim="c", verdict="reproduced",
+                       statistic="s", estimate=0.1, ci=(0.0, 0.2), level=0.95, n=8, rule="r",
+                       details={"evidence": False, "evidence_why": "a check", "pre_registered_verdict": "inconclusive"})]
+    (fig / "04-x-verdicts.json").write_text(json.dumps([r.as_dict() for r in rows]))
+    (fig / "09-old-verdicts.json").write_text(json.dumps({"rows": []}))
+    head = report.render_headline(fig)
+    assert "| C2 | 04 | m | v | late-cut ✗, layer-sensitive ✓°* |" in head
+    assert "`09-old-verdicts.json`" in head and head.startswith(report.HEAD_START) and head.endswith(report.HEAD_END)
 
 
 def test_render_reads_the_saved_files(tmp_path):
@@ -36,16 +76,20 @@ def test_render_reads_the_saved_files(tmp_path):
 
 
 def test_update_and_check_round_trip(tmp_path, monkeypatch):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{report.START}\nold\n{report.END}\noutro\n")
-    assert not report.check_readme(readme)
-    assert report.update_readme(readme)
-    assert report.check_readme(readme) and not report.update_readme(readme)
-    text = readme.read_text()
-    assert text.startswith("intro\n") and text.endswith("\noutro\n")
+    readme, results = tmp_path / "README.md", tmp_path / "results.md"
+    readme.write_text(f"intro\n{report.HEAD_START}\nold\n{report.HEAD_END}\noutro\n")
+    results.write_text(f"top\n{report.START}\nold\n{report.END}\nend\n")
+    assert not report.check_readme(readme, results)
+    assert report.update_readme(readme, results)
+    assert report.check_readme(readme, results) and not report.update_readme(readme, results)
+    assert readme.read_text().startswith("intro\n") and readme.read_text().endswith("\noutro\n")
+    assert results.read_text().startswith("top\n") and results.read_text().endswith("\nend\n")
+    results.write_text("no markers")
+    with pytest.raises(report.ReportError, match="results.md has no <!-- results:start"):
+        report.check_readme(readme, results)
     readme.write_text("no markers")
-    with pytest.raises(report.ReportError, match="results:start"):
-        report.check_readme(readme)
+    with pytest.raises(report.ReportError, match="README.md has no <!-- headline:start"):
+        report.check_readme(readme, results)
 
 
 def test_provenance_names_commits_run_times_and_uncommitted_outputs(tmp_path):

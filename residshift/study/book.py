@@ -86,7 +86,7 @@ from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import CoalesceStreamsPreprocessor, ExtractOutputPreprocessor
 from PIL import Image
 
-from ..analysis.verdicts import CLAIMS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, is_evidence
+from ..analysis.verdicts import CLAIMS
 from ..core import profiles
 from ..core.cache import check_output_dir, output_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
@@ -715,39 +715,6 @@ SUMMARY_FIGURES: dict[str, tuple[str, str]] = {
            "against the baseline's (notebook 07; the benchmark scores are in "
            "07-learned-gates-and-benchmarks-benchmarks.json)"),
 }
-SUMMARY_HEADLINES = {"C1": "C1", "C2": "C2.late-cut", "C3": "C3.beats-baseline", "C4": "C4.benchmarks"}
-VERDICT_MARKS = {REPRODUCED: "✓", NOT_REPRODUCED: "✗", INCONCLUSIVE: "?"}
-NOT_EVIDENCE_MARK, POST_HOC_MARK = "°", "*"  # verdicts.is_evidence false; a post-hoc rule (tables.marks)
-
-
-@dataclass
-class ClaimTable:
-    """The verdicts on one claim (C1-C4): one row per (notebook, model, variant), one column per
-    claim id (``C2.late-cut``, ``C2-training.late-cut``, ...), in the order the files list them."""
-
-    claims: list[str] = field(default_factory=list)
-    rows: dict[tuple[str, str, str], dict[str, list]] = field(default_factory=dict)
-
-
-def summary_tables(fig_src: Path) -> tuple[dict[str, ClaimTable], list[str]]:
-    """``({"C1": ClaimTable, ...}, [verdict files not in the verdict layout])`` from every
-    ``*verdicts.json`` in ``fig_src``, read through ``analysis.verdicts`` as the README's tables are."""
-    groups: dict[str, ClaimTable] = {}
-    skipped = []
-    for path in sorted(Path(fig_src).glob("*verdicts.json")):
-        data = report._load(path)
-        if not report.is_verdict_layout(data):
-            skipped.append(path.name)
-            continue
-        for row in report.rows_from_json(data, str(path)):
-            table = groups.setdefault(row.claim_id[:2], ClaimTable())
-            if row.claim_id not in table.claims:
-                table.claims.append(row.claim_id)
-            key = (path.name[:2], row.model, row.variant or "–")
-            table.rows.setdefault(key, {}).setdefault(row.claim_id, []).append(row)
-    return dict(sorted(groups.items())), skipped
-
-
 def _claim_label(cid: str, group: str) -> str:
     """A claim id without its group (``C2-training.late-cut`` -> ``training.late-cut``), its words on hover."""
     short = cid[len(group):].lstrip(".-") or cid
@@ -755,26 +722,24 @@ def _claim_label(cid: str, group: str) -> str:
 
 
 def _verdict_marks(rows) -> str:
-    """Each row's verdict as its mark (:data:`VERDICT_MARKS`, with ° and * as ``tables.marks`` says),
+    """Each row's verdict as its mark (:func:`report.verdict_mark`),
     its statistic, estimate and n on hover."""
     out = []
     for r in rows:
         rec = report.tables.verdict_record(r)
         tip = html.escape(f"{rec['verdict']}; {rec['statistic']} {rec['estimate [CI]']}, n = {rec['n']}")
-        mark = (VERDICT_MARKS[r.verdict] + ("" if is_evidence(r) else NOT_EVIDENCE_MARK)
-                + (POST_HOC_MARK if r.details.get("pre_registered_verdict") is not None else ""))
+        mark = report.verdict_mark(r)
         out.append(f'<span class="v-{r.verdict.replace(" ", "-")}" title="{tip}">{mark}</span>')
     return "".join(out)
 
 
 def _summary_page(profile, chapters, fig_src: Path, site: Path) -> str:
-    groups, skipped = summary_tables(fig_src)
-    legend = ", ".join(f"{m} {html.escape(v)}" for v, m in VERDICT_MARKS.items())
+    groups, skipped = report.summary_tables(fig_src)
+    legend = html.escape(report.marks_legend())
     parts = [f"<h1>Results summary</h1>"
              f'<p class="note">Every verdict in <code>{html.escape(_rel(fig_src))}/*verdicts.json</code> '
              f"(profile <code>{html.escape(profile)}</code>), grouped by claim: one row per notebook, model "
-             f"and variant, with its verdict on each claim id. {legend}; {NOT_EVIDENCE_MARK} not counted as evidence, "
-             f"{POST_HOC_MARK} a rule revised after its first numbers. Hover a verdict for its statistic, "
+             f"and variant, with its verdict on each claim id. {legend}. Hover a verdict for its statistic, "
              f'estimate and n; the <a href="index.html#results">results tables</a> give every number and '
              f"rule.</p>"]
     if skipped:
@@ -784,7 +749,7 @@ def _summary_page(profile, chapters, fig_src: Path, site: Path) -> str:
         parts.append('<p class="not-measured">No verdicts yet: run the notebooks that write '
                      "<code>*verdicts.json</code>.</p>")
     for group, table in groups.items():
-        head = SUMMARY_HEADLINES.get(group, group)
+        head = report.SUMMARY_HEADLINES.get(group, group)
         body = "".join(
             f"<tr><td>{nb}</td><td>{html.escape(model)}</td><td>{html.escape(variant)}</td><td>"
             + " ".join(f'<span class="pair">{_claim_label(c, group)} {_verdict_marks(cells[c])}</span>'
@@ -836,8 +801,8 @@ def _index_page(profile, chapters, fig_src: Path, executed: Path, report) -> str
     block = re.sub(r"<!--.*?-->", "", block, flags=re.S).strip()
     parts.append(f'<section class="chapter results" id="results"><h2>Results (generated)</h2>'
                  f'<p class="note">Rendered by <code>residshift.study.report</code> from the numbers in '
-                 f"<code>{html.escape(_rel(fig_src))}</code> (and <code>benchmarks/</code>), as in the "
-                 f"README.</p>{markdown_html(block)}</section>")
+                 f"<code>{html.escape(_rel(fig_src))}</code> (and <code>benchmarks/</code>), as in "
+                 f"docs/results.md.</p>{markdown_html(block)}</section>")
     return PAGE.format(title=f"residshift · {profile}", nav=_nav(profile, chapters, "index.html"),
                        body="\n".join(parts))
 

@@ -1,18 +1,23 @@
-"""The README's results section, generated from the numbers the notebooks and benchmarks saved.
+"""The README's headline verdicts and docs/results.md, generated from the numbers the notebooks and
+benchmarks saved.
 
-No number in the README is typed by hand: ``python -m residshift report`` rewrites the block between
-``<!-- results:start -->`` and ``<!-- results:end -->`` from ``figures/*.json`` and
-``benchmarks/*.json``; ``python -m residshift report --check`` (and a test) fails when the README
+No number in either file is typed by hand: ``python -m residshift report`` rewrites the README's block
+between ``<!-- headline:start -->`` and ``<!-- headline:end -->`` (every verdict, one mark per claim id:
+:func:`render_headline`) and docs/results.md's block between ``<!-- results:start -->`` and
+``<!-- results:end -->`` (every table, rule and benchmark: :func:`render`) from ``figures/*.json`` and
+``benchmarks/*.json``; ``python -m residshift report --check`` (and a test) fails when either file
 and those files disagree.
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..analysis import scale, verdicts
-from ..analysis.verdicts import is_verdict_layout, rows_from_json
+from ..analysis.verdicts import (INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, is_evidence, is_verdict_layout,
+                                 rows_from_json)
 from ..core.cache import atomic_write_text
 from ..core.outputs import load_manifest, manifest_problems
 from ..core import profiles
@@ -21,6 +26,9 @@ from ..core.runner import is_cold, load_runs
 from . import tables
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
+README = REPO_ROOT / "README.md"
+RESULTS = REPO_ROOT / "docs" / "results.md"
 
 
 class ReportError(RuntimeError):
@@ -1136,6 +1144,80 @@ SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, se
                                                section_wikitext_agreement, section_provenance]
 
 
+# The verdicts grouped by claim (C1-C4), one mark per claim id: the README's headline table and the
+# book's summary page (study.book) both read them from here.
+SUMMARY_HEADLINES = {"C1": "C1", "C2": "C2.late-cut", "C3": "C3.beats-baseline", "C4": "C4.benchmarks"}
+VERDICT_MARKS = {REPRODUCED: "✓", NOT_REPRODUCED: "✗", INCONCLUSIVE: "?"}
+NOT_EVIDENCE_MARK, POST_HOC_MARK = "°", "*"  # verdicts.is_evidence false; a post-hoc rule (tables.marks)
+
+
+@dataclass
+class ClaimTable:
+    """The verdicts on one claim (C1-C4): one row per (notebook, model, variant), one column per
+    claim id (``C2.late-cut``, ``C2-training.late-cut``, ...), in the order the files list them."""
+
+    claims: list[str] = field(default_factory=list)
+    rows: dict[tuple[str, str, str], dict[str, list]] = field(default_factory=dict)
+
+
+def summary_tables(fig_src: Path) -> tuple[dict[str, ClaimTable], list[str]]:
+    """``({"C1": ClaimTable, ...}, [verdict files not in the verdict layout])`` from every
+    ``*verdicts.json`` in ``fig_src``, read through ``analysis.verdicts`` as the results tables are."""
+    groups: dict[str, ClaimTable] = {}
+    skipped = []
+    for path in sorted(Path(fig_src).glob("*verdicts.json")):
+        data = _load(path)
+        if not is_verdict_layout(data):
+            skipped.append(path.name)
+            continue
+        for row in rows_from_json(data, str(path)):
+            table = groups.setdefault(row.claim_id[:2], ClaimTable())
+            if row.claim_id not in table.claims:
+                table.claims.append(row.claim_id)
+            key = (path.name[:2], row.model, row.variant or "–")
+            table.rows.setdefault(key, {}).setdefault(row.claim_id, []).append(row)
+    return dict(sorted(groups.items())), skipped
+
+
+def verdict_mark(row) -> str:
+    """One verdict as its mark: ✓ reproduced, ✗ not reproduced, ? inconclusive; ° when the row does not
+    count as evidence (``verdicts.is_evidence``), * when its rule was revised after its first numbers."""
+    return (VERDICT_MARKS[row.verdict] + ("" if is_evidence(row) else NOT_EVIDENCE_MARK)
+            + (POST_HOC_MARK if row.details.get("pre_registered_verdict") is not None else ""))
+
+
+def marks_legend() -> str:
+    return (", ".join(f"{m} {v}" for v, m in VERDICT_MARKS.items())
+            + f"; {NOT_EVIDENCE_MARK} not counted as evidence for or against the paper (its rule says why: a "
+              f"sanity check such as C1.late, or C1 read through a decoder fitted to the model's output), "
+              f"{POST_HOC_MARK} a rule revised after its first numbers")
+
+
+def render_headline(figures: Path | None = None) -> str:
+    """The README's headline: every verdict of ``figures/*verdicts.json`` as one mark per claim id, one
+    row per claim, notebook, model and variant (the numbers behind each are in docs/results.md)."""
+    fig = Path(figures or REPO_ROOT / "figures")
+    groups, skipped = summary_tables(fig)
+    lines = [HEAD_START, "<!-- generated by `python -m residshift report` from figures/*verdicts.json; do not edit "
+             "by hand -->", ""]
+    if not groups:
+        lines.append(_missing("Verdicts", "figures/*verdicts.json"))
+    else:
+        rows = []
+        for group, table in groups.items():
+            for (nb, model, variant), cells in table.rows.items():
+                marks = ", ".join(f"{c[len(group):].lstrip('.-') or c} {''.join(verdict_mark(r) for r in cells[c])}"
+                                  for c in table.claims if c in cells)
+                rows.append([group, nb, model, variant, marks])
+        lines += [_table(["claim", "notebook", "model", "variant", "verdict per claim id"], rows), "",
+                  marks_legend() + "."]
+        if skipped:
+            lines.append(f"Not shown (an older verdict layout; rerun the notebook that writes it): "
+                         f"{', '.join(f'`{n}`' for n in skipped)}.")
+    lines += ["", HEAD_END]
+    return "\n".join(lines)
+
+
 def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:
     fig = Path(figures or REPO_ROOT / "figures")
     bench = Path(benchmarks or REPO_ROOT / "benchmarks")
@@ -1144,27 +1226,34 @@ def render(figures: Path | None = None, benchmarks: Path | None = None) -> str:
             f"benchmarks/*.json; do not edit by hand -->\n\n{body}\n\n{END}")
 
 
-def _split(text: str) -> tuple[str, str, str]:
-    if START not in text or END not in text:
-        raise ReportError(f"README.md has no {START} … {END} block to fill")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return head, START + rest.split(END, 1)[0] + END, tail
+def _split(text: str, start: str = START, end: str = END, name: str = "docs/results.md") -> tuple[str, str, str]:
+    if start not in text or end not in text:
+        raise ReportError(f"{name} has no {start} … {end} block to fill")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return head, start + rest.split(end, 1)[0] + end, tail
 
 
-def update_readme(readme: Path | None = None) -> bool:
-    """Rewrite the README's results block; return True when it changed."""
-    path = Path(readme or REPO_ROOT / "README.md")
-    text = path.read_text()
-    head, old, tail = _split(text)
-    new = render()
-    if new == old:
-        return False
-    atomic_write_text(path, head + new + tail)
-    return True
+def _blocks(readme: Path | None, results: Path | None):
+    """(path, start, end, what renders it) for the README's headline and docs/results.md's results."""
+    return [(Path(readme or README), HEAD_START, HEAD_END, render_headline),
+            (Path(results or RESULTS), START, END, render)]
 
 
-def check_readme(readme: Path | None = None) -> bool:
-    path = Path(readme or REPO_ROOT / "README.md")
-    _, old, _ = _split(path.read_text())
-    return old == render()
+def update_readme(readme: Path | None = None, results: Path | None = None) -> bool:
+    """Rewrite the README's headline block and docs/results.md's results block; True when either changed."""
+    changed = False
+    for path, start, end, make in _blocks(readme, results):
+        text = path.read_text()
+        head, old, tail = _split(text, start, end, path.name)
+        new = make()
+        if new != old:
+            atomic_write_text(path, head + new + tail)
+            changed = True
+    return changed
+
+
+def check_readme(readme: Path | None = None, results: Path | None = None) -> bool:
+    """True when the README's headline and docs/results.md agree with the saved numbers."""
+    return all(_split(path.read_text(), start, end, path.name)[1] == make()
+               for path, start, end, make in _blocks(readme, results))
