@@ -73,11 +73,22 @@ def test_baseline_equals_fixed_at_alpha_one_bit_for_bit():
     for site in ("block", "sublayer"):
         fixed = same_weights(build("fixed", seed=1, alpha=1.0, alpha_layers=[0, 1, 2, 3], site=site), base)
         with torch.no_grad():
-            assert torch.equal(fixed(x).logits, base(x).logits)
+            at_one_only_rounding(site, fixed(x).logits, base(x).logits)
+
+
+def at_one_only_rounding(site, fixed, base):
+    """At alpha = 1 the block site is the baseline bit for bit (one equation, ``1.0 * x`` exact); the
+    sublayer site adds attention and MLP to the stream one at a time, ``(x + A) + M`` where the
+    block computes ``x + (A + M)``: equal to rounding only."""
+    if site == "block":
+        assert torch.equal(fixed, base)
+    else:
+        torch.testing.assert_close(fixed, base, rtol=0, atol=1e-6)
 
 
 def test_fixed_model_equals_baseline_under_the_pretrained_edit():
-    """alpha x + F(x) in the trained model IS block(x) - (1 - alpha) x on the baseline (nnsight)."""
+    """alpha x + F(x) in the trained model is block(x) - (1 - alpha) x on the baseline (nnsight), to
+    float rounding: the block writes the equation, the edit subtracts from the block's output."""
     base = build("baseline")
     x = ids()
     lm = as_nnsight(base)
@@ -92,8 +103,8 @@ def test_fixed_model_equals_baseline_under_the_pretrained_edit():
             with lm.model.trace(x):
                 attenuate(lm.model, lm.info, plan)
                 edited = lm.model.output.logits.save()
-        assert torch.equal(mine, edited), plan
-        assert not torch.equal(mine, base(x).logits)
+        torch.testing.assert_close(mine, edited, rtol=0, atol=1e-5, msg=str(plan))
+        assert (mine - base(x).logits).abs().max() > 1e-2  # the plan moves the logits far beyond rounding
 
 
 def test_learned_gates_are_the_pretrained_edit_with_gate_alphas():
@@ -139,7 +150,7 @@ def test_backout_subtracts_lambda_times_the_middle_stream():
         for l, blk in enumerate(tr.h):
             if l == 2:
                 h_k = h.clone()
-            h = blk.skip(h, h + blk.attn(blk.ln_1(h)) + blk.mlp(blk.ln_2(h + blk.attn(blk.ln_1(h)))))
+            h = h + blk.attn(blk.ln_1(h)) + blk.mlp(blk.ln_2(h + blk.attn(blk.ln_1(h))))
         want = m.lm_head(tr.ln_f(h - 0.3 * h_k))
         torch.testing.assert_close(m(x).logits, want, rtol=1e-5, atol=1e-5)
 
@@ -228,7 +239,7 @@ def test_each_recipe_at_alpha_one_is_its_baseline_bit_for_bit(recipe):
         fixed = same_weights(build("fixed", seed=1, alpha=1.0, alpha_layers=[0, 1, 2, 3], site=site,
                                    embedding=recipe), base)
         with torch.no_grad():
-            assert torch.equal(fixed(x).logits, base(x).logits)
+            at_one_only_rounding(site, fixed(x).logits, base(x).logits)
 
 
 def test_recipes_start_the_stream_at_the_stated_scale():

@@ -13,14 +13,17 @@ treat a trained checkpoint like any Hugging Face model. Module names follow GPT-
 >>> out = model(ids, labels=ids)          # out.loss, out.logits
 >>> model.residual_alphas()               # {layer: alpha} for plots of alpha per layer over training
 
-Residual modes (``config.residual``). ``F_l(x) = block_l(x) - x`` is everything the block adds
-(attention and MLP); the skip path is scaled in ONE place, ``Block.skip``, with THE formula of the
-pretrained-model edit (``residshift.core.residual.attenuated``: ``block(x) - (1 - alpha) x``):
+Residual modes (``config.residual``). ``F_l(x)`` is everything block ``l`` adds to its input
+(attention, then the MLP on the updated stream); ``Block.forward`` writes the residual equation itself,
+``x <- alpha x + F_l(x)``, with ``alpha = 1`` on a block without a gate. On a pretrained model the
+same edit is applied from outside (``residshift.core.residual.attenuated``: ``block(x) - (1 - alpha) x``);
+the two agree to rounding (tested), and at ``alpha = 1`` a block-site gated model is its baseline
+bit for bit.
 
-- ``baseline``: ``x + F(LN x)`` (nanoGPT's block; ``Block.skip`` returns its input untouched);
+- ``baseline``: ``x + F(x)`` (nanoGPT's block with its two adds grouped as one);
 - ``fixed``: ``alpha x + F_l(x)`` at ``alpha_layers`` with a constant ``alpha`` in [0, 1]. By default
-  (``site="block"``) it acts ONCE PER BLOCK, so a ``fixed`` model is exactly the ``baseline`` model
-  under the edit used on pretrained models (a test checks this bit for bit through nnsight).
+  (``site="block"``) it acts ONCE PER BLOCK, so a ``fixed`` model is the ``baseline`` model under the
+  edit used on pretrained models (a test checks this through nnsight, to float rounding).
   ``site="sublayer"`` scales the skip at each of the two adds instead:
   ``x <- alpha x + attn(LN x)``, ``x <- alpha x + mlp(LN x)`` (the embedding's share then shrinks by
   ``alpha^2`` per block);
@@ -89,7 +92,6 @@ from transformers.modeling_outputs import CausalLMOutput
 from transformers.modeling_utils import slice_logits_to_keep
 
 from ..core.gating import THETA_INIT, FixedGate, ScalarGate, SkipScalar, TokenGate
-from ..core.residual import attenuated
 
 MODEL_TYPE = "residshift-gpt"
 MODES = ("baseline", "fixed", "learned", "learned-token", "backout", "scalars")
@@ -342,7 +344,7 @@ class Backout(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN block. ``skip`` is the one place where the skip path is scaled."""
+    """Pre-LN block: ``x <- alpha x + F(x)``, written as the equation (``alpha`` = 1 without a gate)."""
 
     def __init__(self, config: GPTConfig, layer: int):
         super().__init__()
@@ -355,20 +357,21 @@ class Block(nn.Module):
         last = layer == config.n_layer - 1
         self.backout = Backout(config.backout_init) if config.residual == "backout" and last else None
 
-    def skip(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``y = x + F(x)`` -> ``alpha x + F(x) = y - (1 - alpha) x`` (the pretrained-model edit)."""
-        return y if self.gate is None else attenuated(y, x, self.gate(x))
+    def alpha(self, x: torch.Tensor) -> torch.Tensor | float:
+        """The skip path's weight for input ``x``: 1 without a gate, else the gate's alpha."""
+        return 1.0 if self.gate is None else self.gate(x)
 
     def forward(self, x: torch.Tensor, h_k: torch.Tensor | None = None) -> torch.Tensor:
         if self.per_sublayer:  # alpha at each of the two adds
-            x = self.skip(x, x + self.attn(self.ln_1(x)))
-            y = self.skip(x, x + self.mlp(self.ln_2(x)))
-        else:  # nanoGPT's two lines, then alpha once per block
-            y = x + self.attn(self.ln_1(x))
-            y = self.skip(x, y + self.mlp(self.ln_2(y)))
+            x = self.alpha(x) * x + self.attn(self.ln_1(x))
+            x = self.alpha(x) * x + self.mlp(self.ln_2(x))
+        else:  # x_{l+1} = alpha x_l + F_l(x_l), F_l everything the block adds (attention, then MLP)
+            f = self.attn(self.ln_1(x))
+            f = f + self.mlp(self.ln_2(x + f))
+            x = self.alpha(x) * x + f
         if self.backout is not None:  # last block of a backout model: subtract lambda h_k
-            y = y - self.backout(h_k)
-        return y
+            x = x - self.backout(h_k)
+        return x
 
 
 class GPT(PreTrainedModel, GenerationMixin):
