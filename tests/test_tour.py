@@ -121,7 +121,7 @@ def test_model_row_checks_the_tie_two_ways(tiny_llama):
     row = tour.model_row(tiny_llama, 0.5)
     assert row["tied_same_tensor"] is True and row["write_probe_diff"] == 0.0
     assert row["layers"] == tiny_llama.info.n_layers and row["load_s"] == 0.5
-    module = tiny_llama.model._module
+    module = tiny_llama[0]._module
     before = module.get_input_embeddings().weight[0, 0].item()
     models.tie_write_probe(module)
     assert module.get_input_embeddings().weight[0, 0].item() == before  # the probe undoes its write
@@ -247,6 +247,31 @@ def test_trajectory_map_is_readable_and_its_numbers_are_the_labels(tiny_llama):
         assert got["labels"] == lens.classify_decoded(s["top1"], s["ids"]).tolist()
         assert got["top1"][0] == [tok.decode([int(i)]) for i in s["top1"][0]]
         assert got["top1_shown"][0] == [tour.token_text(tok, i, 7, drawable=True) for i in s["top1"][0]]
+
+
+def test_decoded_sentences_are_cached_and_a_weight_change_misses(tiny_llama, monkeypatch):
+    """A warm rerun of notebook 02 traces nothing; other weights or other sentences recompute."""
+    first = tour.decode_sentences(tiny_llama, ["A cached sentence.", torch.tensor([5, 6, 7])])
+    calls = []
+    real = lens.decode_top
+    monkeypatch.setattr(lens, "decode_top", lambda *a, **k: calls.append(1) or real(*a, **k))
+    again = tour.decode_sentences(tiny_llama, ["A cached sentence.", torch.tensor([5, 6, 7])])
+    assert calls == []
+    for a, b in zip(first["sentences"], again["sentences"]):
+        assert a["sentence"] == b["sentence"] and a["n_tokens"] == b["n_tokens"]
+        assert all(torch.equal(a[k], b[k]) for k in ("ids", "top1", "labels"))
+    assert again["tok"] is tiny_llama[1] and again["info"] is tiny_llama[2]
+    tour.decode_sentences(tiny_llama, ["Another sentence."])
+    assert len(calls) == 1
+    module = tiny_llama[0]._module
+    w = next(module.parameters())
+    with torch.no_grad():
+        w.add_(1.0)  # other weights: a miss
+        try:
+            tour.decode_sentences(tiny_llama, ["A cached sentence."])
+        finally:
+            w.sub_(1.0)
+    assert len(calls) == 2
 
 
 def test_trajectory_map_draws_the_shown_tokens_in_cells_and_axis_alike(tiny_llama):

@@ -47,7 +47,8 @@ from matplotlib.lines import Line2D
 from ..analysis.stats import crossing_point
 from ..core import cache, data
 from ..core.outputs import json_ready
-from ..core.models import EMBEDDED, LoadedModel, embedding_gap, load_model, same_storage, tie_write_probe
+from ..core.models import (EMBEDDED, LoadedModel, embedding_gap, load_model, model_fingerprint, same_storage,
+                           tie_write_probe)
 from ..measure import lens
 from ..core.forward import window_losses
 from ..measure.evaluate import perplexity
@@ -900,7 +901,7 @@ def block0_lines(numbers: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 def decode_sentences(loaded: LoadedModel, sentences: Sequence[str | torch.Tensor], *,
-                     max_tokens: int | None = None) -> dict[str, Any]:
+                     max_tokens: int | None = None, refresh: bool = False) -> dict[str, Any]:
     """Top-1 lens token at every layer and position of each sentence, with its regime label.
 
     A sentence is a text (encoded as the model was trained, :func:`residshift.measure.lens.encode`)
@@ -908,7 +909,22 @@ def decode_sentences(loaded: LoadedModel, sentences: Sequence[str | torch.Tensor
     ``max_tokens``: decode only the first ``max_tokens`` tokens (``n_tokens`` keeps the full count).
     Returns ``{"tok", "info", "sentences": [{"sentence", "ids" [T], "n_tokens", "top1" [L+1, T],
     "labels" [L+1, T]}]}`` (labels: :data:`residshift.measure.lens.REGIMES`).
+
+    Cached under ``results/trajectories`` by (model, its weights' fingerprint, the matrix the lens
+    reads, the sentences, ``max_tokens``) and the code, so a warm rerun of notebook 02 traces nothing.
     """
+    lm, tok, info = loaded
+    if info.remote:
+        return {"tok": tok, "info": info, "sentences": _decode_sentences(loaded, sentences, max_tokens)}
+    config = {"model": info.name, "source": info.source, "decoder": info.decoder,
+              "weights": model_fingerprint(lm), "max_tokens": max_tokens,
+              "sentences": [s if isinstance(s, str) else torch.as_tensor(s).reshape(-1).tolist() for s in sentences]}
+    out = cache.cached("trajectories", config, lambda: _decode_sentences(loaded, sentences, max_tokens),
+                       code=decode_sentences, refresh=refresh)
+    return {"tok": tok, "info": info, "sentences": out}
+
+
+def _decode_sentences(loaded: LoadedModel, sentences, max_tokens: int | None) -> list[dict[str, Any]]:
     lm, tok, info = loaded
     out = []
     for sentence in sentences:
@@ -923,7 +939,7 @@ def decode_sentences(loaded: LoadedModel, sentences: Sequence[str | torch.Tensor
         text = sentence if isinstance(sentence, str) else tok.decode(ids[0].tolist(), skip_special_tokens=True)
         out.append({"sentence": text, "ids": ids[0], "n_tokens": n, "top1": top1,
                     "labels": lens.classify_decoded(top1, ids[0])})
-    return {"tok": tok, "info": info, "sentences": out}
+    return out
 
 
 MAP_FONT = 8.0  # points: the smallest text in a trajectory map (the tokens in its cells)
