@@ -88,11 +88,11 @@ test: setup browser-auto
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	$(VENV)/bin/ruff check residshift tests benchmarks
 
-# The corpora into data/ from the hub sources the loaders fall back to (residshift/core/fetch.py):
+# The corpora into data/ from the hub sources the loaders fall back to (residshift/tools/fetch.py):
 # atomic writes, one sha256 line per file; files already there are kept (DATA_ARGS=--force rewrites).
 DATA_ARGS ?=
 data: setup
-	$(PY) -m residshift.core.fetch $(DATA_ARGS)
+	$(PY) -m residshift.tools.fetch $(DATA_ARGS)
 
 # Our harness vs lm-evaluation-harness (benchmarks/validate_lm_eval.py): lm-eval lives in its own
 # virtual environment, built from the `validate` extra in one pip call (torch, transformers, nnsight

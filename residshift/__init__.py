@@ -2,15 +2,15 @@
 
 The package holds all the logic the notebooks call, in one sub-package per stage of the study.
 Data flows one way (a sub-package imports only those to its right; the three stages never import
-each other; ``tests/test_layers.py`` enforces it):
+each other, and the notebooks never import the tools; ``tests/test_layers.py`` enforces it):
 
-notebooks → study → (measure | attenuate | train) → analysis → core
+(notebooks | tools) → study → (measure | attenuate | train) → analysis → core
 
 - ``core``      what every stage stands on: ``models`` (load_model: one interface for every
                 model), ``data`` (corpora, token windows), ``forward`` (the residual stream and
                 per-token losses of a batch), ``cache`` (results keyed by config and code; atomic
                 writes), ``outputs`` (save_numbers, the manifest), ``profiles`` (sizes),
-                ``runner`` (papermill), ``paths``, ``unembed`` (the one head and next-token loss),
+                ``records`` (RUNS.json, MANIFEST.json), ``paths``, ``unembed`` (the one head and next-token loss),
                 ``interventions`` (the one residual edit), ``gating``, ``replay``, ``fitting``
                 (the one fitting loop)
 - ``analysis``  ``stats`` (bootstrap, paired tests, corrections, power) and ``verdicts`` (one row
@@ -23,8 +23,10 @@ notebooks → study → (measure | attenuate | train) → analysis → core
                 ``tokenizer``, ``data``, ``trainer``, ``final``
 - ``study``     composes the stages and writes the outputs: ``plotting`` (figures + manifest),
                 ``tables`` (verdict rows for readers; save_verdicts), ``tour``, ``alignment``,
-                ``attenuation``, ``training`` (each notebook group's glue and panels), ``notes``,
-                ``report`` (the README's headline and docs/results.md), ``book``
+                ``attenuation``, ``training`` (each notebook group's glue and panels), ``notes``
+- ``tools``     for the person running the study: ``cli`` (``python -m residshift``), ``runner``
+                (papermill), ``report`` (the README's headline and docs/results.md), ``book``,
+                ``grid_launcher``, ``lens_command``, ``fetch`` (``make data``)
 
 ``from residshift import load_model`` is a shortcut for ``residshift.core.models.load_model``.
 """

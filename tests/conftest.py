@@ -96,7 +96,7 @@ def smoke_study(tmp_path_factory, request):
     import fcntl
     import json
 
-    from residshift.core import runner
+    from residshift.tools import runner
     from residshift.core.cache import atomic_write_text
 
     base = tmp_path_factory.getbasetemp()

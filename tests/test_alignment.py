@@ -16,7 +16,8 @@ import torch
 
 from residshift.core import forward
 from residshift.analysis import verdicts
-from residshift.core import profiles, runner
+from residshift.core import profiles
+from residshift.tools import runner
 from residshift.core.models import load_models
 from residshift.measure import lens
 from residshift.study import tables  # noqa: E402

@@ -18,7 +18,8 @@ from residshift.core import forward
 from residshift.measure import evaluate
 from residshift.analysis import verdicts  # noqa: E402
 from residshift.attenuate import gates as G  # noqa: E402
-from residshift.core import profiles, runner  # noqa: E402
+from residshift.core import profiles
+from residshift.tools import runner  # noqa: E402
 from residshift.core.paths import REPO_ROOT  # noqa: E402
 from residshift.measure import lens  # noqa: E402
 from residshift.study import tables  # noqa: E402

@@ -100,7 +100,7 @@ def test_quick_run_writes_every_stage(tmp_path, monkeypatch):
 
 
 def test_readme_bound_column_and_section(tmp_path):
-    from residshift.study import report
+    from residshift.tools import report
 
     assert "bench_bounds.py --json benchmarks/bench-bounds.json" in report.section_bounds(tmp_path)
     row = {"stage": "lens", "model": "m", "unit": "u", "flops": 4e9, "bound_s": 1.0, "measured_s": 1.2,

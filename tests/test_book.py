@@ -23,7 +23,7 @@ import nbformat
 import pytest
 
 from residshift.core.paths import REPO_ROOT
-from residshift.study import book
+from residshift.tools import book
 
 SCREENSHOT = REPO_ROOT / "build" / "book" / "smoke-index.png"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -340,7 +340,7 @@ def test_book_reads_offline_in_a_real_browser(smoke_site, tmp_path):
 def test_solution_cells_are_folded():
     import nbformat
 
-    from residshift.study import book
+    from residshift.tools import book
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# 09 · T\n\nA summary."),
@@ -365,7 +365,7 @@ def test_exercises_are_listed_with_the_anchor_nbconvert_gives_their_heading():
 
 
 def test_instructor_page_reads_the_measured_exercise_costs(tmp_path):
-    from residshift.study import book
+    from residshift.tools import book
 
     path = tmp_path / "ex.json"
     path.write_text('{"notebooks": {"06-x": [{"exercise": 2, "title": "t", "seconds": 121.8, "ran": true, '
@@ -434,7 +434,7 @@ def test_summary_page_groups_the_saved_verdicts_by_claim_with_one_figure_each(tm
 def test_instructor_page_states_the_class_profiles_measured_times(tmp_path, monkeypatch):
     """The class profile's times come from its own RUNS.json (build/class/figures, or committed as
     benchmarks/RUNS-class.json), never from the committed figures/RUNS.json; the page sums 00-03."""
-    from residshift.study import book
+    from residshift.tools import book
 
     assert book.committed_runs("class").name == "RUNS-class.json"
     assert "not measured yet" in book._class_line({})

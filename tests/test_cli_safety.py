@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from residshift.__main__ import entry, main
+from residshift.tools.cli import entry, main
 from residshift.core import cache
 from residshift.core.paths import REPO_ROOT
-from residshift.study import lens_command as lc
+from residshift.tools import lens_command as lc
 
 LENS_FAST = ["--profile", "smoke", "--windows", "3", "--window", "24", "--text", "The cat sat on the mat."]
 
@@ -134,7 +134,7 @@ def test_prepare_an_unknown_model_is_one_line(capsys):
 
 
 def test_an_interrupt_is_one_line_with_status_130(monkeypatch, capsys):
-    import residshift.__main__ as cli
+    import residshift.tools.cli as cli
 
     def interrupted(argv=None):
         raise KeyboardInterrupt

@@ -42,8 +42,8 @@ def test_train_section_measures_each_precision_in_the_grid_launchers_layout():
     assert entry["shape"] == shape and set(entry["precision"]) == {"fp32-eager", "bf16-eager"}
     assert all(v["tokens_per_s"] > 0 for v in entry["precision"].values())
     assert entry["precision"]["fp32-eager"]["ratio_vs_fp32_eager"] == 1.0
-    # the launcher reads exactly this layout (study.grid_launcher.measured_speed)
-    from residshift.study import grid_launcher as G
+    # the launcher reads exactly this layout (tools.grid_launcher.measured_speed)
+    from residshift.tools import grid_launcher as G
     from residshift.train.trainer import TrainConfig
 
     cfg = TrainConfig(layers=2, heads=2, width=32, context=16, mlp="geglu", bf16=False, compile=False)

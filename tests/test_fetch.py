@@ -1,4 +1,4 @@
-"""``make data`` (residshift.core.fetch) with a stand-in for the hub: the files it writes, their
+"""``make data`` (residshift.tools.fetch) with a stand-in for the hub: the files it writes, their
 checksums, what it keeps, and the one-line errors offline and on a hub failure. No network."""
 import hashlib
 import json
@@ -7,7 +7,7 @@ import datasets
 import pytest
 
 from residshift.core import data as D
-from residshift.core import fetch as F
+from residshift.tools import fetch as F
 
 # Raw hub rows, shaped as the hub's copies are (WikiText lines keep "\n", blank lines are "").
 HUB = {

@@ -14,10 +14,12 @@ from dataclasses import asdict, replace
 import pytest
 import torch
 
-from residshift.__main__ import main
+from residshift.tools.cli import main
 from residshift.core.cache import _canonical
 from residshift.core.paths import REPO_ROOT
-from residshift.study import grid_launcher as GL, training
+from residshift.study import training
+from residshift.tools import grid_launcher as GL
+from residshift.tools.cli import train_config_from_args
 from residshift.train import trainer as T
 from residshift.train.lock import RunLockedError, run_lock, run_locked
 
@@ -136,7 +138,7 @@ def _child_config(cmd):
     params = [cmd[j + 1] for j in range(i, len(cmd)) if cmd[j] == "-p"]
     ns = Namespace(profile=cmd[cmd.index("--profile") + 1], param=params, mode=None, alpha=None, layer=None,
                    seed=None)
-    return T.config_from_args(ns).resolved(cmd[cmd.index("--device") + 1])
+    return train_config_from_args(ns).resolved(cmd[cmd.index("--device") + 1])
 
 
 def test_the_launcher_skips_finished_runs_and_spreads_the_rest_over_the_gpus(results, monkeypatch):

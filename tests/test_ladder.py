@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from residshift.__main__ import main  # noqa: E402
+from residshift.tools.cli import main  # noqa: E402
 from residshift.analysis import scale, verdicts as V  # noqa: E402
 from residshift.core import profiles  # noqa: E402
 from residshift.study import ladder as L  # noqa: E402

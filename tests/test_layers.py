@@ -19,14 +19,16 @@ from residshift.core.paths import REPO_ROOT
 
 PACKAGE = Path(residshift.__file__).parent
 # highest first; the sub-packages of one layer are siblings and do not import each other
-LAYERS: list[tuple[str, ...]] = [("study",), ("measure", "attenuate", "train"), ("analysis",), ("core",)]
+LAYERS: list[tuple[str, ...]] = [("tools",), ("study",), ("measure", "attenuate", "train"), ("analysis",), ("core",)]
 ALLOWED = {pkg: {low for layer in LAYERS[i + 1:] for low in layer} for i, layer in enumerate(LAYERS) for pkg in layer}
 
 
 def diagram() -> str:
-    """The order in words: ``notebooks → study → (measure | attenuate | train) → analysis → core``."""
-    parts = [layer[0] if len(layer) == 1 else "(" + " | ".join(layer) + ")" for layer in LAYERS]
-    return " → ".join(["notebooks", *parts])
+    """The order in words: ``(notebooks | tools) → study → (measure | attenuate | train) → analysis → core``
+    (the notebooks and the tools wing both stand on ``study``; neither imports the other)."""
+    top, *rest = LAYERS
+    parts = [layer[0] if len(layer) == 1 else "(" + " | ".join(layer) + ")" for layer in rest]
+    return " → ".join(["(notebooks | " + " | ".join(top) + ")", *parts])
 
 
 def _imports(path: Path) -> set[str]:
@@ -73,8 +75,8 @@ def test_the_readme_and_the_package_docstring_draw_this_order():
 
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
-    mod = PACKAGE / "study" / "report.py"
-    assert {"analysis", "core"} <= _imports(mod) and "study" not in _imports(mod) - {"study"}
+    mod = PACKAGE / "tools" / "report.py"
+    assert {"analysis", "core", "study"} <= _imports(mod) and "tools" not in _imports(mod) - {"tools"}
     assert "core" in _imports(PACKAGE / "study" / "plotting.py")
     probe = PACKAGE / "measure" / "_probe_for_test.py"
     try:
@@ -82,3 +84,19 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
         assert "attenuate" in _imports(probe) and "attenuate" not in ALLOWED["measure"]
     finally:
         probe.unlink()
+
+
+def test_no_notebook_imports_the_tools_wing():
+    """Notebooks call ``study`` and below; the command line, runner, book and report are for the
+    person running them, not for the notebooks they run."""
+    import json
+
+    bad = []
+    for nb in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src = "".join(cell["source"])
+            if "residshift.tools" in src or "residshift import tools" in src:
+                bad.append(nb.name)
+    assert not bad, f"notebooks importing residshift.tools: {sorted(set(bad))}"

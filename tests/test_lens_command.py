@@ -5,9 +5,9 @@ import json
 import pytest
 import torch
 
-from residshift.__main__ import main
+from residshift.tools.cli import main
 from residshift.core import models
-from residshift.study import lens_command as lc
+from residshift.tools import lens_command as lc
 
 FAST = ["--profile", "smoke", "--windows", "3", "--window", "24"]
 TEXT = "The cat sat on the mat."

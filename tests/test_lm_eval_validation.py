@@ -207,7 +207,7 @@ def test_render_prints_every_disagreement_and_the_verdict():
 
 
 def test_readme_section_reads_the_agreement_file(tmp_path):
-    from residshift.study import report
+    from residshift.tools import report
 
     assert "not produced yet" in report.section_lm_eval(tmp_path, tmp_path)
     (tmp_path / "lm-eval-agreement.json").write_text(json.dumps(_result(), default=float))

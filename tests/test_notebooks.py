@@ -19,7 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from residshift.core import profiles, runner
+from residshift.core import profiles
+from residshift.tools import runner
 
 NOTEBOOKS = runner.list_notebooks()
 IDS = [p.stem for p in NOTEBOOKS]
@@ -261,7 +262,7 @@ def parameters_disagreements(path: Path) -> list[str]:
     ``papermill.inspect_notebook`` parses that cell line by line, not as Python: an annotated
     declaration (``x: int = 3``) is mangled (papermill 2.7.0 glues the next line onto its default, and
     a bare ``y: float`` is dropped) while papermill still injects it, and ``a = b = 1`` or
-    ``a, b = 1, 2`` are skipped with a warning. ``residshift.core.runner.declared_parameters`` reads
+    ``a, b = 1, 2`` are skipped with a warning. ``residshift.tools.runner.declared_parameters`` reads
     the notebook's parameters through ``inspect_notebook`` to validate ``-p`` overrides, so every
     statement of the cell must be a plain ``name = value`` that papermill lists under that name with
     that value (compared as Python expressions) and nothing more.

@@ -117,8 +117,8 @@ def test_citation_cff_has_what_cffconvert_requires():
 
 def test_version_flag_and_the_data_subcommand_are_wired(capsys, monkeypatch):
     import residshift
-    from residshift.__main__ import main
-    from residshift.core import fetch
+    from residshift.tools.cli import main
+    from residshift.tools import fetch
 
     with pytest.raises(SystemExit) as stop:
         main(["--version"])

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from residshift.__main__ import main
+from residshift.tools.cli import main
 from residshift.analysis import verdicts as V
 from residshift.core import profiles
 from residshift.study import pilot

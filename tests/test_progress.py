@@ -77,7 +77,7 @@ def test_executed_notebooks_hold_the_text_bar_not_a_widget(tmp_path, monkeypatch
     import nbformat
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from residshift.core import runner
+    from residshift.tools import runner
 
     monkeypatch.delenv(P.ENV, raising=False)
     folder = tmp_path / "notebooks"

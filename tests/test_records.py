@@ -6,7 +6,8 @@ import subprocess
 
 import pytest
 
-from residshift.core import outputs, records, runner
+from residshift.core import outputs, records
+from residshift.tools import runner
 from residshift.core.paths import REPO_ROOT
 
 N = 15
@@ -21,7 +22,7 @@ def _writer(kind, k, figures, go):
         if kind == "manifest":
             outputs.record(f"0{k}-figure-{i}.png", {"i": i})
         else:
-            runner.record_run("default", f"0{k}-notebook-{i}", {"wall_s": float(i)})
+            records.record_run("default", f"0{k}-notebook-{i}", {"wall_s": float(i)})
 
 
 @pytest.mark.parametrize("kind", ["manifest", "runs"])
@@ -40,7 +41,7 @@ def test_processes_recording_at_once_keep_every_entry(tmp_path, kind):
     if kind == "manifest":
         got = outputs.load_manifest(tmp_path)
     else:
-        got = runner.load_runs(tmp_path / "RUNS.json")["default"]
+        got = records.load_runs(tmp_path / "RUNS.json")["default"]
     assert len(got) == 3 * N
     assert list(got) == sorted(got)  # still written in order
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -70,12 +71,12 @@ def test_a_corrupt_record_is_named_with_its_fix_and_left_as_it_is(tmp_path, monk
     (tmp_path / "RUNS.json").write_text(GARBLED)
     (tmp_path / "MANIFEST.json").write_text('{"00-a.png": {')
     with pytest.raises(records.CorruptRecordError) as err:
-        runner.record_run("default", "00-x", {"wall_s": 1.0})
+        records.record_run("default", "00-x", {"wall_s": 1.0})
     text = str(err.value)
     assert "RUNS.json holds a git merge conflict, not valid JSON (line 3)" in text and "delete it" in text
     assert len(text.splitlines()) == 1
     with pytest.raises(records.CorruptRecordError, match=r"RUNS.json .*line 3"):
-        runner.load_runs()
+        records.load_runs()
     assert (tmp_path / "RUNS.json").read_text() == GARBLED  # never overwritten: the other entries survive
     with pytest.raises(records.CorruptRecordError, match=r"MANIFEST.json is not valid JSON \(line 1\)"):
         outputs.save_numbers("00-numbers", {"a": 1})
@@ -124,7 +125,7 @@ def test_a_corrupt_record_fails_a_run_before_any_kernel_and_not_a_dry_run(tmp_pa
 
 
 def test_the_book_names_a_corrupt_record_with_its_fix(tmp_path):
-    from residshift.study import book
+    from residshift.tools import book
 
     (tmp_path / "RUNS.json").write_text("{\n,")
     with pytest.raises(book.BookError, match=r"RUNS.json is not valid JSON \(line 2\): .*delete it") as err:

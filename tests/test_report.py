@@ -5,7 +5,7 @@ import pytest
 
 from residshift.analysis.verdicts import VerdictRow
 from residshift.core.paths import REPO_ROOT
-from residshift.study import report
+from residshift.tools import report
 
 
 def test_readme_headline_and_results_page_match_the_saved_numbers():
@@ -170,7 +170,7 @@ def test_rules_list_each_claim_id_once():
 
 def test_before_after_pairs_rows_across_a_rule_change():
     from residshift.analysis import verdicts as V
-    from residshift.study import report as R
+    from residshift.tools import report as R
 
     def row(cid, verdict, variant="logit lens", metric=None):
         return V.VerdictRow(model="m", variant=variant, claim_id=cid, claim="c", verdict=verdict,

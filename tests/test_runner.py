@@ -7,8 +7,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from residshift.core import profiles
-from residshift.core import runner
+from residshift.core import profiles, records
+from residshift.tools import runner
 
 
 def _notebook(path, params_src, body_src):
@@ -79,7 +79,7 @@ def test_runner_runs_in_order(books, tmp_path):
     done = runner.run_notebooks("smoke", folder=folder, output_dir=tmp_path / "out",
                                 log=lambda *a, **k: None)
     assert [p.name for p in done] == ["00-first.ipynb", "01-second.ipynb"]
-    from residshift.study import book
+    from residshift.tools import book
 
     for path in done:  # papermill's finished copies are whole runs to the book; no half-run copy is left
         nb = nbformat.read(path, as_version=4)
@@ -96,7 +96,7 @@ def test_broken_notebook_fails_loudly_and_keeps_the_copy(books, tmp_path):
     text = str(err.value)
     assert "02-broken.ipynb" in text and "cell" in text and "deliberate" in text
     assert (tmp_path / "out" / "02-broken.ipynb").is_file()
-    from residshift.study import book
+    from residshift.tools import book
 
     nb = nbformat.read(tmp_path / "out" / "02-broken.ipynb", as_version=4)  # marked: the book shows it failed
     assert "deliberate" in book.execution_error(nb) and book.unfinished(nb) is None
@@ -117,13 +117,13 @@ def test_unknown_selection_profile_and_override_syntax(books):
         runner.list_notebooks(folder, ["42"])
     with pytest.raises(runner.UsageError, match="unknown profile 'huge'; choose one of smoke"):
         runner.run_notebooks("huge", folder=folder)
-    assert runner.parse_overrides(["n=3", "models=[\"a\"]", "name=x"]) == {"n": 3, "models": ["a"], "name": "x"}
-    with pytest.raises(runner.UsageError, match="key=value"):
-        runner.parse_overrides(["oops"])
+    assert profiles.parse_overrides(["n=3", "models=[\"a\"]", "name=x"]) == {"n": 3, "models": ["a"], "name": "x"}
+    with pytest.raises(profiles.OverrideError, match="key=value"):
+        profiles.parse_overrides(["oops"])
 
 
 def test_cli_exits_nonzero_on_failure(books, monkeypatch, capsys):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     folder, _ = books
     _notebook(folder / "02-broken.ipynb", 'profile = "default"', "1/0")
@@ -163,7 +163,7 @@ def test_an_override_no_selected_notebook_declares_is_an_error(books, tmp_path):
     (["profiles", "nope"], "unknown profile 'nope'"),
 ])
 def test_cli_bad_requests_are_one_line_with_status_2(books, monkeypatch, capsys, argv, says):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     folder, _ = books
     monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
@@ -218,7 +218,7 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))  # no prepared model: a fresh clone
     runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
-    runs = runner.load_runs(tmp_path / "figures" / "RUNS.json")
+    runs = records.load_runs(tmp_path / "figures" / "RUNS.json")
     big, small = runs["default"]["00-big"], runs["default"]["01-small"]
     assert big["peak_rss_mib"] >= 400 and small["peak_rss_mib"] < big["peak_rss_mib"] - 300
     assert big["wall_s"] > 0 and small["wall_s"] > 0
@@ -230,13 +230,13 @@ def test_each_run_records_its_own_wall_time_and_peak_memory(tmp_path, monkeypatc
     assert big["device"] == profiles.get("default")["device"]  # the profile's, though undeclared
     assert not [p for p in (tmp_path / "figures").iterdir() if p.name.startswith(".")]
     # both ran in one invocation that started from empty caches
-    assert big["invocation"] == small["invocation"] and runner.is_cold(big)
+    assert big["invocation"] == small["invocation"] and records.is_cold(big)
     assert big["invocation"]["notebooks"] == ["00", "01"] and "cold_run" not in big
     assert big["invocation"]["models_prepared_at_start"] == []
     # a later partial rerun (the results cache now holds 00's result) replaces the entry but keeps the cold one
     runner.run_notebooks("default", only=["01"], folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
-    again = runner.load_runs(tmp_path / "figures" / "RUNS.json")["default"]
-    assert not runner.is_cold(again["01-small"]) and again["01-small"]["cold_run"] == small
+    again = records.load_runs(tmp_path / "figures" / "RUNS.json")["default"]
+    assert not records.is_cold(again["01-small"]) and again["01-small"]["cold_run"] == small
     assert again["00-big"] == big
 
 
@@ -244,13 +244,13 @@ def test_the_last_run_from_empty_caches_survives_warm_reruns(tmp_path, monkeypat
     monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
     cold = lambda s: {"wall_s": s, "invocation": {"from_empty_caches": True}}  # noqa: E731
     warm = lambda s: {"wall_s": s, "invocation": {"from_empty_caches": False}}  # noqa: E731
-    runner.record_run("default", "00-x", cold(100.0))
-    runner.record_run("default", "00-x", warm(5.0))
-    runner.record_run("default", "00-x", warm(6.0))
-    e = runner.load_runs()["default"]["00-x"]
+    records.record_run("default", "00-x", cold(100.0))
+    records.record_run("default", "00-x", warm(5.0))
+    records.record_run("default", "00-x", warm(6.0))
+    e = records.load_runs()["default"]["00-x"]
     assert e["wall_s"] == 6.0 and e["cold_run"] == cold(100.0), "kept through two warm reruns"
-    runner.record_run("default", "00-x", cold(90.0))
-    assert runner.load_runs()["default"]["00-x"] == cold(90.0), "a newer cold run replaces it"
+    records.record_run("default", "00-x", cold(90.0))
+    assert records.load_runs()["default"]["00-x"] == cold(90.0), "a newer cold run replaces it"
 
 
 def test_dry_run_estimates_without_running(books, tmp_path, capsys):
@@ -412,7 +412,7 @@ def test_only_picks_whole_numbers_and_names(books):
 ])
 def test_override_values_are_checked_against_the_profile_before_a_kernel_starts(
         books, tmp_path, monkeypatch, capsys, param, says):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     folder, seen = books
     monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
@@ -444,7 +444,7 @@ def test_override_kinds_follow_every_profile():
 
 
 def test_an_output_dir_that_is_a_file_is_a_one_line_usage_error(books, tmp_path, monkeypatch, capsys):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     folder, seen = books
     monkeypatch.setenv("RESIDSHIFT_NOTEBOOKS", str(folder))
@@ -506,7 +506,7 @@ def test_a_small_notebook_run_from_a_big_process_reports_its_own_peak(tmp_path, 
     big = np.ones(700 * 2**17)
     runner.run_notebooks("default", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: None)
     del big
-    peak = runner.load_runs(tmp_path / "figures" / "RUNS.json")["default"]["00-small"]["peak_rss_mib"]
+    peak = records.load_runs(tmp_path / "figures" / "RUNS.json")["default"]["00-small"]["peak_rss_mib"]
     assert 10 < peak < 400
 
 
@@ -529,7 +529,7 @@ def test_a_killed_or_stopped_run_keeps_the_last_finished_copy(tmp_path):
     import sys
     import time
 
-    from residshift.study import book
+    from residshift.tools import book
 
     folder = tmp_path / "notebooks"
     folder.mkdir()
@@ -593,11 +593,11 @@ def test_only_the_default_profile_writes_the_committed_figures(monkeypatch, tmp_
 
     monkeypatch.delenv("RESIDSHIFT_FIGURES", raising=False)
     out = tmp_path / "build" / "class"
-    assert runner.run_figures_dir("default", out) == figures_dir()
+    assert records.run_figures_dir("default", out) == figures_dir()
     for profile in ("smoke", "class", "paper"):
-        assert runner.run_figures_dir(profile, tmp_path / profile) == tmp_path / profile / "figures"
+        assert records.run_figures_dir(profile, tmp_path / profile) == tmp_path / profile / "figures"
     monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "elsewhere"))
-    assert runner.run_figures_dir("class", out) == runner.run_figures_dir("default", out) == tmp_path / "elsewhere"
+    assert records.run_figures_dir("class", out) == records.run_figures_dir("default", out) == tmp_path / "elsewhere"
 
 
 def test_a_class_run_records_beside_its_own_figures_not_the_committed_ones(books, tmp_path, monkeypatch):
@@ -617,6 +617,6 @@ def test_a_class_run_records_beside_its_own_figures_not_the_committed_ones(books
     runner.run_notebooks("class", only=["00", "02"], folder=folder, output_dir=out, log=lambda *a, **k: None)
     assert json.loads(seen.read_text())["ppl_windows"] == profiles.get("class")["ppl_windows"]
     assert probe.read_text() == str(out / "figures")  # where save_figure writes in the kernel
-    runs = runner.load_runs(out / "figures" / "RUNS.json")
+    runs = records.load_runs(out / "figures" / "RUNS.json")
     assert set(runs) == {"class"} and set(runs["class"]) == {"00-first", "02-third"}
     assert (committed.read_bytes() if committed.is_file() else None) == before

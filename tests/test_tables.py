@@ -73,10 +73,10 @@ def test_empty_table_renders():
 
 
 def test_the_html_book_keeps_whole_cells_and_the_rule_buttons(rows):
-    """An executed notebook's verdict table, as the book (study.book) renders it."""
+    """An executed notebook's verdict table, as the book (tools.book) renders it."""
     import nbformat
 
-    from residshift.study import book
+    from residshift.tools import book
 
     table = tables.verdict_table(rows)
     nb = nbformat.v4.new_notebook()

@@ -20,6 +20,7 @@ from residshift.core import forward
 from residshift.core.paths import REPO_ROOT  # noqa: E402
 from residshift.train import data as D  # noqa: E402
 from residshift.train import trainer as T  # noqa: E402
+from residshift.train.lock import RunLockedError  # noqa: E402
 
 # Tiny runs on real WikiText-2 text (validation split to train, test split to validate) with the
 # in-process byte tokenizer: nothing to train or download, a few seconds each.
@@ -311,7 +312,7 @@ def _flip(path, start, n):
 
 
 def test_bytes_flipped_inside_a_training_checkpoint_are_refused_in_one_cli_line(tmp_path, capsys):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     c = cfg()
     out = tmp_path / "cli"
@@ -355,7 +356,7 @@ def test_a_trained_model_carries_a_manifest_checked_when_the_run_is_reused(tmp_p
     (["--profile", "nope"], "unknown profile"),
 ])
 def test_cli_errors_are_one_clear_line(args, match, capsys, tmp_path):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     assert main(["train", "--profile", "smoke", *args, "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
@@ -365,7 +366,7 @@ def test_cli_errors_are_one_clear_line(args, match, capsys, tmp_path):
 
 
 def test_cli_trains_and_resumes(tmp_path, capsys):
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     c = cfg(mode="fixed", alpha=0.0, alpha_layers=(1,))
     out = tmp_path / "cli"
@@ -384,7 +385,7 @@ def test_a_run_another_process_trains_is_refused_at_once_and_a_finished_one_stil
     """The trainer holds ``train.lock`` while it trains: a second trainer of the folder (here the lock
     held by a child process, as another launcher would) is refused in one line, exit 75, and touches
     nothing; once the holder is gone the same call trains."""
-    from residshift.__main__ import main
+    from residshift.tools.cli import main
 
     c = cfg(tokens=32 * 8 * 2, eval_every=0)
     out = tmp_path / "held"
@@ -393,7 +394,7 @@ def test_a_run_another_process_trains_is_refused_at_once_and_a_finished_one_stil
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], env=env(), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(T.RunLockedError, match=f"pid {holder.pid} on "):
+        with pytest.raises(RunLockedError, match=f"pid {holder.pid} on "):
             T.train(c, out, progress=False)
         assert sorted(p.name for p in out.iterdir()) == ["train.lock"]
         assert main(["train", "--profile", "smoke", *cli_args(c), "--out", str(out), "--no-progress"]) == T.LOCKED_EXIT

@@ -90,7 +90,7 @@ def test_every_view_renders_a_row_the_same_way():
     assert frame.reset_index().iloc[0].to_dict() == rec
     (line,) = tables.verdict_lines([row])
     assert rec["estimate [CI]"] in line and rec["per seed"] in line
-    from residshift.study import report
+    from residshift.tools import report
     assert report._verdict_rows([row])[0][5] == rec["estimate [CI]"]
     # what a rule marked shows in every view; an unmarked row shows none (as the committed files render)
     assert tables.marks(row) == "" and rec["verdict"] == R

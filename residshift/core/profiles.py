@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
     import pandas
@@ -390,7 +391,7 @@ PROFILE_NAMES = ("smoke", "class", "default", "paper")
 
 # Integer keys for which 0 is a real choice although every profile sets a positive value: no warmup,
 # checkpoints only at evaluations and at the end (core.fitting), no preprocessing check of C1.depth
-# (study.lens_command). The runner's -p check asks for >= 1 of every other such count.
+# (tools.lens_command). The runner's -p check asks for >= 1 of every other such count.
 ZERO_ALLOWED = frozenset({"train_warmup", "train_checkpoint_every", "lens_check_windows"})
 
 
@@ -424,6 +425,25 @@ def get(profile: str) -> dict[str, Any]:
     if profile not in PROFILES:
         raise UnknownProfileError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     return copy.deepcopy(PROFILES[profile])
+
+
+class OverrideError(ValueError):
+    """A ``-p`` item that is not ``key=value``; the message shows the form."""
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``["lens_windows=8", "models=[\"smollm2-135m\"]"]`` -> ``{key: value}``, each value read as
+    JSON when it can be (else kept as the string): the ``-p`` items of ``run``, ``train`` and ``ladder``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise OverrideError(f"override {item!r} must look like key=value (e.g. -p lens_windows=8)")
+        key, raw = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
 
 
 def resolve(profile: str | None = None, /, **given: Any) -> SimpleNamespace:

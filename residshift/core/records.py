@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
-from .paths import REPO_ROOT
+from .paths import REPO_ROOT, figures_dir
 
 
 class CorruptRecordError(ValueError):
@@ -98,3 +99,62 @@ def updating(path: Path) -> Iterator[dict[str, Any]]:
         data = read_record(path)
         yield data
         atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# RUNS.json: the runner writes it, notes and the report read it
+# --------------------------------------------------------------------------------------------
+
+
+COMMITTED_PROFILE = "default"  # the one profile whose runs write the committed figures/ (and their RUNS.json)
+
+
+def run_figures_dir(profile: str, out_dir: Path) -> Path:
+    """Where a run at ``profile`` writes its figures, ``MANIFEST.json`` and ``RUNS.json``:
+    ``RESIDSHIFT_FIGURES`` when set, else ``figures/`` for :data:`COMMITTED_PROFILE` and
+    ``<out_dir>/figures`` (``build/<profile>/figures``) for every other profile."""
+    if os.environ.get("RESIDSHIFT_FIGURES"):
+        return Path(os.environ["RESIDSHIFT_FIGURES"])
+    return figures_dir() if profile == COMMITTED_PROFILE else Path(out_dir) / "figures"
+
+
+def runs_path() -> Path:
+    """``RUNS.json`` beside the figures: the last measured run of each notebook, per profile."""
+    return figures_dir() / "RUNS.json"
+
+
+def is_cold(entry: dict[str, Any]) -> bool:
+    """Whether a recorded run belongs to a ``run`` invocation that started from an empty results
+    cache (nothing computed or trained to reuse): the cost a fresh clone pays, training included.
+    Its ``invocation`` also names the embedded models already prepared when it started (a fresh
+    clone's ``make study`` prepares them just before, in about a minute or two each)."""
+    return bool((entry.get("invocation") or {}).get("from_empty_caches"))
+
+
+def record_run(profile: str, notebook: str, entry: dict[str, Any]) -> Path:
+    """Record one notebook's measured run under ``RUNS.json[profile][notebook]``: read, change and
+    write (atomically) under the file's lock (``core.records.updating``), so two runs recording at
+    once keep both entries. The last run from empty caches survives a later warm or partial rerun:
+    the new entry keeps it under ``"cold_run"`` (until another run from empty caches replaces it).
+    A corrupt ``RUNS.json`` raises ``CorruptRecordError`` naming the fix and is left untouched."""
+    from ..core.cache import _canonical  # lazy: torch ~1 s; not for notes or `run` usage errors
+
+    path = runs_path()
+    entry = {k: v for k, v in entry.items() if k != "cold_run"}
+    with updating(path) as runs:
+        old = runs.get(profile, {}).get(notebook) or {}
+        if not is_cold(entry):
+            kept = {k: v for k, v in old.items() if k != "cold_run"} if is_cold(old) else old.get("cold_run")
+            if kept:
+                entry["cold_run"] = kept
+        runs.setdefault(profile, {})[notebook] = _canonical(entry)
+        ordered = {p: dict(sorted(v.items())) for p, v in sorted(runs.items())}
+        runs.clear()
+        runs.update(ordered)
+    return path
+
+
+def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{profile: {notebook stem: entry}}`` from ``RUNS.json`` (empty when absent; a corrupt one
+    raises ``CorruptRecordError``, one line naming the fix)."""
+    return read_record(Path(path) if path else runs_path())

@@ -7,7 +7,7 @@ verdict rows (``figures/*verdicts*.json``, read with ``verdicts.load_verdicts``)
 sentences group the rows by outcome and claim, name the models and variants, say where this run
 disagrees with the paper as plainly as where it agrees, and give each inconclusive row's reason
 (:func:`reason`). The numbers are rendered by ``study.tables`` (3 significant digits), as in the
-notebooks' full verdict tables and the README's results block (``study.report``), which show every
+notebooks' full verdict tables and the README's results block (``tools.report``), which show every
 field of every row; this module is the summary a reader of one notebook needs.
 """
 from __future__ import annotations

@@ -37,7 +37,6 @@ import json
 import math
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -55,7 +54,7 @@ from ..core.outputs import json_ready
 from ..core.paths import REPO_ROOT, build_dir, results_dir
 from ..measure import lens
 from ..train import data as D, trainer as T
-from ..train.lock import RunLockedError, run_lock
+from ..train.lock import run_lock
 from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT, unigram_rates
 
 NAME = "10-the-scale-ladder"
@@ -403,35 +402,6 @@ def load_records(P, out: str | Path | None = None) -> dict[str, dict[str, Any]]:
         if rec is not None:
             out_[r.name] = rec
     return out_
-
-
-def main_ladder(args) -> int:
-    """``python -m residshift ladder``: errors are one line on stderr, exit status 2."""
-    from ..core import profiles
-
-    try:
-        P = profiles.resolve(args.profile)
-        for kv in args.param:
-            k, _, v = kv.partition("=")
-            if not hasattr(P, k) or not k.startswith(("ladder_", "train_")):
-                raise LadderError(f"-p {kv}: not a ladder_* or train_* key of the profile")
-            setattr(P, k, json.loads(v))
-        if args.device:
-            P.device = args.device
-        run_ladder(P, only=args.only, hours=args.hours, out=args.out, device=P.device, dry_run=args.plan,
-                   progress=not args.no_progress)
-        if args.mitigation and not args.plan:
-            from .mitigation import run_mitigation
-
-            run_mitigation(P, rung_name=args.rung, out=args.out, device=P.device, progress=not args.no_progress)
-    except RunLockedError as err:
-        print(f"residshift ladder: {err}", file=sys.stderr)
-        return T.LOCKED_EXIT
-    except (LadderError, T.TrainError, D.DataError, KeyError, json.JSONDecodeError) as err:
-        msg = " ".join(str(err).strip("'\"").split())  # one line, whatever the library's message holds
-        print(f"residshift ladder: error: {msg}", file=sys.stderr)
-        return 2
-    return 0
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.paths import REPO_ROOT, figures_dir
-from ..core.runner import load_runs
+from ..core.records import load_runs
 
 
 def _runs() -> dict:

@@ -16,7 +16,6 @@ numbers are written to ``benchmarks/pilot-recipes.json`` and rendered in the REA
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -25,15 +24,13 @@ import numpy as np
 
 from ..analysis import verdicts
 from ..analysis.stats import as_numpy
-from ..core import profiles
 from ..core.cache import atomic_write_text, code_state
 from ..core.models import load_model
 from ..core.outputs import json_ready
-from ..core.paths import REPO_ROOT, build_dir
+from ..core.paths import REPO_ROOT
 from ..measure import lens
 from ..train import trainer as T
-from ..train.data import DataError
-from ..train.gpt import RECIPES, GPTConfigError
+from ..train.gpt import RECIPES
 from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT, c1_on_model
 
 PILOT_JSON = "pilot-recipes.json"
@@ -123,21 +120,3 @@ def save_pilot(numbers: Mapping[str, Any], path: Path | None = None) -> Path:
 def load_pilot(path: Path | None = None) -> dict[str, Any] | None:
     path = path or REPO_ROOT / "benchmarks" / PILOT_JSON
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def main_pilot(args) -> int:
-    """``python -m residshift train --pilot``: errors are one line on stderr, exit status 2."""
-    try:
-        P = profiles.resolve(args.profile)
-        if args.device:
-            P.device = args.device
-        numbers = run_pilot(P, args.recipes, seed=args.seed, progress=not args.no_progress)
-    except (KeyError, ValueError, T.TrainError, DataError, GPTConfigError) as err:
-        print(f"residshift train --pilot: error: {err}", file=sys.stderr)
-        return 2
-    default = build_dir() / "smoke" / PILOT_JSON if P.profile == "smoke" else None
-    path = save_pilot(numbers, Path(args.json) if args.json else default)
-    chosen = numbers["chosen"]
-    print(f"chosen: {chosen['recipe']} ({chosen['rule']})")
-    print(path)
-    return 0

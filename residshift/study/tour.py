@@ -235,7 +235,7 @@ TOKEN_KEY: tuple[tuple[str | bytes, int | None, str], ...] = (
                  "character reference such as &#39;)"),
 )
 # The functions of this module that show tokens through display_token: a notebook that calls one
-# shows tokens, and its page in the book carries the key (residshift.study.book.shows_tokens).
+# shows tokens, and its page in the book carries the key (residshift.tools.book.shows_tokens).
 SHOWS_TOKENS = ("display_token", "token_text", "position_table", "layer0_misdecodes", "trajectory_map")
 
 

@@ -83,7 +83,6 @@ import hashlib
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
@@ -102,12 +101,10 @@ from ..core.data import tokenizer_fingerprint
 from ..core.fitting import FORMAT, FitConfig, FitError, fit
 from ..core.machine import cpu_facts, device_problem  # cpu_facts re-exported: every speed figure names its CPU
 from ..core.paths import cache_dir, results_dir
-from ..core.runner import parse_overrides
 from ..core.unembed import next_token_losses
 from . import data as D, gpt
-from .data import DataError
 from .gpt import GPT, GPTConfig, GPTConfigError
-from .lock import RunLockedError, run_lock
+from .lock import run_lock
 from .tokenizer import TokenizerSpecError, get_tokenizer, prepends_bos
 
 # Chosen by measurement (benchmarks/bench_train.py); None in a TrainConfig means "this table".
@@ -752,51 +749,3 @@ def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data,
     _save_model(model, tokenizer, run / "model")
     atomic_write_text(run / "summary.json", json.dumps(summary, indent=2))
     discard_verified(run / "checkpoint.pt")  # and its digest file
-
-
-# --------------------------------------------------------------------------------------------
-# Command line (python -m residshift train ...)
-# --------------------------------------------------------------------------------------------
-
-
-def config_from_args(args) -> TrainConfig:
-    """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags)."""
-    try:
-        values = profiles.get(args.profile)
-    except KeyError as err:
-        raise TrainError(str(err)) from None
-    try:
-        overrides = parse_overrides(args.param)
-    except Exception as err:
-        raise TrainError(f"cannot read -p {args.param}: {err}") from None
-    overrides = {PROFILE_KEYS.get(k, k): v for k, v in overrides.items()}  # train_lr=... or lr=...
-    for flag, name in (("mode", "mode"), ("alpha", "alpha"), ("layer", "alpha_layers"), ("seed", "seed")):
-        if getattr(args, flag) is not None:
-            overrides[name] = getattr(args, flag)
-    return TrainConfig.from_profile(values, **overrides)
-
-
-def main_train(args) -> int:
-    """``python -m residshift train``: one run; errors are one line on stderr, exit status 2."""
-    try:
-        cfg = config_from_args(args)
-        run = train(cfg, args.out, device=args.device, stop_after=args.stop_after,
-                    progress=not args.no_progress, prepare_only=args.prepare_only)
-    except RunLockedError as err:  # not an error of the request: the grid launcher skips such a run
-        print(f"residshift train: {err}", file=sys.stderr)
-        return LOCKED_EXIT
-    except (TrainError, DataError, GPTConfigError) as err:
-        print(f"residshift train: error: {err}", file=sys.stderr)
-        return 2
-    if int(os.environ.get("RANK", "0")) == 0:
-        if (run / "summary.json").is_file():
-            s = read_summary(run)
-            print(f"{s['label']}: validation loss {s['val_loss']:.4f} (unigram {s['unigram_ce']:.4f}, "
-                  f"{s['below_unigram']:+.2f} nats below), {s['tokens']:,} tokens at {s['tokens_per_s']:,.0f} "
-                  f"tokens/s in {s['train_seconds']:.0f} s")
-        elif args.prepare_only:
-            print(f"prepared the tokenizer and the token streams for {run}")
-        else:
-            print("stopped; the same command resumes the run")
-        print(run)
-    return 0

@@ -202,7 +202,7 @@ def tied_line(lm, info) -> str:
 
 def default_out(req: LensRequest) -> Path:
     from ..core.paths import results_dir
-    from .tour import slug
+    from ..study.tour import slug
 
     return results_dir() / "lens" / f"{slug(Path(req.model).name if Path(req.model).exists() else req.model)}-{req.key()}"
 
@@ -382,9 +382,9 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
                      cut=()) -> str:
     """The one-page ``summary.md``: what was run, the tied check, the figures, the shift table, C1's rows."""
     from ..analysis import stats
-    from .alignment import _rel
-    from .findings import reason
-    from .tables import marks
+    from ..study.alignment import _rel
+    from ..study.findings import reason
+    from ..study.tables import marks
 
     lines = [f"# The causal shift in {req.model}", "",
              f"- model: `{req.model}` ({info.source}); {info.n_layers} layers, d {info.d_model}, "

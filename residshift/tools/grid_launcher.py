@@ -51,7 +51,7 @@ from ..core.paths import REPO_ROOT, results_dir
 from ..train import trainer as T
 from ..train.lock import run_locked
 from ..train.trainer import LOCKED_EXIT
-from . import training
+from ..study import training
 
 BENCH_GLOB = "bench-train*.json"  # under benchmarks/, written by benchmarks/bench_train.py
 STATUSES = ("done", "partial", "running", "to do")

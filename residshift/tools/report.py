@@ -22,8 +22,8 @@ from ..core.cache import atomic_write_text
 from ..core.outputs import load_manifest, manifest_problems
 from ..core import profiles
 from ..core.paths import REPO_ROOT
-from ..core.runner import is_cold, load_runs
-from . import tables
+from ..core.records import is_cold, load_runs
+from ..study import tables
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -1145,7 +1145,7 @@ SECTIONS: list[Callable[[Path, Path], str]] = [section_sanity, section_shift, se
 
 
 # The verdicts grouped by claim (C1-C4), one mark per claim id: the README's headline table and the
-# book's summary page (study.book) both read them from here.
+# book's summary page (tools.book) both read them from here.
 SUMMARY_HEADLINES = {"C1": "C1", "C2": "C2.late-cut", "C3": "C3.beats-baseline", "C4": "C4.benchmarks"}
 VERDICT_MARKS = {REPRODUCED: "✓", NOT_REPRODUCED: "✗", INCONCLUSIVE: "?"}
 NOT_EVIDENCE_MARK, POST_HOC_MARK = "°", "*"  # verdicts.is_evidence false; a post-hoc rule (tables.marks)

@@ -1,6 +1,6 @@
 """``make data``: the corpora from the Hugging Face hub into ``data/``, in the layout the loaders read.
 
-``python -m residshift.core.fetch [--dest DIR] [--only NAME ...] [--force]``
+``python -m residshift.tools.fetch [--dest DIR] [--only NAME ...] [--force]``
 
 Every corpus comes from the hub copy :func:`residshift.core.data.load_corpus` falls back to (the
 same ``datasets.load_dataset`` arguments: :func:`residshift.core.data.hub_arguments`) and is written
@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from . import data as D
-from .cache import atomic_write_bytes
-from .paths import REPO_ROOT, cache_dir
+from ..core import data as D
+from ..core.cache import atomic_write_bytes
+from ..core.paths import REPO_ROOT, cache_dir
 
 # sha256 of the curated copies of every file (data/README.md documents their provenance)
 REFERENCE_SHA256 = {
@@ -74,7 +74,7 @@ def render_files(name: str, split: str, ds) -> dict[str, bytes]:
         rows = D._normalise_hub(name, ds)
         return {path: _jsonl(({"choices": r["choices"], "query": r["query"], "gold": r["gold"]} for r in rows),
                              ascii=False)}  # llm-foundry's files keep non-ASCII characters as they are
-    raise FetchError(f"no file format for corpus {name!r}; add one to residshift/core/fetch.py")
+    raise FetchError(f"no file format for corpus {name!r}; add one to residshift/tools/fetch.py")
 
 
 def _sha256(blob: bytes) -> str:

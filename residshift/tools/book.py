@@ -8,7 +8,7 @@ and the figures they saved into ``build/book/<profile>/``:
   cell tagged ``summary``, else the first paragraph of the notebook's first markdown cell) and its key
   figure (the first image of a cell tagged ``key-figure``, else the first figure the notebook saved,
   else its first image output), then the generated results tables
-  (:func:`residshift.study.report.render` on the profile's numbers);
+  (:func:`residshift.tools.report.render` on the profile's numbers);
 - ``NN-name.html``: each notebook with its outputs (nbconvert's JupyterLab template), one stderr block
   per cell (:func:`coalesce_streams`) and, where the notebook shows tokens, the key to their glyphs
   (:func:`token_key_html`);
@@ -91,7 +91,7 @@ from ..core import profiles
 from ..core.cache import check_output_dir, output_dir
 from ..core.paths import REPO_ROOT, build_dir, figures_dir
 from ..core.records import CorruptRecordError, read_record
-from ..core.runner import COMMITTED_PROFILE
+from ..core.records import COMMITTED_PROFILE
 from . import report
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
@@ -281,7 +281,7 @@ def coalesce_streams(nb) -> None:
 def shows_tokens(nb) -> bool:
     """Whether a code cell of the notebook calls one of the functions that show tokens through
     ``tour.display_token`` (``tour.SHOWS_TOKENS``): its page then carries the key to the glyphs."""
-    from .tour import SHOWS_TOKENS
+    from ..study.tour import SHOWS_TOKENS
 
     call = re.compile(r"\b(?:" + "|".join(SHOWS_TOKENS) + r")\s*\(")
     return any(c.cell_type == "code" and call.search(c.source) for c in nb.cells)
@@ -289,7 +289,7 @@ def shows_tokens(nb) -> bool:
 
 def token_key_html() -> str:
     """The key to the token glyphs (``tour.TOKEN_KEY``, shown as ``tour.display_token`` shows them)."""
-    from .tour import token_key
+    from ..study.tour import token_key
 
     items = "".join(f"<dt><code>{html.escape(shown)}</code></dt><dd>{html.escape(meaning)}</dd>"
                     for shown, meaning in token_key())
@@ -800,7 +800,7 @@ def _index_page(profile, chapters, fig_src: Path, executed: Path, report) -> str
                         f"({type(err).__name__}: {err})") from err
     block = re.sub(r"<!--.*?-->", "", block, flags=re.S).strip()
     parts.append(f'<section class="chapter results" id="results"><h2>Results (generated)</h2>'
-                 f'<p class="note">Rendered by <code>residshift.study.report</code> from the numbers in '
+                 f'<p class="note">Rendered by <code>residshift.tools.report</code> from the numbers in '
                  f"<code>{html.escape(_rel(fig_src))}</code> (and <code>benchmarks/</code>), as in "
                  f"docs/results.md.</p>{markdown_html(block)}</section>")
     return PAGE.format(title=f"residshift · {profile}", nav=_nav(profile, chapters, "index.html"),

