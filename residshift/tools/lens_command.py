@@ -416,7 +416,7 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
         lines += ["", f"C1's rules need at least {MIN_C1_LAYERS} layers; this model has {info.n_layers}.", ""]
     else:
         lines += ["", "## C1's rules on this model", "",
-                  "Each rule in full is in `c1.json` (`rows[].rule`) and in `residshift/analysis/verdicts.py` "
+                  "Each rule in full is in `c1.json` (`rows[].rule`) and in `residshift/analysis/verdicts/c1.py` "
                   "(`c1_regimes`, `c1_depth`). " + (
                       f"As in notebook 03, C1.depth's preprocessing check reran the first {check_windows(P)} "
                       "windows on raw (word-tokenized) text: a depth that moves by more than its interval is "
