@@ -173,7 +173,7 @@ def warm_cache(results: Path, rounds: int) -> dict:
 
 def model_folders(rounds: int) -> dict:
     """The SHA256SUMS check of each embedded model's dequantized folder, as every load runs it
-    (``core.models._prepared``): seconds per load and MB hashed; unprepared models are skipped."""
+    (``core.models.embedded._prepared``): seconds per load and MB hashed; unprepared models are skipped."""
     from residshift.core import models
 
     out = {}

@@ -279,7 +279,7 @@ def test_a_damaged_dequantized_model_is_prepared_again_and_an_old_one_adopted(tm
     write_gguf(path, model, tok)
     calls = []
     real = models._dequantize_gguf
-    monkeypatch.setattr(models, "_dequantize_gguf", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(models.embedded, "_dequantize_gguf", lambda *a: calls.append(a) or real(*a))
     folder = models.prepare_gguf(path)
     assert (folder / cache.MANIFEST).is_file() and cache.verify_manifest(folder)
     weights = next(folder.glob("*.safetensors"))

