@@ -45,6 +45,9 @@ def test_notebook_declares_every_profile_key_the_module_reads():
 
     keys |= runner._from_profile_keys(tuned_lens.TunedLensConfig.from_profile)
     keys |= runner._from_profile_keys(causal.CausalConfig.from_profile)
+    from residshift.study import lens_setups  # the lens windows, built from the profile
+
+    keys |= runner._attributes_read(ast.parse(inspect.getsource(lens_setups.pretrained)), "P")
     assert {"lens_windows", "n_boot", "tuned_patience", "causal_alphas"} <= keys
     declared = set(runner.declared_parameters(NOTEBOOK))
     assert keys - declared == set(), f"notebook 03 must declare {sorted(keys - declared)}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import textwrap
 
 import matplotlib
 import numpy as np
@@ -62,6 +63,11 @@ def _keys_read(fn: str, funcs: dict, seen: set | None = None) -> set[str]:
                 and f.value.attr in CONFIGS:
             mod, cls = CONFIGS[f.value.attr].rsplit(".", 1)
             keys |= runner._from_profile_keys(getattr(importlib.import_module(mod), cls).from_profile)
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "lens_setups":
+            from residshift.study import lens_setups  # the lens windows, built from the profile
+
+            src = textwrap.dedent(inspect.getsource(getattr(lens_setups, f.attr)))
+            keys |= runner._attributes_read(ast.parse(src).body[0], "P")
     return keys
 
 
@@ -219,7 +225,7 @@ def test_gated_lens_with_positions_equals_the_lens_with_a_fixed_plan(tiny):
     g = G.ScalarGates.from_alphas(range(info.n_layers), info.d_model, alphas)
     kw = dict(corpus="wikitext-103", split="test", window=24, n=3, seed=0, batch=2,
               metrics=("logprob", "logrank", "top1"), positions=5)
-    got = A.gated_lens(lm, info, tok, _fit_result(info, g, "fixed"), **kw)
+    got = A.gated_lens(lm, info, tok, _fit_result(info, g, "fixed"), lens.LensPass(**kw))
     plan = {l: float(a) for l, a in zip(g.layers, g.alphas())}
     ref = lens.run_lens(lm, info, tok, attenuation=plan, **kw)
     assert got.tokens["cur"].numel() == 3 * 5

@@ -7,6 +7,7 @@ from residshift.attenuate import gates as G
 from residshift.study.attenuation import gated_lens
 from residshift.core.data import token_windows
 from residshift.core.models import load_model
+from residshift.measure import lens
 
 
 @pytest.fixture(scope="module")
@@ -168,5 +169,6 @@ def test_token_alpha_stats_and_gated_lens(tiny, windows, tmp_path, monkeypatch):
     cfg = _cfg("token", corpus="tiny-shakespeare", window=16, n_train=4, n_heldout=2, steps=1,
                batch_size=2, eval_every=1)
     fit = G.fit_gates(lm, info, tok, cfg)
-    res = gated_lens(lm, info, tok, fit, corpus="tiny-shakespeare", split="train", window=16, n=2)
+    res = gated_lens(lm, info, tok, fit, lens.LensPass("tiny-shakespeare", "train", window=16, n=2, batch=4,
+                                                       metrics=("rank", "logprob", "top1")))
     assert res.per_seq["logprob_next"].shape == (2, info.n_layers + 1)

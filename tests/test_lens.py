@@ -400,3 +400,31 @@ def test_compile_decision_counts_the_whole_corpus_pass(monkeypatch):
     # every batch decides on the whole pass: 5 windows x 10 positions x layers x vocabulary
     assert seen == [5 * 10 * (info.n_layers + 1) * info.vocab_size] * 3
     assert lens._WORK_HINT.rows is None  # reset after the pass
+
+
+def test_a_lens_pass_is_run_lens_with_its_settings(monkeypatch):
+    """LensPass.run forwards exactly its fields (n as n, every other by name) and lets a call add or
+    override any run_lens argument; with_ changes a copy."""
+    seen = {}
+    monkeypatch.setattr(lens, "run_lens", lambda lm, info, tok, **kw: seen.update(kw, lm=lm, tok=tok, info=info))
+    p = lens.LensPass("wikitext-2", "test", window=16, n=3, seed=2, batch=4, metrics=("top1",), positions=5)
+    p.run(("LM", "TOK", "INFO"), attenuation={1: 0.0}, metrics=("logprob",))
+    assert seen == {"corpus": "wikitext-2", "split": "test", "window": 16, "n": 3, "seed": 2, "batch": 4,
+                    "metrics": ("logprob",), "matmul_dtype": "float32", "positions": 5, "attenuation": {1: 0.0},
+                    "lm": "LM", "tok": "TOK", "info": "INFO"}
+    q = p.with_(n=7)
+    assert (q.n, p.n, q.corpus) == (7, 3, "wikitext-2")
+
+
+def test_the_notebooks_lens_passes_read_the_profile():
+    from residshift.core import profiles
+    from residshift.study import lens_setups
+
+    P = profiles.resolve("default")
+    pre, att, tr = lens_setups.pretrained(P), lens_setups.attenuated(P), lens_setups.trained(P)
+    assert (pre.corpus, pre.split, pre.window, pre.n, pre.batch, pre.positions) == (
+        P.lens_corpus, P.lens_split, P.lens_window, P.lens_windows, P.lens_batch, P.lens_positions)
+    assert (att.corpus, att.split, att.window, att.n, att.batch) == (
+        P.sweep_corpus, "test", P.atten_lens_window, P.atten_lens_windows, P.sweep_batch)
+    assert att.split != "validation"  # disjoint from the sweep's windows
+    assert (tr.corpus, tr.split, tr.window, tr.n) == ("wikitext-2", "test", P.train_context, P.train_lens_windows)

@@ -55,7 +55,7 @@ import os
 import time
 import unicodedata
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -657,6 +657,40 @@ def _corpus_batches(lm, info, windows, batch, decoder, attenuation, opt, remote,
         if progress:
             progress(min(n, start + batch), n)
     return cur, nxt, seq, pos
+
+
+@dataclass(frozen=True)
+class LensPass:
+    """The windows one cached lens pass reads and how it runs: :func:`run_lens`'s settings as one
+    object. A notebook builds it once from its profile (``residshift.study.lens_setups``), and every
+    pass over those windows (unmodified, attenuated, gated, through a fitted decoder) takes it.
+
+    >>> p = LensPass("wikitext-2", "test", window=128, n=64, metrics=("top1",))
+    >>> res = p.run(loaded)                          # run_lens(lm, info, tok, corpus=..., n=64, ...)
+    >>> res = p.run(loaded, attenuation={4: 0.0})   # any other run_lens argument on top
+    """
+
+    corpus: str
+    split: str
+    window: int
+    n: int
+    seed: int = 0
+    batch: int = 8
+    metrics: tuple[str, ...] | None = None
+    matmul_dtype: str = "float32"
+    positions: int | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`run_lens` this pass fixes."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def with_(self, **changes: Any) -> "LensPass":
+        return replace(self, **changes)
+
+    def run(self, loaded, **kw: Any) -> "LensResult":
+        """:func:`run_lens` on ``loaded = (model, tokenizer, info)`` with these settings (``kw`` on top)."""
+        lm, tok, info = loaded
+        return run_lens(lm, info, tok, **{**self.settings(), **kw})
 
 
 def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window: int, n: int,

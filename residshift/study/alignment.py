@@ -34,6 +34,7 @@ from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
 from ..core import cache
 from ..measure import causal, lens, tuned_lens
+from . import lens_setups
 from .plotting import PALETTE, integer_axis
 
 NAME = "03-alignment-curves"
@@ -83,13 +84,10 @@ def _rel(e) -> str:
 
 def lens_pass(loaded, P, *, metrics=None, decoder=None, decoder_id: str | None = None,
               bos: bool | None = None, detokenize: bool = True, n: int | None = None):
-    """One cached ``lens.run_lens`` pass with the profile's ``lens_*`` keys."""
-    lm, tok, info = loaded
-    return lens.run_lens(lm, info, tok, corpus=P.lens_corpus, split=P.lens_split, window=P.lens_window,
-                         n=P.lens_windows if n is None else n, seed=P.seed, batch=P.lens_batch,
-                         metrics=metrics, decoder=decoder, decoder_id=decoder_id,
-                         matmul_dtype=P.lens_matmul, positions=P.lens_positions, bos=bos,
-                         detokenize=detokenize)
+    """One cached ``lens.run_lens`` pass over the profile's ``lens_*`` windows (``lens_setups.pretrained``)."""
+    p = lens_setups.pretrained(P)
+    return p.with_(n=p.n if n is None else n).run(loaded, metrics=metrics, decoder=decoder, decoder_id=decoder_id,
+                                                   bos=bos, detokenize=detokenize)
 
 
 def lens_passes(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[str, Any]:

@@ -49,12 +49,11 @@ from ..core.data import token_windows
 from ..core.forward import corpus_window_losses
 from ..core.interventions import attenuate
 from ..measure import evaluate, lens
+from . import lens_setups
 from .plotting import PALETTE, integer_axis
 
 NAME04 = "04-attenuation-sweep"
 NAME05 = "05-learned-gates"
-LENS_METRICS = ("logprob", "logrank", "top1")  # what the misalignment rule reads
-LENS_SPLIT = "test"  # the lens windows: disjoint from the sweep's (validation) windows
 LOSS_SPLIT = "test"  # notebook 05's loss comparison: the best fixed cut was chosen on validation
 BENCH_TASKS = ("lambada", "piqa", "arc-easy", "arc-challenge")
 VARIANT_STYLE = {"unmodified": ("k", "-", None), "fixed cut": ("#0173b2", "--", "o"),
@@ -229,10 +228,7 @@ def late_cut_table(rows) -> pd.DataFrame:
 
 
 def _lens(loaded, P, attenuation=None):
-    lm, tok, info = loaded
-    return lens.run_lens(lm, info, tok, corpus=P.sweep_corpus, split=LENS_SPLIT, window=P.atten_lens_window,
-                         n=P.atten_lens_windows, seed=P.seed, batch=P.sweep_batch, metrics=LENS_METRICS,
-                         attenuation=attenuation, positions=P.atten_lens_positions)
+    return lens_setups.attenuated(P).run(loaded, attenuation=attenuation)
 
 
 def cut_lens(models: Mapping[str, Any], cuts: Mapping[str, tuple[int, float]], P) -> dict[str, dict]:
@@ -449,9 +445,9 @@ def alpha_stats(models: Mapping[str, Any], fits: Mapping[tuple, dict], P) -> dic
     out = {}
     for (name, kind, s), r in fits.items():
         lm, tok, info = models[name]
-        out[(name, kind, s)] = gates.fitted_alpha_stats(lm, info, tok, r, corpus=P.sweep_corpus, split=LENS_SPLIT,
-                                                        window=P.atten_lens_window, n=P.atten_lens_windows,
-                                                        seed=P.seed, batch=P.sweep_batch)
+        p = lens_setups.attenuated(P)
+        out[(name, kind, s)] = gates.fitted_alpha_stats(lm, info, tok, r, corpus=p.corpus, split=p.split,
+                                                        window=p.window, n=p.n, seed=p.seed, batch=p.batch)
     return out
 
 
@@ -604,12 +600,13 @@ def loss_panel(table: pd.DataFrame):
     return fig, table.to_dict(orient="records")
 
 
-def gated_lens(lm, info, tokenizer, fit_result: dict[str, Any], *, corpus: str, split: str,
-               window: int, n: int, seed: int = 0, batch: int = 4, metrics=("rank", "logprob", "top1"),
-               positions: int | None = None, matmul_dtype: str = "float32"):
-    """The logit-lens corpus pass (``lens.corpus_metrics``) with fitted gates in place, cached by the
-    fit's configuration (gates are identified by the config that produced them). ``positions`` and
-    ``matmul_dtype`` as in ``lens.run_lens`` (analysed positions per window; the unembedding's dtype)."""
+def gated_lens(lm, info, tokenizer, fit_result: dict[str, Any], lens_pass: lens.LensPass):
+    """The logit-lens corpus pass (``lens.corpus_metrics``) over ``lens_pass``'s windows with fitted gates
+    in place, cached by the fit's configuration (gates are identified by the config that produced them)."""
+    corpus, split, window, n, seed, batch = (lens_pass.corpus, lens_pass.split, lens_pass.window, lens_pass.n,
+                                             lens_pass.seed, lens_pass.batch)
+    metrics = tuple(lens.METRICS) if lens_pass.metrics is None else tuple(lens_pass.metrics)
+    positions, matmul_dtype = lens_pass.positions, lens_pass.matmul_dtype
     g = gates.fitted(fit_result, info)
     key = {"fit": fit_result["config"], "corpus": corpus, "split": split, "window": int(window),
            "n": int(n), "seed": int(seed), "metrics": list(metrics)}
@@ -636,9 +633,7 @@ def gate_lens(models: Mapping[str, Any], fits: Mapping[tuple, dict], P) -> dict[
         out[name] = {"unmodified": _lens(loaded, P)}
         for kind in P.gate_kinds:
             out[name][f"{kind} gates"] = [
-                gated_lens(lm, info, tok, fits[(name, kind, s)], corpus=P.sweep_corpus, split=LENS_SPLIT,
-                                 window=P.atten_lens_window, n=P.atten_lens_windows, seed=P.seed,
-                                 batch=P.sweep_batch, metrics=LENS_METRICS, positions=P.atten_lens_positions)
+                gated_lens(lm, info, tok, fits[(name, kind, s)], lens_setups.attenuated(P))
                 for s in P.gate_seeds]
     return out
 

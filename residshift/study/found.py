@@ -25,7 +25,8 @@ import pandas as pd
 from ..analysis import verdicts
 from ..analysis.verdicts import VerdictRow
 from .alignment import PAPER_REF
-from .attenuation import LENS_SPLIT, LOSS_SPLIT
+from .attenuation import LOSS_SPLIT
+from .lens_setups import ATTEN_SPLIT
 
 _ARROW = "→"
 
@@ -489,6 +490,6 @@ def gates_found(rows: Iterable[Any], loss_table: Any, *, corpus: str,
         "Gate placement — " + (_concentration(rows, pairs) or "no concentration rows") + none + ".",
         f"Loss (nats, {n_test} evaluation windows of {corpus} {LOSS_SPLIT}) — "
         + ("; ".join(loss) or "no loss rows") + none + ".",
-        f"Misalignment, gates − none, on {n_lens} lens windows of {corpus} {LENS_SPLIT}: " + _misalignment(rows, pairs)
+        f"Misalignment, gates − none, on {n_lens} lens windows of {corpus} {ATTEN_SPLIT}: " + _misalignment(rows, pairs)
         + "; " + _bench(rows, pairs) + none + ".",
     ]

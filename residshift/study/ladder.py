@@ -52,10 +52,10 @@ from ..core.machine import cpu_facts
 from ..core.models import describe_model, load_model, wrap
 from ..core.outputs import json_ready
 from ..core.paths import REPO_ROOT, build_dir, results_dir
-from ..measure import lens
 from ..train import data as D, trainer as T
+from . import lens_setups
 from ..train.lock import run_lock
-from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT, unigram_rates
+from .training import unigram_rates
 
 NAME = "10-the-scale-ladder"
 RECORD_KIND = "residshift-ladder/1"
@@ -281,8 +281,7 @@ def wrap_gpt(model, tokenizer, *, name: str, source: str):
 def read_lens(lm, tok, info, P, *, context: int) -> dict[str, Any]:
     """The logit lens on one model: per-window top-1 rates of the input and next token at h_0..h_L, the
     unigram decoder's per-window rates, and the model's own next-token loss on the windows."""
-    res = lens.run_lens(lm, info, tok, corpus=LENS_CORPUS, split=LENS_SPLIT, window=int(context),
-                        n=int(P.ladder_lens_windows), seed=P.seed, batch=8, metrics=LENS_METRICS, positions=None)
+    res = lens_setups.ladder_rung(P, context).run((lm, tok, info))
     u = unigram_rates(res, tok, info)
     logprob = as_numpy(res.per_seq["logprob_next"]) if "logprob_next" in res.per_seq else None
     return {"n_windows": int(res.n_seq), "n_layers": int(res.n_layers),

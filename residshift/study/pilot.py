@@ -28,10 +28,10 @@ from ..core.cache import atomic_write_text, code_state
 from ..core.models import load_model
 from ..core.outputs import json_ready
 from ..core.paths import REPO_ROOT
-from ..measure import lens
 from ..train import trainer as T
 from ..train.gpt import RECIPES
-from .training import LENS_CORPUS, LENS_METRICS, LENS_SPLIT, c1_on_model
+from . import lens_setups
+from .training import c1_on_model
 
 PILOT_JSON = "pilot-recipes.json"
 
@@ -60,9 +60,7 @@ def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = Non
         run = T.train(cfg, device=P.device, progress=progress)
         sm = T.read_summary(run)
         lm, tok, info = load_model(str(run / "model"), device=P.device)
-        res = lens.run_lens(lm, info, tok, corpus=LENS_CORPUS, split=LENS_SPLIT, window=int(P.train_context),
-                            n=int(P.train_lens_windows), seed=P.seed, batch=8, metrics=LENS_METRICS,
-                            positions=P.train_lens_positions)
+        res = lens_setups.trained(P).run((lm, tok, info))
         rows, u = c1_on_model(res, tok, info, P, model=f"pilot {recipe}, seed {seed}",
                               source=PILOT_JSON.removesuffix(".json"))
         top_in, top_nx = as_numpy(res.per_seq["top1_input"]).mean(0), as_numpy(res.per_seq["top1_next"]).mean(0)

@@ -58,7 +58,9 @@ from ..core.paths import figures_dir
 from ..measure import evaluate, lens
 from ..train import final, trainer as T
 from ..train.gpt import MODES
+from . import lens_setups
 from .alignment import depth_curves
+from .lens_setups import TRAINED_CORPUS as LENS_CORPUS, TRAINED_SPLIT as LENS_SPLIT  # the names 06-10 use
 from .plotting import PALETTE
 
 NAME06 = "06-training-with-attenuation"
@@ -67,8 +69,6 @@ NAME08 = "08-misalignment-after-mitigation"
 EXTRA_MODES = ("learned", "learned-token", "backout", "scalars")  # train_variants may name these
 GATED = ("learned", "learned-token", "scalars")  # a skip gate per block (alpha/<l> in the log)
 C3_GATES = ("learned", "learned-token")  # the paper's gates: the C3-training rules judge these
-LENS_CORPUS, LENS_SPLIT = "wikitext-2", "test"  # held out: training on train, validation loss on validation
-LENS_METRICS = ("logprob", "logrank", "top1")
 # Colours of edited variants beside the black baseline: none is plotting.PALETTE's input green or next orange.
 VARIANT_COLORS = ("#0173b2", "#cc78bc", "#5e3c99", "#56b4e9", "#e7298a", "#666666", "#000080", "#8c564b")
 PAPER_REF = ("paper (reference, docs/paper.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
@@ -991,9 +991,7 @@ def lens_runs(runs: Mapping[tuple[str, int], Path], P, names: Sequence[str] | No
     for name in names:
         for s in seeds(P):
             lm, tok, info = load_model(str(runs[(name, s)] / "model"), device=P.device)
-            out[(name, s)] = lens.run_lens(lm, info, tok, corpus=LENS_CORPUS, split=LENS_SPLIT,
-                                           window=int(P.train_context), n=int(P.train_lens_windows), seed=P.seed,
-                                           batch=8, metrics=LENS_METRICS, positions=P.train_lens_positions)
+            out[(name, s)] = lens_setups.trained(P).run((lm, tok, info))
     if verbose:
         r = next(iter(out.values()))
         print(f"lens: {len(out)} models x {r.n_seq} windows x {P.train_context} tokens "

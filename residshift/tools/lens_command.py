@@ -281,7 +281,7 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     from ..core.cache import output_dir
     from ..core.machine import cpu_facts
     from ..measure import lens
-    from ..study import alignment, plotting, tour
+    from ..study import alignment, lens_setups, plotting, tour
 
     t_all = time.perf_counter()
     req, P = check_request(req)
@@ -321,9 +321,7 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
         t0 = time.perf_counter()
         update, close = _progress_bar(f"{Path(req.model).name} lens over {req.corpus} {req.split}")
         try:
-            result = lens.run_lens(lm, info, tok, corpus=P.lens_corpus, split=P.lens_split, window=P.lens_window,
-                                   n=P.lens_windows, seed=P.seed, batch=P.lens_batch, matmul_dtype=P.lens_matmul,
-                                   positions=P.lens_positions, progress=update)
+            result = lens_setups.pretrained(P).run((lm, tok, info), progress=update)
         finally:
             close()
         counts = lens.corpus_token_counts(tok, info, P.lens_corpus, P.lens_split)
