@@ -63,7 +63,8 @@ smoke: setup
 
 # The scale ladder of notebook 10 (residshift/study/ladder.py): the rungs not yet recorded in
 # benchmarks/ladder/$(PROFILE)/ (each shape's tokens/s measured first, the plan and its hours printed), then
-# the mitigation on the chosen rung. Resumes where it stopped; a fresh clone's committed records train nothing.
+# the mitigation on the chosen rung. Resumes where it stopped; committed records of this checkout's training code
+# train nothing, records of other training code are refused with the fix.
 # LADDER_ARGS=--plan prints the plan only; LADDER_ARGS='--hours 0.5' caps the hours of this call.
 LADDER_ARGS ?=
 ladder: setup

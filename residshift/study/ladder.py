@@ -21,7 +21,8 @@ where that cannot be read, the rung is refused with one line naming the fix.
 and ``paper``, committed; ``build/smoke/ladder/`` for ``smoke``), rewritten atomically after every
 reading: its ``key`` is the trainer's run key (configuration, tokenizer and training code), so a record
 written by other code or settings is refused, not overwritten; a finished record is never retrained (a
-fresh clone's ``make ladder`` finds the committed ones finished and trains nothing). A killed ladder
+fresh clone's ``make ladder`` finds the committed ones finished and trains nothing while the training code
+is the one that wrote them). A killed ladder
 resumes: the trainer resumes its run from the last checkpoint and the readings already recorded are kept.
 While one process works on a rung it holds a lock (``results/ladder-locks/<rung>``) and the trainer
 holds its own run lock while it trains.
