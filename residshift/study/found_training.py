@@ -308,11 +308,33 @@ def _compare_row(compare: pd.DataFrame, variant: str) -> pd.Series | None:
 
 
 def _cut_candidates(row: VerdictRow) -> str:
+    counts = _cut_counts(row)
+    return "" if counts is None else f" (beats {counts[0]} of {counts[1]} candidates)"
+
+
+def _every_cut(every: Sequence[tuple[str, VerdictRow]], n_variants: int) -> str:
+    """The C3-training.beats-best-cut verdicts, said once where the variants agree: ``inconclusive for
+    both (beats 5 and 4 of 11 candidates)``; per variant otherwise."""
+    verdicts = {b.verdict for _, b in every}
+    if len(verdicts) > 1:
+        return ", ".join(f"{v} {b.verdict}{_cut_candidates(b)}" for v, b in every)
+    counts = [_cut_counts(b) for _, b in every]
+    head = f"{verdicts.pop()} for {_all([v for v, _ in every], n_variants)}"
+    if any(c is None for c in counts):
+        return head
+    if len({c for c in counts}) == 1:
+        return f"{head} (beats {counts[0][0]} of {counts[0][1]} candidates)"
+    if len({n for _, n in counts}) == 1:
+        return f"{head} (beats {' and '.join(str(k) for k, _ in counts)} of {counts[0][1]} candidates)"
+    return f"{head} (beats {' and '.join(f'{k} of {n}' for k, n in counts)} candidates)"
+
+
+def _cut_counts(row: VerdictRow) -> tuple[int, int] | None:
     cands = row.details.get("candidates")
     if not isinstance(cands, Mapping) or not cands:
-        return ""
+        return None
     v = [c.get("verdict") for c in cands.values() if isinstance(c, Mapping)]
-    return f" (beats {v.count(REPRODUCED)} of {len(v)} candidates)"
+    return v.count(REPRODUCED), len(v)
 
 
 def gates_training_found(alphas: pd.DataFrame, compare: pd.DataFrame, rows, table: pd.DataFrame) -> list[str]:
@@ -360,19 +382,15 @@ def gates_training_found(alphas: pd.DataFrame, compare: pd.DataFrame, rows, tabl
         if "C3-training.beats-baseline" in verdict:
             text += f" {_verdict_with_why(verdict['C3-training.beats-baseline'])}"
         if "C3-training.beats-best-cut" in verdict:
-            b = verdict["C3-training.beats-best-cut"]
-            every.append((v, f"{b.verdict}{_cut_candidates(b)}"))
+            every.append((v, verdict["C3-training.beats-best-cut"]))
         parts.append(text)
-    texts = list(dict.fromkeys(t for _, t in every))
-    if len(texts) == 1:
-        parts.append(f"vs every fixed cut: {texts[0]} for {_all([v for v, _ in every], len(variants))}")
-    elif texts:
-        parts.append("vs every fixed cut: " + ", ".join(f"{v} {t}" for v, t in every))
+    if every:
+        parts.append("vs every fixed cut: " + _every_cut(every, len(variants)))
     if cut:
         r = compare.loc[f"{cut} (lowest-loss fixed cut)"]
         lowest = f"; the lowest-loss fixed cut, {cut}, {_ci(r['vs baseline'], r['lo'], r['hi'], '+.4f')}"
     else:
-        lowest = "; no fixed cut beats the baseline on average"
+        lowest = "; no fixed cut lowers the mean loss"
     second = ("Loss vs the baseline (nats, paired by seed): "
               + "; ".join(parts) + lowest + ".")
     return [first, second, _bench_sentence(table, rows)]
