@@ -131,7 +131,7 @@ class Arch:
 def block_matrices(config) -> tuple[tuple[int, int], ...]:
     """The ``(in, out)`` of each weight matrix one block multiplies by, read from a model config:
     Llama / Gemma-3 (separate q, k, v, o; gated MLP: gate, up, down), GPT-2 (fused ``c_attn``,
-    ``c_proj``, MLP ``c_fc``, ``c_proj``) and ``residshift.train.gpt`` (GPT-2's layout; GEGLU doubles
+    ``c_proj``, MLP ``c_fc``, ``c_proj``) and ``residshift.core.models.gpt`` (GPT-2's layout; GEGLU doubles
     ``c_fc``)."""
     if hasattr(config, "n_embd"):
         d = config.n_embd
@@ -146,7 +146,7 @@ def block_matrices(config) -> tuple[tuple[int, int], ...]:
 
 
 def arch_of(config) -> Arch:
-    """:class:`Arch` of a Hugging Face config (Llama, Gemma-3, GPT-2) or a ``train.gpt.GPTConfig``."""
+    """:class:`Arch` of a Hugging Face config (Llama, Gemma-3, GPT-2) or a ``core.models.gpt.GPTConfig``."""
     L = getattr(config, "num_hidden_layers", None) or config.n_layer
     d = getattr(config, "hidden_size", None) or config.n_embd
     H = getattr(config, "num_attention_heads", None) or config.n_head
@@ -454,7 +454,7 @@ def quick_questions():
 def item_stage(lm, info, tok, a: Arch, P, quick: bool) -> Stage:
     from residshift.measure import evaluate as ev
 
-    cfg = ev.EvalConfig.from_profile(P)
+    cfg = profiles.stage(ev.EvalConfig, P)
     if quick:
         data, tasks = {"quick": quick_questions()}, ("quick",)
     else:

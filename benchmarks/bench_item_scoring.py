@@ -50,7 +50,7 @@ def main(argv=None) -> dict:
     a = ap.parse_args(argv)
     P = profiles.resolve("default")
     items = a.items or P.eval_items
-    cfg = ev.EvalConfig.from_profile(P)
+    cfg = profiles.stage(ev.EvalConfig, P)
     out = {"cpu": cpu_facts(), "items_per_task": items, "tasks": list(BENCH_TASKS), "rounds": a.rounds,
            "batch_size": cfg.batch_size, "models": {}}
     for name in a.models:

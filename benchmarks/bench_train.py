@@ -35,8 +35,9 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `python -m residshift train` sets it
 import torch  # noqa: E402
 
+from residshift.core import profiles  # noqa: E402
 from residshift.core.unembed import next_token_losses  # noqa: E402
-from residshift.train.gpt import GPT, GPTConfig  # noqa: E402
+from residshift.core.models.gpt import GPT, GPTConfig  # noqa: E402
 
 SHAPES = {
     "issue": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=8192, batch=8),
@@ -156,7 +157,7 @@ def calibrate(seeds: int) -> dict:
     (fixed alpha = 0 at the last layer), and estimate issue 10's grid from their cost."""
     from residshift.train.trainer import TrainConfig, read_summary, train
 
-    base = TrainConfig.from_profile("default")
+    base = profiles.stage(TrainConfig, "default")
     out = {"seeds": seeds}
     for name, cfg in (("baseline", base),
                       ("fixed_a0_last", base.with_(mode="fixed", alpha=0.0, alpha_layers=(base.layers - 1,)))):

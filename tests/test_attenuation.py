@@ -3,10 +3,7 @@ the late-cut confirmation on further windows (verdicts), alpha quantiles and the
 summary of a fit, the gated lens with a subset of positions (gates)."""
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
-import textwrap
 
 import matplotlib
 import numpy as np
@@ -20,80 +17,9 @@ from residshift.measure import evaluate
 from residshift.analysis import verdicts  # noqa: E402
 from residshift.attenuate import gates as G  # noqa: E402
 from residshift.core import profiles
-from residshift.tools import runner  # noqa: E402
-from residshift.core.paths import REPO_ROOT  # noqa: E402
 from residshift.measure import lens  # noqa: E402
 from residshift.study import tables  # noqa: E402
 from residshift.study import attenuation as A  # noqa: E402
-
-NOTEBOOKS = {"04": REPO_ROOT / "notebooks" / "04-attenuation-sweep.ipynb",
-             "05": REPO_ROOT / "notebooks" / "05-learned-gates.ipynb"}
-CONFIGS = {"SweepConfig": "residshift.attenuate.sweep.SweepConfig",
-           "GateConfig": "residshift.attenuate.gates.GateConfig",
-           "EvalConfig": "residshift.measure.evaluate.EvalConfig"}
-
-
-# --------------------------------------------------------------------------------------------
-# Profile keys: the notebook declares every key the functions it calls read
-# --------------------------------------------------------------------------------------------
-
-
-def _module_functions() -> dict[str, ast.FunctionDef]:
-    tree = ast.parse(inspect.getsource(A))
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-
-
-def _keys_read(fn: str, funcs: dict, seen: set | None = None) -> set[str]:
-    """P.<key> read by ``fn``, by the module functions it calls, and by the configs' from_profile."""
-    import importlib
-
-    seen = set() if seen is None else seen
-    if fn in seen:
-        return set()
-    seen.add(fn)
-    node = funcs[fn]
-    keys = runner._attributes_read(node, "P")
-    for call in ast.walk(node):
-        if not isinstance(call, ast.Call):
-            continue
-        f = call.func
-        if isinstance(f, ast.Name) and f.id in funcs:
-            keys |= _keys_read(f.id, funcs, seen)
-        if isinstance(f, ast.Attribute) and f.attr == "from_profile" and isinstance(f.value, ast.Attribute) \
-                and f.value.attr in CONFIGS:
-            mod, cls = CONFIGS[f.value.attr].rsplit(".", 1)
-            keys |= runner._from_profile_keys(getattr(importlib.import_module(mod), cls).from_profile)
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "lens_setups":
-            from residshift.study import lens_setups  # the lens windows, built from the profile
-
-            src = textwrap.dedent(inspect.getsource(getattr(lens_setups, f.attr)))
-            keys |= runner._attributes_read(ast.parse(src).body[0], "P")
-    return keys
-
-
-@pytest.mark.parametrize("number", sorted(NOTEBOOKS))
-def test_notebook_declares_every_profile_key_its_study_calls_read(number):
-    path = NOTEBOOKS[number]
-    funcs = _module_functions()
-    source = "\n".join(src for tags, src in runner._code_cells(path) if "parameters" not in tags)
-    called = {n.func.attr for n in ast.walk(runner._parse_cell(source))
-              if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-              and isinstance(n.func.value, ast.Name) and n.func.value.id == "study"}
-    assert called, f"notebook {number} calls nothing in the study module"
-    unknown = called - set(funcs)
-    assert not unknown, f"notebook {number} calls study functions that do not exist: {sorted(unknown)}"
-    keys = set().union(*(_keys_read(f, funcs) for f in called)) | runner.profile_keys_read(path)
-    declared = set(runner.declared_parameters(path))
-    assert keys - declared == set(), f"notebook {number} must declare {sorted(keys - declared)}"
-    assert keys <= set(profiles.get("default")) | {"profile"}
-
-
-def test_keys_are_found_through_helpers_and_configs():
-    funcs = _module_functions()
-    assert {"atten_lens_positions", "sweep_batch", "seed"} <= _keys_read("cut_lens", funcs)  # via _lens
-    assert {"sweep_alphas", "sweep_window"} <= _keys_read("run_sweeps", funcs)  # via SweepConfig
-    assert {"harness_batch", "eval_items"} <= _keys_read("benchmarks", funcs)  # via EvalConfig
-
 
 # --------------------------------------------------------------------------------------------
 # verdicts: selection on the grid, confirmation on further windows

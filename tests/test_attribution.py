@@ -13,7 +13,7 @@ import torch
 from residshift.core.models import byte_tokenizer, describe_model, load_model, wrap
 from residshift.measure import attribution as A
 from residshift.study import attribution as S
-from residshift.train.gpt import GPT, GPTConfig
+from residshift.core.models.gpt import GPT, GPTConfig
 
 TOL = 1e-5
 

@@ -25,7 +25,7 @@ B, T = 2, 24
 
 def _model(name):
     if name == "gpt":
-        from residshift.train.gpt import GPT, GPTConfig
+        from residshift.core.models.gpt import GPT, GPTConfig
 
         return GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=32, vocab_size=128))
     from residshift.core.models import build_tiny

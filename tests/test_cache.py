@@ -173,8 +173,7 @@ def test_a_change_in_a_transitive_import_recomputes(fake_package):
         return len(calls)
 
     code = "residshift.core.a"
-    assert cache.code_modules(code) == ["residshift", "residshift.core", "residshift.core.a",
-                                        "residshift.core.b"]
+    assert cache.code_modules(code) == ["residshift.core.a", "residshift.core.b"]  # __init__s re-export only
     assert cache.cached("toy", {"n": 1}, compute, code=code) == 1
     assert cache.cached("toy", {"n": 1}, compute, code=code) == 1
     fp, ckpt = cache.code_fingerprint(code), cache.config_key({"n": 1}, code=code)
@@ -230,8 +229,10 @@ def test_the_real_package_fingerprint_covers_imports_and_is_stable_across_runs()
     from residshift.measure import lens, tuned_lens
 
     mods = cache.code_modules(lens.run_lens)
-    assert "residshift.measure.lens" in mods and "residshift.core.models" in mods
+    assert "residshift.measure.lens" in mods and "residshift.core.models.interface" in mods  # ModelInfo, via the __init__
     assert "residshift.core.cache" not in mods  # storing results computes nothing
+    assert "residshift.core.profiles" not in mods  # its values reach results through the configs (in the key)
+    assert "residshift.core.models" not in mods  # a package's __init__ only re-exports
     assert cache.code_fingerprint(lens.run_lens) == cache.code_fingerprint(lens)
     assert cache.code_fingerprint(lens) == cache.code_fingerprint("residshift.measure.lens")
     lens_obj = tuned_lens.TunedLens.__new__(tuned_lens.TunedLens)  # a method counts by its module
@@ -243,27 +244,45 @@ def test_the_real_package_fingerprint_covers_imports_and_is_stable_across_runs()
     assert out == cache.code_fingerprint(lens)
 
 
-def test_default_code_is_what_the_caller_reaches(tmp_path, monkeypatch):
-    """Without code=, a residshift caller's module counts; elsewhere (a notebook) the residshift
-    names in the caller's globals and the source of compute."""
+def test_code_is_declared_where_a_result_is_cached(tmp_path, monkeypatch):
+    """No guessing from the caller: every cached computation names its code, or gets an error saying how."""
     monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
-    from residshift.measure import lens
+    for call in (lambda: cache.cached("toy", {"n": 1}, lambda: 1), lambda: cache.entry_path("toy", {"n": 1}),
+                 lambda: cache.load("toy", {"n": 1}), lambda: cache.store("toy", {"n": 1}, 1)):
+        with pytest.raises(TypeError, match="cache entry 'toy': pass code="):
+            call()
+    assert not any(tmp_path.iterdir())
 
-    notebook = {"__name__": "__main__", "lens": lens, "cache": cache}
-    exec("def run(compute):\n    return cache.cached('toy', {'n': 1}, compute)\n"
-         "def path():\n    return cache.entry_path('toy', {'n': 1})\n", notebook)
-    def compute():
-        return 1
 
-    notebook["run"](compute)
-    stored = cache.entry_path("toy", {"n": 1}, code=(lens, compute))
-    sidecar = json.loads(stored.with_suffix(".json").read_text())
-    assert "residshift.measure.lens" in sidecar["code"]["modules"]
-    assert any(m.endswith("compute") for m in sidecar["code"]["modules"])
-    assert notebook["path"]() == cache.entry_path("toy", {"n": 1}, code=lens)  # load/store: no compute
-    inside = {"__name__": "residshift.core.data", "cache": cache}
-    exec("def path():\n    return cache.entry_path('toy', {'n': 1})\n", inside)
-    assert inside["path"]() == cache.entry_path("toy", {"n": 1}, code="residshift.core.data")
+def test_a_module_that_computes_nothing_moves_no_key(fake_package):
+    """An import of the profiles (or any module in NOT_FINGERPRINTED) or a re-export in an __init__ is
+    free: editing it changes no fingerprint, and its own imports are not followed."""
+    (fake_package / "core" / "profiles.py").write_text("from . import c\nSIZES = {'n': 1}\n")
+    _edit(fake_package / "core" / "a.py", "from . import b, profiles\n\n\ndef f(x):\n    return b.g(x) + 1\n")
+    fp = cache.code_fingerprint("residshift.core.a")
+    assert cache.code_modules("residshift.core.a") == ["residshift.core.a", "residshift.core.b"]
+    _edit(fake_package / "core" / "profiles.py", "from . import c\nSIZES = {'n': 2}\n")
+    _edit(fake_package / "core" / "c.py", "def h(x):\n    return -x\n")
+    _edit(fake_package / "core" / "__init__.py", "from .c import h  # noqa: F401\n")
+    assert cache.code_fingerprint("residshift.core.a") == fp
+    _edit(fake_package / "core" / "b.py", "def g(x):\n    return 4 * x\n")  # code that computes: a new key
+    assert cache.code_fingerprint("residshift.core.a") != fp
+
+
+def test_package_inits_only_re_export():
+    """Why the __init__ files may stay out of every fingerprint: they define nothing that computes."""
+    import ast
+
+    for init in cache.PACKAGE_DIR.rglob("__init__.py"):
+        tree = ast.parse(init.read_text())
+        for node in tree.body:
+            value = getattr(node, "value", None)
+            literal = isinstance(value, ast.Constant) or (isinstance(value, (ast.List, ast.Tuple))
+                                                          and all(isinstance(e, ast.Constant) for e in value.elts))
+            ok = isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr)) or (
+                isinstance(node, (ast.Assign, ast.AnnAssign)) and literal  # __version__, __all__
+            ) or (isinstance(node, ast.FunctionDef) and node.name == "__getattr__")
+            assert ok, f"{init}: line {node.lineno} computes something; move it into a module of the package"
 
 
 def test_fingerprint_overhead_is_small_once_warm():

@@ -204,7 +204,7 @@ def test_bad_input_names_the_problem(tiny):
 
 @needs_wikitext
 def test_run_perplexities_reads_a_gpt_run_folder(tmp_path, monkeypatch):
-    from residshift.train.gpt import GPT, GPTConfig
+    from residshift.core.models.gpt import GPT, GPTConfig
 
     monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path / "cache"))
     torch.manual_seed(0)

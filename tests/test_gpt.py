@@ -1,4 +1,4 @@
-"""The trained-GPT model (residshift.train.gpt) on tiny CPU configs: every residual mode, the
+"""The trained-GPT model (residshift.core.models.gpt) on tiny CPU configs: every residual mode, the
 equality with the pretrained-model edit, weight decay groups, the tie, save/load, the lens and
 the harness on a checkpoint, and a loss that falls on WikiText-2."""
 import math
@@ -11,7 +11,7 @@ from residshift.core import forward
 from residshift.core import gating
 from residshift.core.interventions import attenuate
 from residshift.core.models import byte_tokenizer, check_tied, describe_model, load_model, wrap
-from residshift.train.gpt import MODES, RECIPES, GPT, GPTConfig, GPTConfigError
+from residshift.core.models.gpt import MODES, RECIPES, GPT, GPTConfig, GPTConfigError
 from conftest import random_windows
 
 VOCAB = 259  # models.byte_tokenizer(): 256 bytes + <bos>, <eos>, <pad>
@@ -260,7 +260,7 @@ def test_recipes_start_the_stream_at_the_stated_scale():
 
 def test_rotary_positions_are_relative():
     """Rotating queries and keys makes attention scores depend on the offset only."""
-    from residshift.train.gpt import rotary
+    from residshift.core.models.gpt import rotary
 
     q, k = torch.randn(1, 1, 1, 8).expand(1, 1, 6, 8), torch.randn(1, 1, 1, 8).expand(1, 1, 6, 8)
     s = rotary(q) @ rotary(k).transpose(-1, -2)  # [6, 6]: same q and k at every position

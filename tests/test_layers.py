@@ -67,12 +67,10 @@ def _string_imports(path: Path) -> dict[str, str]:
 
 
 # Imports by name that cross the layers, each with its reason; the test below fails when one is added,
-# and when one of these goes away (then delete it here).
-STRING_IMPORTS_ACROSS = {
-    ("core/models/loading.py", "train"): "registers the study's GPT model type with transformers' Auto classes "
-    "when a trained run folder is loaded; by name, so the cache fingerprints of pretrained-model results do "
-    "not cover train/gpt.py (declared cache dependencies, issue 38, would retire it)",
-}
+# and when one of these goes away (then delete it here). None is left: the GPT model class moved to
+# core/models/gpt.py, where the loader imports it plainly, and the cache fingerprints no longer shape
+# the imports (their dependencies are declared: residshift.core.cache).
+STRING_IMPORTS_ACROSS: dict[tuple[str, str], str] = {}
 
 
 def test_imports_by_name_that_cross_the_layers_are_the_listed_ones():
@@ -119,8 +117,8 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
         probe.write_text("def f():\n    from ..attenuate import gates\n")
         assert "attenuate" in _imports(probe) and "attenuate" not in ALLOWED["measure"]
         probe.write_text("import importlib\nSTUDY_MODULES = {'x': 'residshift.study.tour'}\n"
-                         "def g():\n    return importlib.import_module('residshift.train.gpt')\n")
-        assert _string_imports(probe) == {"study": "residshift.study.tour", "train": "residshift.train.gpt"}
+                         "def g():\n    return importlib.import_module('residshift.train.trainer')\n")
+        assert _string_imports(probe) == {"study": "residshift.study.tour", "train": "residshift.train.trainer"}
         assert {"study", "train"} <= _imports(probe)
     finally:
         probe.unlink()

@@ -80,7 +80,7 @@ def test_an_untied_model_needs_a_decoder_and_then_names_it_everywhere(tmp_path, 
 
 def test_lens_on_a_trained_gpt_run_folder_and_a_gguf_file(tmp_path, capsys):
     from residshift.core.models import byte_tokenizer
-    from residshift.train.gpt import GPT, GPTConfig
+    from residshift.core.models.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     gpt = GPT(GPTConfig(n_layer=4, n_head=2, n_embd=32, block_size=64, vocab_size=259,

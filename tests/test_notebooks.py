@@ -29,6 +29,12 @@ SAVERS = {"publish": 1, "save_figure": 1, "save_numbers": 0, "save_verdicts": 0}
 FIGURE_FILES = ("png", "pdf")
 
 
+
+def _parse_cell(source: str) -> ast.Module:
+    """A code cell as Python: IPython magics and shell escapes blanked out, line numbers kept."""
+    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
+    return ast.parse("\n".join(lines))
+
 def _code_cells(nb) -> list:
     return [c for c in nb.cells if c.cell_type == "code"]
 
@@ -135,7 +141,7 @@ def _expand(node: ast.JoinedStr, loops: list[ast.For], ns: dict) -> list[str] | 
 
 def promised_files(path: Path) -> list[Promise]:
     nb = nbformat.read(path, as_version=4)
-    trees = [runner._parse_cell(c.source) for c in _code_cells(nb)]
+    trees = [_parse_cell(c.source) for c in _code_cells(nb)]
     ns = None
     out = []
     for i, tree in enumerate(trees):
@@ -221,7 +227,7 @@ def test_code_cells_are_short_steps(path):
         n = 0 if "parameters" in c.metadata.get("tags", []) else code_lines(c.source)  # one line per key
         assert n <= MAX_CELL_LINES, (f"cell {i} has {n} code lines (> {MAX_CELL_LINES}): move the logic "
                                      "into the package and keep one step of the argument per cell")
-        tree = runner._parse_cell(c.source)
+        tree = _parse_cell(c.source)
         last = tree.body[-1] if tree.body else None
         if isinstance(last, ast.Expr):
             assert not (isinstance(last.value, ast.Name) and last.value.id == "P"), \
@@ -233,7 +239,7 @@ def test_code_cells_are_short_steps(path):
 
 
 def _guarded(source: str) -> bool:
-    body = runner._parse_cell(source).body
+    body = _parse_cell(source).body
     return (len(body) == 1 and isinstance(body[0], ast.If) and not body[0].orelse
             and isinstance(body[0].test, ast.Name) and body[0].test.id == "show_solutions")
 
@@ -274,7 +280,7 @@ def parameters_disagreements(path: Path) -> list[str]:
     if len(cells) != 1:
         return [f"{len(cells)} cells tagged 'parameters' (papermill reads the first; keep exactly one)"]
     problems, assigned = [], {}
-    for node in runner._parse_cell(cells[0].source).body:
+    for node in _parse_cell(cells[0].source).body:
         if isinstance(node, ast.AnnAssign):
             problems.append(f"line {node.lineno}: annotated declaration {ast.unparse(node)!r} "
                             "(papermill misreads it; drop the annotation)")

@@ -79,6 +79,68 @@ def test_from_namespace_takes_the_declared_keys_only():
         profiles.from_namespace({"seed": 1})
 
 
+def test_a_notebook_reads_only_what_its_parameters_cell_declares():
+    """What replaced the runner's static guess of the keys a notebook reads: reading an undeclared
+    key fails at once, naming the line to add (the smoke run of every notebook exercises it)."""
+    P = profiles.from_namespace({"profile": "smoke", "seed": None, "lens_windows": 2})
+    assert (P.seed, P.lens_windows, P.profile) == (0, 2, "smoke")
+    with pytest.raises(profiles.UndeclaredParameterError, match="add `gate_steps = None` to the cell tagged"):
+        P.gate_steps
+    with pytest.raises(AttributeError) as err:  # not a profile key: a plain AttributeError
+        P.no_such_thing
+    assert not isinstance(err.value, profiles.UndeclaredParameterError)
+    assert getattr(P, "gate_steps", "absent") == "absent"  # hasattr / getattr with a default still work
+    assert vars(P) == {"seed": 0, "lens_windows": 2, "profile": "smoke"}
+
+
+# --------------------------------------------------------------------------------------------
+# Stage configs: one rule maps a config's fields to profile keys
+# --------------------------------------------------------------------------------------------
+
+
+def test_stage_keys_follow_one_rule():
+    from residshift.attenuate.gates import GateConfig
+    from residshift.attenuate.sweep import SweepConfig
+    from residshift.measure.evaluate import EvalConfig
+    from residshift.measure.lens import LensPass
+    from residshift.train.trainer import TrainConfig
+
+    assert profiles.stage_keys(SweepConfig) == {
+        "corpus": "sweep_corpus", "split": "sweep_split", "window": "sweep_window", "n_windows": "sweep_windows",
+        "batch_size": "sweep_batch", "alphas": "sweep_alphas", "seed": "seed"}
+    gate = profiles.stage_keys(GateConfig)
+    assert gate["n_train"] == "gate_train" and gate["n_heldout"] == "gate_heldout" and "kind" not in gate
+    assert profiles.stage_keys(EvalConfig) == {"context": "harness_context", "stride": "harness_stride",
+                                               "batch_size": "harness_batch", "seed": "seed"}
+    train = profiles.stage_keys(TrainConfig)
+    assert train["batch_size"] == "train_batch" and train["layers"] == "train_layers" and "mode" not in train
+    # one class, several prefixes: the lens windows of 01-03 and of 04-05
+    assert profiles.stage_keys(LensPass, "lens")["n"] == "lens_windows"
+    assert profiles.stage_keys(LensPass, "atten_lens") == {"window": "atten_lens_window", "n": "atten_lens_windows",
+                                                           "positions": "atten_lens_positions", "seed": "seed"}
+    with pytest.raises(TypeError, match="pass the profile keys' prefix"):
+        profiles.stage_keys(LensPass)
+
+
+def test_stage_builds_a_config_from_a_name_a_dict_or_a_namespace():
+    from residshift.attenuate.sweep import SweepConfig
+
+    P = profiles.resolve("smoke", sweep_windows=5)
+    a = profiles.stage(SweepConfig, P, model="m")
+    assert (a.model, a.n_windows, a.batch_size, a.alphas) == ("m", 5, P.sweep_batch, tuple(P.sweep_alphas))
+    assert profiles.stage(SweepConfig, vars(P), model="m") == a
+    assert profiles.stage(SweepConfig, "smoke", model="m", n_windows=5) == a  # a field given wins
+    with pytest.raises(TypeError, match="has no field"):
+        profiles.stage(SweepConfig, P, model="m", windows=3)
+    values = profiles.get("smoke")
+    del values["sweep_batch"]
+    with pytest.raises(KeyError, match="reads the profile key 'sweep_batch'.*section 'attenuate'"):
+        profiles.stage(SweepConfig, values, model="m")
+    declared = profiles.from_namespace({"profile": "smoke", "sweep_corpus": None})
+    with pytest.raises(profiles.UndeclaredParameterError, match="sweep_split"):
+        profiles.stage(SweepConfig, declared, model="m")
+
+
 # --------------------------------------------------------------------------------------------
 # parameters_table: the setup cell's view of the resolved parameters
 # --------------------------------------------------------------------------------------------

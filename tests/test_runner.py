@@ -172,32 +172,6 @@ def test_cli_bad_requests_are_one_line_with_status_2(books, monkeypatch, capsys,
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-def test_undeclared_profile_keys_are_found_statically(tmp_path):
-    book = tmp_path / "07-reads.ipynb"
-    _notebook(book, 'profile = "default"\nmodels = None\nseed = None',
-              "%matplotlib inline\n"
-              "from residshift.core import profiles\n"
-              "from residshift.measure import tuned_lens\n"
-              "from residshift.measure.causal import CausalConfig\n"
-              "P = profiles.resolve(profile, models=models, seed=seed)\n"
-              "print(P.models, P.device, getattr(P, 'n_boot'), P.profile, vars(P))\n"
-              "tcfg = tuned_lens.TunedLensConfig.from_profile(P)\n"
-              "ccfg = CausalConfig.from_profile(P)\n"
-              "other = object()\nother.lens_window\n")
-    read = runner.profile_keys_read(book)
-    assert {"models", "device", "n_boot", "tuned_steps", "tuned_lr", "causal_windows", "seed"} <= read
-    assert "lens_window" not in read and "profile" not in read
-    missing = runner.undeclared_profile_keys(book)
-    assert "device" in missing and "tuned_steps" in missing and "causal_alphas" in missing
-    assert "models" not in missing and "seed" not in missing
-
-
-@pytest.mark.parametrize("book", runner.list_notebooks(), ids=lambda p: p.stem)
-def test_notebooks_declare_every_profile_key_they_read(book):
-    assert runner.undeclared_profile_keys(book) == [], (
-        f"{book.name} reads profile keys its parameters cell does not declare, so -p cannot set them")
-
-
 # ---------------------------------------------------------------------------------------------
 # Measured run times and memory; the dry run
 # ---------------------------------------------------------------------------------------------
@@ -279,24 +253,6 @@ def test_dry_run_counts_training_tokens_from_scratch():
     assert line.startswith("train fits: 2 per configuration, 600.0k training tokens per fit, 1.2M in all")
     assert f"~{runner._n(12 * 6 * 128**2)} block weights" in line
     assert runner._n(4.2e18) == "4.2E" and runner._n(999) == "999"
-
-
-def test_keys_read_follow_the_profile_into_package_functions(tmp_path):
-    """P passed to a study function counts: the keys that function (and what it calls) reads."""
-    import nbformat
-
-    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                                           "language": "python"}})
-    nb.cells = [nbformat.v4.new_code_cell('profile = "smoke"\nseed = None', metadata={"tags": ["parameters"]}),
-                nbformat.v4.new_code_cell("from residshift.core import profiles\n"
-                                          "from residshift.attenuate.sweep import SweepConfig\n"
-                                          "P = profiles.from_namespace(globals())\n"
-                                          "cfg = SweepConfig.from_profile(P, 'tiny-llama')")]
-    path = tmp_path / "09-x.ipynb"
-    nbformat.write(nb, path)
-    keys = runner.profile_keys_read(path)
-    assert {"sweep_corpus", "sweep_window", "sweep_alphas", "seed"} <= keys
-    assert "sweep_corpus" in runner.undeclared_profile_keys(path) and "seed" not in runner.undeclared_profile_keys(path)
 
 
 def test_results_written_counts_new_and_rewritten_files(tmp_path):

@@ -65,7 +65,7 @@ def test_saved_with_a_model_folder(cache, tmp_path):
     import torch
 
     from residshift.core.models import load_model
-    from residshift.train.gpt import GPT, GPTConfig
+    from residshift.core.models.gpt import GPT, GPTConfig
 
     tok = T.train_bpe("tiny-shakespeare", 300)
     torch.manual_seed(0)

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from residshift.core import forward
+from residshift.core import forward, profiles
 from residshift.core.paths import REPO_ROOT  # noqa: E402
 from residshift.train import data as D  # noqa: E402
 from residshift.train import trainer as T  # noqa: E402
@@ -113,7 +113,7 @@ def test_unigram_cross_entropy():
 
 @pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
 def test_every_profile_gives_a_config(profile):
-    c = T.TrainConfig.from_profile(profile, mode="fixed", alpha=0.5, alpha_layers=[1], seed=2)
+    c = profiles.stage(T.TrainConfig, profile, mode="fixed", alpha=0.5, alpha_layers=[1], seed=2)
     assert c.layers >= 2 and c.mode == "fixed" and c.alpha_layers == (1,) and c.seed == 2
     assert c.betas == (0.9, 0.95) and c.weight_decay == 0.1 and c.min_lr_ratio == 0.1 and c.grad_clip == 1.0
     if profile == "default":
@@ -408,15 +408,16 @@ def test_a_run_another_process_trains_is_refused_at_once_and_a_finished_one_stil
 
 
 def test_the_trained_models_key_does_not_hash_the_model_loaders():
-    """The run key covers the model, data, loop and loss; the pretrained loaders (and so the lens
-    command, the hub arguments of notebooks 00-05) are outside it, so editing them retrains nothing."""
-    from residshift.core import fitting, unembed
+    """The run key covers the model, data, loop and loss (declared: the trainer and its imports, less
+    the tokenizer module); the pretrained loaders (and so the lens command, the hub arguments of
+    notebooks 00-05) are outside it, so editing them retrains nothing."""
     from residshift.core.cache import code_modules
-    from residshift.train import gpt
 
-    covered = code_modules(gpt, D, fitting, unembed)
-    assert {"residshift.train.gpt", "residshift.core.gating"} <= set(covered)
-    assert not {"residshift.core.models", "residshift.core.interventions", "residshift.core.forward"} & set(covered)
+    covered = set(code_modules(T.__name__, without=T.RUN_CODE_WITHOUT))
+    assert {"residshift.train.trainer", "residshift.core.models.gpt", "residshift.core.gating",
+            "residshift.core.fitting", "residshift.core.unembed", "residshift.train.data"} <= covered
+    assert not {"residshift.core.models.loading", "residshift.core.models.embedded", "residshift.train.tokenizer",
+                "residshift.core.interventions", "residshift.core.forward", "residshift.core.profiles"} & covered
 
 
 # ------------------------------------------------------------------------------------------
@@ -496,7 +497,7 @@ def test_the_paper_profile_streams_fineweb_edu_with_these_load_dataset_arguments
         return Stream(docs)
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    c = T.TrainConfig.from_profile("paper").with_(context=32, tokens=8_192, val_tokens=2_048, shard_tokens=4_096,
+    c = profiles.stage(T.TrainConfig, "paper").with_(context=32, tokens=8_192, val_tokens=2_048, shard_tokens=4_096,
                                                   eval_windows=4)
     assert c.corpus == {"path": "HuggingFaceFW/fineweb-edu", "name": "sample-10BT", "split": "train"}
     assert c.val_corpus is None  # validation: the head of the same stream, held out

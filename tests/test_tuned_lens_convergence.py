@@ -128,7 +128,7 @@ def test_resumed_fit_counts_from_the_checkpoints_bests(tiny, tmp_path):
 
 def test_default_and_paper_profiles_judge_convergence():
     for name in ("smoke", "default", "paper"):
-        cfg = T.TunedLensConfig.from_profile(profiles.resolve(name))
+        cfg = profiles.stage(T.TunedLensConfig, profiles.resolve(name))
         assert cfg.patience and cfg.eval_every and cfg.steps % cfg.eval_every == 0, name
 
 

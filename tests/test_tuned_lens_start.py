@@ -199,10 +199,10 @@ def test_bad_start_settings_are_refused_naming_the_fix(tiny):
 def test_profiles_set_the_start_and_from_profile_reads_it():
     for name in ("smoke", "default", "paper"):
         P = profiles.resolve(name)
-        cfg = T.TunedLensConfig.from_profile(P)
+        cfg = profiles.stage(T.TunedLensConfig, P)
         assert (cfg.init, cfg.lstsq_windows, cfg.ridge) == (P.tuned_init, P.tuned_lstsq_windows, P.tuned_ridge)
         assert cfg.init == "lstsq" and cfg.lstsq_windows <= cfg.train_windows, name
-    cfg = T.TunedLensConfig.from_profile(profiles.resolve("smoke", tuned_init="zero", tuned_ridge=0.5))
+    cfg = profiles.stage(T.TunedLensConfig, profiles.resolve("smoke", tuned_init="zero", tuned_ridge=0.5))
     assert cfg.init == "zero" and cfg.ridge == 0.5
 
 

@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 from torch import nn
 
-from ..core import cache
+from ..core import cache, profiles
 from ..core.data import token_windows
 from ..core.forward import collect_residuals, refuse_remote, window_losses
 from ..core.fitting import FitConfig, epoch_batch, fit as run_fit
@@ -52,7 +52,7 @@ _BACKWARD = ("back-propagates (loss.backward()) into local gate parameters, and 
 _LOCAL_GATES = "calls local gate modules inside the trace, which NDIF cannot run"
 
 # THETA_INIT = 6: sigmoid(6) = 0.9975 (see the module docstring for why not 4); the gate formulas
-# are core.gating's, shared with the GPTs trained with gates in place (residshift.train.gpt).
+# are core.gating's, shared with the GPTs trained with gates in place (residshift.core.models.gpt).
 KINDS = ("scalar", "token")
 
 
@@ -220,14 +220,16 @@ def load_gates(path, info: ModelInfo):
 class GateConfig:
     """One gate fit. ``layers=None`` gates every layer."""
 
+    PREFIX: ClassVar[str] = "gate"  # its profile keys (profiles.stage): gate_window, gate_train, ...
+
     model: str
     kind: str = "scalar"
     corpus: str = "wikitext-2"
     split: str = "train"
     window: int = 128
-    n_train: int = 32
-    n_heldout: int = 8
-    batch_size: int = 4
+    n_train: int = field(default=32, metadata=profiles.key("train"))
+    n_heldout: int = field(default=8, metadata=profiles.key("heldout"))
+    batch_size: int = field(default=4, metadata=profiles.key("batch"))
     steps: int = 40
     lr: float = 0.1
     eval_every: int = 5
@@ -236,13 +238,6 @@ class GateConfig:
     layers: Sequence[int] | None = None
     seed: int = 0
     bf16: bool = False
-
-    @classmethod
-    def from_profile(cls, P: Any, model: str, kind: str, seed: int) -> "GateConfig":
-        """One gate fit at a resolved profile (``profiles.resolve``): the ``gate_*`` keys."""
-        return cls(model=model, kind=kind, window=P.gate_window, n_train=P.gate_train,
-                   n_heldout=P.gate_heldout, batch_size=P.gate_batch, steps=P.gate_steps, lr=P.gate_lr,
-                   eval_every=P.gate_eval_every, patience=P.gate_patience, seed=seed, bf16=P.gate_bf16)
 
     def checked(self, info: ModelInfo) -> "GateConfig":
         if self.kind not in KINDS:

@@ -28,14 +28,14 @@ recomputed with a DamagedFileWarning naming it), and the assembled result goes t
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Sequence
 
 import pandas as pd
 import torch
 
 from ..analysis import stats
-from ..core import cache
+from ..core import cache, profiles
 from ..core.data import token_windows
 from ..core.forward import refuse_remote, window_losses
 from ..core.interventions import _alpha_ok, attenuate
@@ -56,23 +56,21 @@ DEFAULT_ALPHAS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
 class SweepConfig:
     """What one sweep computes. ``layers=None`` means every layer."""
 
+    PREFIX: ClassVar[str] = "sweep"  # its profile keys (profiles.stage): sweep_corpus, ..., sweep_windows
+
     model: str
     corpus: str = "wikitext-103"
     split: str = "validation"
     window: int = 128
-    n_windows: int = 16
-    batch_size: int = 8
+    n_windows: int = field(default=16, metadata=profiles.key("windows"))
+    batch_size: int = field(default=8, metadata=profiles.key("batch"))
     alphas: Sequence[float] = DEFAULT_ALPHAS
     layers: Sequence[int] | None = None
     seed: int = 0
     first_window: int = 0  # sweep windows first_window..n_windows-1 of the seed's nested windows
 
-    @classmethod
-    def from_profile(cls, P: Any, model: str) -> "SweepConfig":
-        """The sweep of ``model`` at a resolved profile (``profiles.resolve``): the ``sweep_*`` keys."""
-        return cls(model=model, corpus=P.sweep_corpus, split=P.sweep_split, window=P.sweep_window,
-                   n_windows=P.sweep_windows, batch_size=P.sweep_batch, alphas=tuple(P.sweep_alphas),
-                   seed=P.seed)
+    def __post_init__(self) -> None:
+        self.alphas = tuple(self.alphas)
 
     def checked(self, info: ModelInfo) -> "SweepConfig":
         alphas = [float(a) for a in self.alphas]

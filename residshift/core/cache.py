@@ -23,13 +23,17 @@ warning. Checkpoints instead refuse with an error naming the file and the fix (`
 adopted (its digest is written). Trained model folders carry a ``SHA256SUMS`` manifest
 (:func:`write_manifest`, :func:`verify_manifest`).
 
-``code=`` takes residshift modules (objects or dotted names), functions, methods, classes or
-instances; anything defined outside the package (a notebook's lambda) counts by its own source.
-Without ``code=`` the fingerprint covers the residshift code the *caller* can reach: its own
-module when it is a residshift module, else every residshift module, function or class in the
-caller's globals (a notebook's imports), plus the source of ``compute`` when it is defined
-outside the package. Resumable partial files (checkpoints) use :func:`config_key` with the same
-``code=``, so a code change never resumes from another code's checkpoint.
+``code=`` is required: each computation declares, where it is cached, the code that computes it
+(residshift modules as objects or dotted names, functions, methods, classes or instances; anything
+defined outside the package, a notebook's lambda, counts by its own source). The fingerprint covers
+those modules and everything they import, except the modules that compute no result
+(:data:`NOT_FINGERPRINTED`: this module, the paths, the profiles whose values enter every key through
+the configs, the progress bars, the run records, and the packages' ``__init__`` files, which only
+re-export), whose own imports are not followed either. So an import added for convenience (the
+profiles in a stage module, a re-export in an ``__init__``) moves no key, and a change to the code
+that computes a result still invalidates it. Resumable partial files (checkpoints) use
+:func:`config_key` with the same ``code=``, so a code change never resumes from another code's
+checkpoint.
 
 :func:`code_state` says which commit the code is at and whether the code (package, notebooks,
 pyproject.toml) differs from it; the figures manifest records it.
@@ -63,7 +67,12 @@ SCHEMA = 2  # bump when the meaning of cached results changes (2: keys include t
 PACKAGE = "residshift"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 # Modules that store and locate results but compute none: a change to them recomputes nothing.
-NOT_FINGERPRINTED = frozenset({"residshift.core.cache", "residshift.core.paths"})
+# Modules that compute no cached result, left out of every fingerprint (their imports are not followed):
+# caching and paths; the profiles (their values reach a result only through a config, which is in the key);
+# progress bars; RUNS.json / MANIFEST.json. Package __init__ files (re-exports only:
+# tests/test_cache.py checks they define nothing) are left out the same way (_computes_nothing).
+NOT_FINGERPRINTED = frozenset({"residshift.core.cache", "residshift.core.paths", "residshift.core.profiles",
+                               "residshift.core.progress", "residshift.core.records"})
 
 
 def _canonical(value: Any) -> Any:
@@ -538,6 +547,8 @@ def _imports(name: str, text: str) -> set[str]:
         if isinstance(node, ast.Import):
             for a in node.names:
                 add(a.name)
+                if _is_ours(a.name) and _is_package(a.name):  # `import residshift.core.models as m`
+                    found.update(_reexported(a.name, "*"))
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -549,11 +560,29 @@ def _imports(name: str, text: str) -> set[str]:
             for a in node.names:  # `from .core import cache` imports the module residshift.core.cache
                 if _module_file(f"{mod}.{a.name}") is not None:
                     add(f"{mod}.{a.name}")
+                    if _is_package(f"{mod}.{a.name}"):  # a package as a namespace: whatever it re-exports
+                        found.update(_reexported(f"{mod}.{a.name}", "*"))
+                elif _is_ours(mod) and _is_package(mod):  # a name a package re-exports: the module defining it
+                    found.update(_reexported(mod, a.name))
     out = set()
     for mod in found:  # importing a.b.c runs a/__init__ and a/b/__init__ too
         parts = mod.split(".")
         out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
     return {m for m in out if _module_file(m) is not None}
+
+
+def _reexported(package: str, name: str) -> set[str]:
+    """The modules a package's ``__init__`` takes ``name`` from (``from .interface import ModelInfo``);
+    every module it imports when the name is not found there (a lazy ``__getattr__``: be safe)."""
+    text = _module_file(package).read_text(encoding="utf-8")
+    every = _imports(package, text)
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else [])) if node.level else (node.module or "")
+            sub = f"{mod}.{name}"
+            return {sub} if _module_file(sub) is not None else ({mod} if _module_file(mod) is not None else every)
+    return every
 
 
 _DISK: dict[Path, tuple[tuple[int, int], str, frozenset[str]]] = {}  # file -> (stat, hash, imports)
@@ -588,13 +617,20 @@ def _module_entry(name: str) -> tuple[str, frozenset[str]]:
     return cached_disk[1], cached_disk[2]
 
 
-def _closure(modules: Iterable[str]) -> dict[str, str]:
-    """``{module: source hash}`` for ``modules`` and their transitive residshift imports."""
+def _computes_nothing(name: str) -> bool:
+    """Left out of fingerprints: :data:`NOT_FINGERPRINTED` and the packages' ``__init__`` files."""
+    return name in NOT_FINGERPRINTED or _is_package(name)
+
+
+def _closure(modules: Iterable[str], without: frozenset[str] = frozenset()) -> dict[str, str]:
+    """``{module: source hash}`` for ``modules`` and their transitive residshift imports, not following
+    the imports of the modules that compute nothing (:func:`_computes_nothing`) or of ``without``."""
     out: dict[str, str] = {}
-    todo = [".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 2)]
+    modules = set(modules)
+    todo = list(modules)
     while todo:
         name = todo.pop()
-        if name in out:
+        if name in out or name in without or (_computes_nothing(name) and name not in modules):
             continue
         digest, imports = _module_entry(name)
         out[name] = digest
@@ -650,59 +686,37 @@ def _targets(obj: Any, *, strict: bool) -> tuple[set[str], list[str]]:
     return set(), []
 
 
-def _fingerprint(modules: set[str], sources: list[str]) -> tuple[str, list[str]]:
-    covered = _closure(modules)
+def _fingerprint(modules: set[str], sources: list[str], without: Iterable[str] = ()) -> tuple[str, list[str]]:
+    covered = _closure(modules, frozenset(without))
     h = hashlib.sha256()
-    for name in sorted(covered):
-        if name not in NOT_FINGERPRINTED:
-            h.update(f"{name}\0{covered[name]}\n".encode())
+    names = sorted(n for n in covered if n in modules or not _computes_nothing(n))
+    for name in names:
+        h.update(f"{name}\0{covered[name]}\n".encode())
     for src in sorted(set(sources)):
         h.update(hashlib.sha256(src.encode()).digest())
-    names = sorted(n for n in covered if n not in NOT_FINGERPRINTED)
     return h.hexdigest()[:20], names + [s.split(":", 1)[0] for s in sorted(set(sources))]
 
 
-def code_fingerprint(*code: Any) -> str:
+def code_fingerprint(*code: Any, without: Iterable[str] = ()) -> str:
     """The fingerprint of ``code`` (modules, names, functions, classes; see the module docstring):
-    a hash of their source and of every residshift module they import, transitively."""
-    modules, sources = _targets(list(code), strict=True)
-    return _fingerprint(modules, sources)[0]
+    a hash of their source and of every residshift module they import, transitively. ``without``:
+    modules (dotted names) the computation declares it does not depend on, whose imports are not
+    followed either (the trainer's tokenizer module: the tokenizer enters a run's key by its own
+    fingerprint)."""
+    return _fingerprint(*_targets(list(code), strict=True), without)[0]
 
 
-def code_modules(*code: Any) -> list[str]:
+def code_modules(*code: Any, without: Iterable[str] = ()) -> list[str]:
     """The residshift modules (and outside sources) a fingerprint of ``code`` covers."""
-    modules, sources = _targets(list(code), strict=True)
-    return _fingerprint(modules, sources)[1]
+    return _fingerprint(*_targets(list(code), strict=True), without)[1]
 
 
-def _caller_code(depth: int, compute: Callable | None = None) -> tuple[set[str], list[str]]:
-    """The default ``code``: what the function ``depth`` frames up can reach (see module doc)."""
-    frame = sys._getframe(depth + 1)
-    name = frame.f_globals.get("__name__")
-    if _is_ours(name) and _module_file(name) is not None:
-        modules, sources = {name}, []
-    else:
-        modules, sources = set(), []
-        for value in list(frame.f_globals.values()):
-            if isinstance(value, types.ModuleType) and _is_ours(value.__name__):
-                modules |= _targets(value, strict=False)[0]
-            elif (inspect.isfunction(value) or inspect.isclass(value)) and _is_ours(getattr(value, "__module__", None)):
-                modules |= _targets(value, strict=False)[0]
-        if not modules:  # nothing imported by name: be safe, cover the whole package
-            modules = {PACKAGE + "." + ".".join(p.relative_to(PACKAGE_DIR).with_suffix("").parts)
-                       for p in PACKAGE_DIR.rglob("*.py") if p.name != "__init__.py"}
-    if compute is not None:
-        m, s = _targets(compute, strict=False)
-        modules |= m
-        sources += s
-    return modules, sources
-
-
-def _resolve_code(code: Any, depth: int, compute: Callable | None = None) -> tuple[str, list[str]]:
+def _resolve_code(code: Any, kind: str) -> tuple[str, list[str]]:
     if isinstance(code, CodeFingerprint):
         return code.fingerprint, code.modules
     if code is None:
-        return _fingerprint(*_caller_code(depth + 1, compute))
+        raise TypeError(f"cache entry {kind!r}: pass code=, the code that computes the result (the function "
+                        "or module; its imports count too), e.g. cached(kind, config, compute, code=run_lens)")
     return _fingerprint(*_targets(code, strict=True))
 
 
@@ -730,7 +744,7 @@ def config_key(config: dict[str, Any], *, code: Any = None) -> str:
     """
     payload: dict[str, Any] = {"schema": SCHEMA, "config": _canonical(config)}
     if code is not None:
-        payload["code"] = _resolve_code(code, 1)[0]
+        payload["code"] = _resolve_code(code, "config_key")[0]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -747,9 +761,9 @@ def _path(kind: str, config: dict[str, Any], fingerprint: str) -> Path:
 
 
 def entry_path(kind: str, config: dict[str, Any], *, code: Any = None) -> Path:
-    """Where the result of ``(kind, config)`` computed by ``code`` lives (default: the caller's code)."""
+    """Where the result of ``(kind, config)`` computed by ``code`` lives."""
     _check_kind(kind)
-    return _path(kind, config, _resolve_code(code, 1)[0])
+    return _path(kind, config, _resolve_code(code, kind)[0])
 
 
 def _load(path: Path, then: str) -> Any | None:
@@ -774,12 +788,12 @@ def load(kind: str, config: dict[str, Any], *, code: Any = None) -> Any | None:
     """The stored result of ``(kind, config)`` computed by ``code``, or None (also for a damaged
     entry, which is deleted with a DamagedFileWarning naming it)."""
     _check_kind(kind)
-    return _load(_path(kind, config, _resolve_code(code, 1)[0]), "load() returns None for it")
+    return _load(_path(kind, config, _resolve_code(code, kind)[0]), "load() returns None for it")
 
 
 def store(kind: str, config: dict[str, Any], value: Any, *, code: Any = None) -> Path:
     _check_kind(kind)
-    fingerprint, modules = _resolve_code(code, 1)
+    fingerprint, modules = _resolve_code(code, kind)
     return _store(_path(kind, config, fingerprint), config, value, fingerprint, modules)
 
 
@@ -787,12 +801,12 @@ def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, cod
            refresh: bool = False) -> Any:
     """Return the stored result for ``(kind, config, code)``, computing and storing it when absent.
 
-    ``code``: what computes the result (see the module docstring); default: the caller's code.
+    ``code``: what computes the result (see the module docstring) (required).
     A damaged entry is a miss: it is deleted, a DamagedFileWarning names it, and the recomputed
     result replaces it.
     """
     _check_kind(kind)
-    fingerprint, modules = _resolve_code(code, 1, compute)
+    fingerprint, modules = _resolve_code(code, kind)
     path = _path(kind, config, fingerprint)
     if not refresh:
         hit = _load(path, "recomputing it (the new result replaces it)")

@@ -3,7 +3,7 @@
 A gate gives the factor ``alpha`` on the skip path of one block, applied with THE edit of
 ``residshift.core.interventions`` (``attenuated(block(x), x, alpha) = block(x) - (1 - alpha) x``,
 i.e. ``alpha x + F(x)``). The same modules serve the GPTs trained with attenuation in place
-(``residshift.train.gpt``) and, meant for it, the gates fitted on a frozen pretrained model
+(``residshift.core.models.gpt``) and, meant for it, the gates fitted on a frozen pretrained model
 (``residshift.attenuate.gates``, which today holds the same mathematics as stacked parameters:
 ``scalar_alpha`` and ``token_alpha`` below are those formulas, shared by both).
 

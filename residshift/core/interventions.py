@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 import torch
 
-from .residual import attenuated  # the formula (one home, shared with the trained GPT)
+from .residual import attenuated  # the formula (one home, shared with the replay)
 
-if TYPE_CHECKING:  # a type only: the formula's users (the trained GPT) must not import the loaders
+if TYPE_CHECKING:  # a type only
     from .models import ModelInfo
 
 

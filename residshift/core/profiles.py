@@ -13,6 +13,7 @@ cell declares, and ``resolve`` fills in whatever is still None when a notebook r
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 from types import SimpleNamespace
@@ -198,8 +199,8 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                                      "arc-challenge": None},
                   "harness_context": 1024, "harness_stride": 512, "harness_batch": 32},
     },
-    # 06-08: training GPTs with the attenuation in place (residshift/train/trainer.py TrainConfig;
-    # keys map to its fields in trainer.PROFILE_KEYS). default: CALIBRATION PENDING.
+    # 06-08: training GPTs with the attenuation in place (residshift/train/trainer.py TrainConfig: key
+    # train_<field> sets its field, stage() below; train_batch sets batch_size).
     "train": {
         "smoke": {"train_layers": 4, "train_heads": 2, "train_width": 32, "train_context": 32,
                   "train_vocab": None, "train_mlp": "gelu", "train_dropout": 0.0, "train_bias": False,
@@ -267,7 +268,7 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                     # under which a gate "did not move" -- whatever its learning rate; at 3 it can move
                     # either way. The paper profile (2,000 steps) keeps the model's defaults.
                     "train_gate_init": 3.0,
-                    # how h_0 is built (train.gpt.RECIPES): "gemma", the recipe the pilot chose
+                    # how h_0 is built (core.models.gpt.RECIPES): "gemma", the recipe the pilot chose
                     # (benchmarks/pilot-recipes.json: the first whose baseline reproduces C1.early and
                     # C1.late); the nanoGPT embedding trains as the contrast arm (notebook 08). Fixed
                     # cuts act where the authors' harness cut: at both adds of the block ("sublayer").
@@ -414,6 +415,9 @@ def _build() -> dict[str, dict[str, Any]]:
 
 
 PROFILES: dict[str, dict[str, Any]] = _build()
+KEYS = frozenset(PROFILES["default"])  # every profile defines the same keys (_build checks)
+OWNER = {k: section for section, by_profile in SECTIONS.items() for k in by_profile["default"]}
+COMMON_KEYS = frozenset(SECTIONS["common"]["default"])
 
 
 class UnknownProfileError(KeyError):
@@ -468,8 +472,28 @@ def resolve(profile: str | None = None, /, **given: Any) -> SimpleNamespace:
     return SimpleNamespace(**params)
 
 
-def from_namespace(namespace: dict[str, Any]) -> SimpleNamespace:
-    """:func:`resolve` with the profile and every profile key found in ``namespace``.
+class UndeclaredParameterError(AttributeError):
+    """A notebook read a profile key its ``parameters`` cell does not declare (so ``-p`` cannot set it)."""
+
+
+class Declared(SimpleNamespace):
+    """A notebook's resolved parameters: the keys its ``parameters`` cell declares, and ``profile``.
+
+    Reading any other profile key raises :class:`UndeclaredParameterError` naming the line to add,
+    so a notebook's ``parameters`` cell is the whole list of what it reads (and what ``-p`` reaches):
+    the smoke run of every notebook checks it, where the runner once inferred it from the code.
+    """
+
+    def __getattr__(self, key: str) -> Any:  # only called for names the namespace lacks
+        if key in KEYS:
+            raise UndeclaredParameterError(
+                f"this notebook reads the profile key {key!r} but its parameters cell does not declare it: "
+                f"add `{key} = None` to the cell tagged 'parameters'")
+        raise AttributeError(key)
+
+
+def from_namespace(namespace: dict[str, Any]) -> Declared:
+    """:func:`resolve` restricted to the profile keys found in ``namespace`` (a :class:`Declared`).
 
     A notebook's setup cell passes its globals (which, right after the ``parameters`` cell, hold
     just the declared parameters): ``P = profiles.from_namespace(globals())``.
@@ -477,8 +501,68 @@ def from_namespace(namespace: dict[str, Any]) -> SimpleNamespace:
     if "profile" not in namespace:
         raise KeyError("the namespace has no `profile`: declare `profile = \"default\"` in the "
                        "notebook's parameters cell")
-    keys = set(next(iter(PROFILES.values())))
-    return resolve(namespace["profile"], **{k: v for k, v in namespace.items() if k in keys})
+    given = {k: v for k, v in namespace.items() if k in KEYS}
+    full = vars(resolve(namespace["profile"], **given))
+    return Declared(**{k: full[k] for k in [*given, "profile"]})
+
+
+# --------------------------------------------------------------------------------------------
+# Stage configs from a profile
+# --------------------------------------------------------------------------------------------
+
+STAGE_KEY = "residshift.profile_key"  # dataclass field metadata: the field's profile key, less the prefix
+
+
+def key(suffix: str) -> dict[str, str]:
+    """Field metadata naming a field's profile key where it is not the field's name:
+    ``n_windows: int = field(default=16, metadata=profiles.key("windows"))`` reads ``<prefix>_windows``."""
+    return {STAGE_KEY: suffix}
+
+
+def stage_keys(cls: type, prefix: str | None = None) -> dict[str, str]:
+    """``{field: profile key}`` for the fields of the stage config ``cls`` that a profile sets.
+
+    The rule, the same for every stage: field ``f`` (or the name its metadata gives, :func:`key`) reads
+    ``<prefix>_f`` when the profiles define that key, else the shared key ``f`` of the ``common``
+    section (``seed``); ``prefix`` defaults to ``cls.PREFIX``.
+    """
+    prefix = prefix if prefix is not None else getattr(cls, "PREFIX", None)
+    if not prefix:
+        raise TypeError(f"{cls.__name__} has no PREFIX: pass the profile keys' prefix (e.g. 'lens')")
+    out = {}
+    for f in dataclasses.fields(cls):
+        name = f.metadata.get(STAGE_KEY, f.name)
+        if f"{prefix}_{name}" in KEYS:
+            out[f.name] = f"{prefix}_{name}"
+        elif name in COMMON_KEYS:
+            out[f.name] = name
+    return out
+
+
+def stage(cls: type, P: Any, prefix: str | None = None, /, **given: Any) -> Any:
+    """The stage config ``cls`` at profile ``P`` (a name, a dict of values or a resolved namespace):
+    every field :func:`stage_keys` maps takes the profile's value; ``given`` (field names) sets the
+    others (the model, a seed, a gate kind) or replaces a profile value; the rest keep their defaults.
+
+    >>> cfg = profiles.stage(SweepConfig, P, model="smollm2-135m")   # the sweep_* keys and seed
+    >>> lens = profiles.stage(LensPass, P, "atten_lens", corpus=P.sweep_corpus, split="test")
+    """
+    values = get(P) if isinstance(P, str) else P
+    read = values.__getitem__ if isinstance(values, dict) else lambda k: getattr(values, k)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {unknown}; its fields: {sorted(names)}")
+    kwargs = {}
+    for field_name, profile_key in stage_keys(cls, prefix).items():
+        if field_name in given:
+            continue
+        try:
+            kwargs[field_name] = read(profile_key)
+        except KeyError:
+            raise KeyError(f"{cls.__name__}.{field_name} reads the profile key {profile_key!r}, which these "
+                           f"values lack (section {OWNER[profile_key]!r} of residshift/core/profiles.py)") from None
+    return cls(**kwargs, **given)
 
 
 def parameter_rows(namespace: dict[str, Any]) -> list[tuple[str, Any, str]]:

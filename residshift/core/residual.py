@@ -1,10 +1,10 @@
 """The residual edit itself, on tensors: ``block(x) - (1 - alpha) x``, i.e. ``alpha x + F(x)``.
 
-One formula, one home. The nnsight edit (:func:`residshift.core.interventions.attenuate_block`), the
-sweep's replay of the tail blocks on the bare torch module (``residshift.core.replay``) and the
-trained GPT's blocks (``residshift.train.gpt``) all call :func:`attenuated`, so the three paths
-cannot drift apart. This module imports nothing of ours on purpose: the trained GPT's run key hashes
-the source of every module the model imports, and the model needs the formula, not the loaders.
+One formula for the edits applied from outside a pretrained model: the nnsight edit
+(:func:`residshift.core.interventions.attenuate_block`) and the sweep's replay of the tail blocks on the
+bare torch module (``residshift.core.replay``) both call :func:`attenuated`, so the two paths cannot
+drift apart. The trained GPT (``residshift.core.models.gpt``) writes the same equation inside its block,
+``alpha x + F(x)``; the two agree to rounding (tests/test_gpt.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ analysed positions ``t = 1..T-2``). A block writes into the residual stream
   attention module's output; Gemma-2/3 blocks (sandwich norms): the output of the
   *post-attention* norm, which is what is added to the stream;
 - ``mlp_l``: the same for the MLP (Gemma: the output of the post-feedforward norm);
-- ``skip_l``: only in the study's own GPT (``residshift.train.gpt``) with a gate on the skip path:
+- ``skip_l``: only in the study's own GPT (``residshift.core.models.gpt``) with a gate on the skip path:
   the skip edit ``(alpha - 1) x``, summed over the adds where it acts: ``(alpha(x) - 1) x`` once per
   block at ``site="block"``; ``(alpha(x) - 1) x + (alpha(x') - 1) x'`` at ``site="sublayer"``, with
   ``x' = alpha(x) x + attn`` the stream entering the MLP's add (so a cut ``alpha = 0`` at both adds

@@ -42,15 +42,15 @@ per-layer tensors plus metadata, for the bootstrap in the notebooks.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..analysis import stats
-from ..core import cache
+from ..core import cache, profiles
 from ..core.data import token_windows
 from ..core.forward import refuse_remote, window_losses
 from ..core.models import ModelInfo
@@ -71,10 +71,12 @@ BASES = ("lens", "embedding", "centred")
 class CausalConfig:
     """What determines a causal profile (the cache key is built from it and the model)."""
 
+    PREFIX: ClassVar[str] = "causal"  # its profile keys (profiles.stage): causal_corpus, ..., causal_windows
+
     corpus: str = "wikitext-103"
     split: str = "validation"
     window: int = 128
-    n_windows: int = 16
+    n_windows: int = field(default=16, metadata=profiles.key("windows"))
     batch: int = 8
     alphas: tuple[float, ...] = (0.0, 0.5)
     directions: tuple[str, ...] = DIRECTIONS
@@ -107,13 +109,6 @@ class CausalConfig:
         if not isinstance(self.stride, int) or self.stride < 1:
             raise ValueError(f"stride must be a positive integer (1 = every residual), got {self.stride!r}")
         check_window(self.window, self.skip_first)
-
-    @classmethod
-    def from_profile(cls, P: Any) -> "CausalConfig":
-        """The config of a resolved profile (``profiles.resolve``): the ``causal_*`` keys."""
-        return cls(corpus=P.causal_corpus, split=P.causal_split, window=P.causal_window,
-                   n_windows=P.causal_windows, batch=P.causal_batch, alphas=tuple(P.causal_alphas),
-                   directions=tuple(P.causal_directions), stride=P.causal_stride, seed=P.seed)
 
 
 def check_window(length: int, skip_first: int) -> None:

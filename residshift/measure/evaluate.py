@@ -62,14 +62,14 @@ import math
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
 from ..analysis.stats import binomial_se, mean_se, ratio_se
-from ..core import cache as _cache
+from ..core import cache as _cache, profiles
 from ..core.models import ModelInfo, model_fingerprint
 from ..core.data import corpus_text, load_corpus, tokenize_text, tokenizer_fingerprint
 from ..core.forward import Intervene, refuse_remote
@@ -538,9 +538,11 @@ class EvalConfig:
     move slightly, so it is part of the cache key).
     """
 
+    PREFIX: ClassVar[str] = "harness"  # its profile keys (profiles.stage): harness_context, ...
+
     context: int = 512
     stride: int = 256
-    batch_size: int = 16
+    batch_size: int = field(default=16, metadata=profiles.key("batch"))
     max_batch_tokens: int = 8192
     max_logits: int = 2**27
     seed: int = 0
@@ -555,12 +557,6 @@ class EvalConfig:
                              f"window holds context-1 text tokens), got {self.stride}")
         if min(self.batch_size, self.max_batch_tokens, self.max_logits, self.shard_size) < 1:
             raise ValueError("batch_size, max_batch_tokens, max_logits and shard_size must be >= 1")
-
-    @classmethod
-    def from_profile(cls, P: Any) -> "EvalConfig":
-        """The harness settings of a resolved profile (``profiles.resolve``): the ``harness_*`` keys."""
-        return cls(context=P.harness_context, stride=P.harness_stride, batch_size=P.harness_batch,
-                   seed=P.seed)
 
     def key(self, windows: bool = True) -> dict[str, Any]:
         """The parts of the configuration that change results: the seed, and the window only for

@@ -61,7 +61,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from ..core import cache
+from ..core import cache, profiles
 from ..core.data import corpus_text, token_windows, tokenize_text
 from ..core.forward import check_ids, collect_residuals
 from ..core.interventions import attenuation_plan
@@ -673,11 +673,11 @@ class LensPass:
     corpus: str
     split: str
     window: int
-    n: int
+    n: int = field(metadata=profiles.key("windows"))  # profiles.stage(LensPass, P, "lens"): lens_windows
     seed: int = 0
     batch: int = 8
     metrics: tuple[str, ...] | None = None
-    matmul_dtype: str = "float32"
+    matmul_dtype: str = field(default="float32", metadata=profiles.key("matmul"))
     positions: int | None = None
 
     def settings(self) -> dict[str, Any]:

@@ -83,15 +83,15 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..core import cache, forward
+from ..core import cache, forward, profiles
 from ..core.data import token_windows
 from ..core.fitting import FitConfig, fit as run_fit, random_batch, read_checkpoint
 from ..core.unembed import Unembed
@@ -119,6 +119,8 @@ class TunedLensError(RuntimeError):
 class TunedLensConfig:
     """Everything that determines a fitted tuned lens (the cache key is built from it)."""
 
+    PREFIX: ClassVar[str] = "tuned"  # its profile keys (profiles.stage): tuned_corpus, tuned_window, ...
+
     corpus: str = "wikitext-2"
     train_split: str = "train"
     val_split: str = "validation"
@@ -136,7 +138,8 @@ class TunedLensConfig:
     # steps between fitting checkpoints besides those the loop writes at every early-stopping
     # evaluation and at the end (a SmolLM2 checkpoint is ~160 MB); 0 = only those
     checkpoint_every: int = 100
-    train_vocab: int | None = None  # K most frequent training tokens for the objective; None = all
+    # K most frequent training tokens for the objective; None = all (profile key tuned_vocab)
+    train_vocab: int | None = field(default=None, metadata=profiles.key("vocab"))
     skip_first: int = 1  # positions excluded from fitting and report (attention sink / BOS)
     seed: int = 0
     init: str = "lstsq"  # "lstsq": the closed-form start (least squares h_l -> h_L); "zero": the logit lens
@@ -170,16 +173,6 @@ class TunedLensConfig:
         if not (self.ridge >= 0 and math.isfinite(self.ridge)):
             raise ValueError(f"ridge must be a finite number >= 0 (in units of the residual's mean "
                              f"variance; 1e-3 is the default), got {self.ridge}")
-
-    @classmethod
-    def from_profile(cls, P: Any) -> "TunedLensConfig":
-        """The config of a resolved profile (``profiles.resolve``): the ``tuned_*`` keys."""
-        return cls(corpus=P.tuned_corpus, window=P.tuned_window, train_windows=P.tuned_train_windows,
-                   val_windows=P.tuned_val_windows, es_windows=P.tuned_es_windows,
-                   batch=P.tuned_batch, steps=P.tuned_steps, lr=P.tuned_lr,
-                   eval_every=P.tuned_eval_every, patience=P.tuned_patience, train_vocab=P.tuned_vocab,
-                   init=P.tuned_init, lstsq_windows=P.tuned_lstsq_windows, ridge=P.tuned_ridge,
-                   seed=P.seed)
 
 
 # --------------------------------------------------------------------------------------------

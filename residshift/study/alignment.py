@@ -32,7 +32,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
-from ..core import cache
+from ..core import cache, profiles
 from ..measure import causal, lens, tuned_lens
 from . import lens_setups
 from .plotting import PALETTE, integer_axis
@@ -157,7 +157,7 @@ def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> t
     Each report carries the layers still improving when the step cap ended the fit
     (``tuned_lens.unconverged_layers(report)``: residual indices ``l`` of ``h_l``); results read
     through those translators are marked in :func:`tuned_panel` and kept out of the verdicts."""
-    cfg = tuned_lens.TunedLensConfig.from_profile(P)
+    cfg = profiles.stage(tuned_lens.TunedLensConfig, P)
     lenses, reports = {}, {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()
@@ -196,7 +196,7 @@ def _convergence_note(rep: Mapping[str, Any]) -> str:
 
 def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dict[str, Any]:
     """The lens pass of :func:`lens_passes` with each model's tuned lens as the decoder."""
-    cfg = tuned_lens.TunedLensConfig.from_profile(P)
+    cfg = profiles.stage(tuned_lens.TunedLensConfig, P)
     out = {}
     for name, loaded in models.items():
         decoder_id = "tuned-lens:" + cache.config_key(tuned_lens.cache_config(loaded[2], cfg))
@@ -207,7 +207,7 @@ def tuned_passes(models: Mapping[str, Any], lenses: Mapping[str, Any], P) -> dic
 
 def causal_profiles(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[str, dict]:
     """Skip-path and token-direction ablation profiles (``causal.run_cached``, ``causal_*`` keys)."""
-    cfg = causal.CausalConfig.from_profile(P)
+    cfg = profiles.stage(causal.CausalConfig, P)
     out = {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()

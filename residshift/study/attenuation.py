@@ -44,7 +44,7 @@ from matplotlib.lines import Line2D
 from ..analysis import stats, verdicts
 from ..analysis.stats import as_numpy
 from ..attenuate import gates, sweep
-from ..core import cache
+from ..core import cache, profiles
 from ..core.data import token_windows
 from ..core.forward import corpus_window_losses
 from ..core.interventions import attenuate
@@ -77,7 +77,7 @@ def run_sweeps(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[st
     out = {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()
-        out[name] = r = sweep.run_sweep(lm, info, tok, sweep.SweepConfig.from_profile(P, name), progress=verbose)
+        out[name] = r = sweep.run_sweep(lm, info, tok, profiles.stage(sweep.SweepConfig, P, model=name), progress=verbose)
         if verbose:
             print(f"{name}: {len(r['layers'])} blocks x {len(r['alphas'])} alphas x {r['dloss'].shape[-1]} "
                   f"windows of {P.sweep_window} tokens ({P.sweep_corpus} {P.sweep_split}); unmodified "
@@ -174,7 +174,7 @@ def confirm_sweeps(models: Mapping[str, Any], sweeps: Mapping[str, dict], P,
     for name, (lm, tok, info) in models.items():
         r = sweeps[name]
         picked = verdicts.late_cut_candidates(r["dloss"], r["layers"], r["alphas"], n_layers=info.n_layers)
-        base = sweep.SweepConfig.from_profile(P, name)
+        base = profiles.stage(sweep.SweepConfig, P, model=name)
         n_sel = base.n_windows
         out[name] = {}
         for layer in sorted({c["layer"] for c in picked}):
@@ -391,7 +391,7 @@ def fit_all(models: Mapping[str, Any], P, *, verbose: bool = True) -> dict[tuple
         for kind in P.gate_kinds:
             for s in P.gate_seeds:
                 t0 = time.perf_counter()
-                r = gates.fit_gates(lm, info, tok, gates.GateConfig.from_profile(P, name, kind, s), progress=verbose)
+                r = gates.fit_gates(lm, info, tok, profiles.stage(gates.GateConfig, P, model=name, kind=kind, seed=s), progress=verbose)
                 fits[(name, kind, s)] = r
                 if verbose:
                     how = "stopped by patience" if r["stopped_early"] else "hit the step cap"
@@ -678,7 +678,7 @@ def benchmarks(models: Mapping[str, Any], fits: Mapping[tuple, dict], P, *,
                verbose: bool = True) -> dict[str, Benchmarks]:
     """Per model, the benchmark items scored before (unmodified) and after (each fit's gates)
     (``evaluate.run_task``, cached per item shard): ``{model: Benchmarks}``."""
-    cfg = evaluate.EvalConfig.from_profile(P)
+    cfg = profiles.stage(evaluate.EvalConfig, P)
     out = {}
     for name, (lm, tok, info) in models.items():
         t0 = time.perf_counter()
@@ -850,7 +850,7 @@ def confirm_cells(models: Mapping[str, Any], sweeps: Mapping[str, dict], cells: 
     out = {}
     for name, wanted in cells.items():
         lm, tok, info = models[name]
-        base = sweep.SweepConfig.from_profile(P, name)
+        base = profiles.stage(sweep.SweepConfig, P, model=name)
         n_sel = base.n_windows
         if sweeps[name]["dloss"].shape[-1] != n_sel:
             raise ValueError(f"{name}: the sweep has {sweeps[name]['dloss'].shape[-1]} windows but the profile's "

@@ -1,7 +1,7 @@
 """The scale ladder (notebook 10, ``python -m residshift ladder``, ``make ladder``): how the deep switch
 moves with the training budget and the depth of the small GPTs this project trains.
 
-A *rung* is one baseline run of the training half's recipe (``TrainConfig.from_profile`` with
+A *rung* is one baseline run of the training half's recipe (``profiles.stage(TrainConfig, P)`` with
 ``mode="baseline"``) at one shape ``[depth, width, heads]`` of ``ladder_shapes`` and a budget of
 ``ladder_base_tokens x 4^k`` tokens (``k < ladder_rungs``), one seed (``ladder_seed``). Each rung is the
 trainer's own run (:func:`residshift.train.trainer.train`: its run folder, key, checkpoints, lock and
@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from ..analysis.stats import as_numpy
+from ..core import profiles
 from ..core.cache import atomic_write_text, code_state, load_verified
 from ..core.machine import cpu_facts
 from ..core.models import describe_model, load_model, wrap
@@ -129,7 +130,7 @@ def select(all_rungs: Sequence[Rung], only: Sequence[str] | None) -> list[Rung]:
 def base_config(P, rung: Rung) -> T.TrainConfig:
     """The rung's TrainConfig on the profile's own corpus (see :func:`config`)."""
     k4 = 4 ** rung.k
-    return T.TrainConfig.from_profile(P).with_(
+    return profiles.stage(T.TrainConfig, P).with_(
         mode="baseline", layers=rung.depth, width=rung.width, heads=rung.heads, tokens=rung.tokens,
         seed=int(P.ladder_seed), eval_every=int(P.train_eval_every) * k4,
         checkpoint_every=max(int(P.train_checkpoint_every), 1) * k4)

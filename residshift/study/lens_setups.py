@@ -12,6 +12,7 @@ Every notebook that reads the logit lens over a corpus takes one of these :class
 """
 from __future__ import annotations
 
+from ..core import profiles
 from ..measure.lens import LensPass
 
 ATTEN_SPLIT = "test"  # the lens windows of 04-05: disjoint from the sweep's (validation) windows
@@ -22,24 +23,23 @@ TRAINED_METRICS = ("logprob", "logrank", "top1")
 
 def pretrained(P) -> LensPass:
     """The ``lens_*`` windows of notebooks 01-03 (every metric unless a call names some)."""
-    return LensPass(P.lens_corpus, P.lens_split, window=P.lens_window, n=P.lens_windows, seed=P.seed,
-                    batch=P.lens_batch, matmul_dtype=P.lens_matmul, positions=P.lens_positions)
+    return profiles.stage(LensPass, P, "lens")
 
 
 def attenuated(P) -> LensPass:
-    """The ``atten_lens_*`` windows of notebooks 04-05, in batches of the sweep's size."""
-    return LensPass(P.sweep_corpus, ATTEN_SPLIT, window=P.atten_lens_window, n=P.atten_lens_windows, seed=P.seed,
-                    batch=P.sweep_batch, metrics=ATTEN_METRICS, positions=P.atten_lens_positions)
+    """The ``atten_lens_*`` windows of notebooks 04-05 on the sweep's corpus, in batches of the sweep's size."""
+    return profiles.stage(LensPass, P, "atten_lens", corpus=P.sweep_corpus, split=ATTEN_SPLIT, batch=P.sweep_batch,
+                          metrics=ATTEN_METRICS)
 
 
 def trained(P) -> LensPass:
     """The ``train_lens_*`` windows of notebooks 06-09 at the training context ``train_context``."""
-    return LensPass(TRAINED_CORPUS, TRAINED_SPLIT, window=int(P.train_context), n=int(P.train_lens_windows),
-                    seed=P.seed, batch=8, metrics=TRAINED_METRICS, positions=P.train_lens_positions)
+    return profiles.stage(LensPass, P, "train_lens", corpus=TRAINED_CORPUS, split=TRAINED_SPLIT,
+                          window=int(P.train_context), batch=8, metrics=TRAINED_METRICS)
 
 
 def ladder_rung(P, context: int) -> LensPass:
     """The ladder's readings (notebook 10): the trained models' windows at a rung's context, as many as
     ``ladder_lens_windows``, every position."""
-    return LensPass(TRAINED_CORPUS, TRAINED_SPLIT, window=int(context), n=int(P.ladder_lens_windows), seed=P.seed,
-                    batch=8, metrics=TRAINED_METRICS)
+    return profiles.stage(LensPass, P, "ladder_lens", corpus=TRAINED_CORPUS, split=TRAINED_SPLIT, window=int(context),
+                          batch=8, metrics=TRAINED_METRICS)

@@ -24,12 +24,13 @@ import numpy as np
 
 from ..analysis import verdicts
 from ..analysis.stats import as_numpy
+from ..core import profiles
 from ..core.cache import atomic_write_text, code_state
 from ..core.models import load_model
 from ..core.outputs import json_ready
 from ..core.paths import REPO_ROOT
 from ..train import trainer as T
-from ..train.gpt import RECIPES
+from ..core.models.gpt import RECIPES
 from . import lens_setups
 from .training import c1_on_model
 
@@ -40,7 +41,7 @@ def pilot_config(P, recipe: str, seed: int) -> T.TrainConfig:
     """The baseline run of one recipe: the profile's ``train_*`` values with ``embedding=recipe``."""
     if recipe not in RECIPES:
         raise ValueError(f"unknown embedding recipe {recipe!r}; choose among {list(RECIPES)}")
-    return T.TrainConfig.from_profile(P).with_(mode="baseline", seed=int(seed), embedding=recipe)
+    return profiles.stage(T.TrainConfig, P).with_(mode="baseline", seed=int(seed), embedding=recipe)
 
 
 def run_pilot(P, recipes: Sequence[str] | None = None, *, seed: int | None = None, progress: bool = False,

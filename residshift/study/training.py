@@ -5,7 +5,7 @@ The notebooks orchestrate; what they compute or draw is a call into this module.
 - **The grid** (:func:`grid`, :func:`train_grid`): ``baseline``; ``fixed`` with alpha in
   ``train_cut_alphas`` at each block of ``train_cut_layers`` (None = every block); the variants of
   ``train_variants`` (``learned``, ``learned-token``, ``backout``, ``scalars``); each for every seed
-  of ``train_seeds``. Every run goes through ``residshift.train.trainer`` (``TrainConfig.from_profile``
+  of ``train_seeds``. Every run goes through ``residshift.train.trainer`` (``profiles.stage(TrainConfig, P)``
   + ``with_`` + ``train``): one run directory per configuration, reused when finished, so 07 and 08
   reuse what 06 trained and a rerun trains nothing twice. Variants of one seed are paired (same
   initialisation, same data order, same token budget).
@@ -51,13 +51,14 @@ from matplotlib.ticker import FuncFormatter
 
 from ..analysis import verdicts
 from ..analysis.stats import as_numpy
+from ..core import profiles
 from ..core.cache import atomic_write_text
 from ..core.gating import THETA_INIT
 from ..core.models import load_model
 from ..core.paths import figures_dir
 from ..measure import evaluate, lens
 from ..train import final, trainer as T
-from ..train.gpt import MODES
+from ..core.models.gpt import MODES
 from . import lens_setups
 from .alignment import depth_curves
 from .lens_setups import TRAINED_CORPUS as LENS_CORPUS, TRAINED_SPLIT as LENS_SPLIT  # the names 06-10 use
@@ -123,7 +124,7 @@ AUTHORS_CUT = (0.0, 0)  # the authors' own cut: alpha = 0 at block 0 (at both ad
 
 def contrast_name(P) -> str | None:
     """The baseline trained with ``train_contrast_embedding`` (None: no contrast arm)."""
-    emb = getattr(P, "train_contrast_embedding", None)
+    emb = P.train_contrast_embedding
     return None if emb in (None, P.train_embedding) else f"baseline ({emb} embedding)"
 
 
@@ -173,12 +174,12 @@ def config(P, variant: Variant, seed: int) -> T.TrainConfig:
     model's default, 6: alpha = 0.9975); for a fixed cut, ``train_cut_site`` (the authors' harness
     removes both adds of a block: ``"sublayer"``)."""
     extra: dict[str, Any] = {}
-    gate_init = getattr(P, "train_gate_init", None)
+    gate_init = P.train_gate_init
     if variant.mode in GATED_MODES and gate_init is not None:
         extra["theta_init"] = float(gate_init)
     if variant.mode == "fixed":  # where a fixed cut acts: "block" (alpha once) or "sublayer" (both adds)
         extra["site"] = P.train_cut_site
-    return T.TrainConfig.from_profile(P).with_(seed=int(seed), **variant.overrides(), **extra)
+    return profiles.stage(T.TrainConfig, P).with_(seed=int(seed), **variant.overrides(), **extra)
 
 
 def _select(variants: list[Variant], only) -> list[Variant]:
@@ -727,7 +728,7 @@ def start_alpha(P) -> float:
     """Where the paper's gates start: ``sigmoid(theta_init)`` (token gates: ``w = 0``, so every token's
     alpha is ``sigmoid(b) = sigmoid(theta_init)``), ``theta_init`` = ``train_gate_init`` or the
     model's default."""
-    theta = THETA_INIT if getattr(P, "train_gate_init", None) is None else float(P.train_gate_init)
+    theta = THETA_INIT if P.train_gate_init is None else float(P.train_gate_init)
     return float(torch.sigmoid(torch.tensor(theta, dtype=torch.float64)))
 
 

@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def train_config_from_args(args):
     """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags)."""
+    from dataclasses import fields
+
     from ..core import profiles
     from ..train import trainer as T
 
@@ -231,18 +233,23 @@ def train_config_from_args(args):
         overrides = profiles.parse_overrides(args.param)
     except profiles.OverrideError as err:
         raise T.TrainError(f"cannot read -p {args.param}: {err}") from None
-    overrides = {T.PROFILE_KEYS.get(k, k): v for k, v in overrides.items()}  # train_lr=... or lr=...
+    field_of = {key: name for name, key in profiles.stage_keys(T.TrainConfig).items()}
+    overrides = {field_of.get(k, k): v for k, v in overrides.items()}  # train_lr=... or lr=...
     for flag, name in (("mode", "mode"), ("alpha", "alpha"), ("layer", "alpha_layers"), ("seed", "seed")):
         if getattr(args, flag) is not None:
             overrides[name] = getattr(args, flag)
-    return T.TrainConfig.from_profile(values, **overrides)
+    known = sorted(f.name for f in fields(T.TrainConfig))
+    unknown = [k for k in overrides if k not in known]
+    if unknown:
+        raise T.TrainError(f"unknown training settings {unknown}; known: {known}")
+    return profiles.stage(T.TrainConfig, values, **overrides)
 
 
 def main_train(args) -> int:
     """``python -m residshift train``: one run; errors are one line on stderr, exit status 2."""
     from ..train import trainer as T
     from ..train.data import DataError
-    from ..train.gpt import GPTConfigError
+    from ..core.models.gpt import GPTConfigError
     from ..train.lock import RunLockedError
 
     try:
@@ -278,7 +285,7 @@ def main_pilot(args) -> int:
     from ..study import pilot
     from ..train import trainer as T
     from ..train.data import DataError
-    from ..train.gpt import GPTConfigError
+    from ..core.models.gpt import GPTConfigError
 
     try:
         P = profiles.resolve(args.profile)

@@ -129,7 +129,7 @@ def resolve_profile(profile: str, seeds: Sequence[int] | None = None):
 
 def _overrides(profile: str, cfg: T.TrainConfig) -> dict[str, Any]:
     """The fields of ``cfg`` that ``python -m residshift train --profile <profile>`` must be told."""
-    base = T.TrainConfig.from_profile(profiles.get(profile))
+    base = profiles.stage(T.TrainConfig, profiles.get(profile))
     return {f.name: getattr(cfg, f.name) for f in fields(cfg) if getattr(cfg, f.name) != getattr(base, f.name)}
 
 

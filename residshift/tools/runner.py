@@ -33,10 +33,7 @@ without running anything; a corrupt ``RUNS.json`` only makes its last-measured l
 """
 from __future__ import annotations
 
-import ast
 import datetime as _dt
-import importlib
-import inspect
 import json
 import os
 import tempfile
@@ -44,7 +41,6 @@ import platform
 import re
 import shutil
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -215,177 +211,6 @@ def parameters_for(path: Path, profile: str, overrides: dict[str, Any]) -> dict[
         elif name in values:
             chosen[name] = values[name]
     return chosen
-
-
-# --------------------------------------------------------------------------------------------
-# Static check: profile keys a notebook reads without declaring them
-# --------------------------------------------------------------------------------------------
-
-
-def _code_cells(path: Path) -> list[tuple[list[str], str]]:
-    import nbformat  # lazy: nbformat ~1.1 s; notes, report, trainer import this module
-
-    nb = nbformat.read(str(path), as_version=4)
-    return [(list(c.metadata.get("tags", [])), c.source) for c in nb.cells if c.cell_type == "code"]
-
-
-def _parse_cell(source: str) -> ast.Module:
-    # IPython magics and shell escapes are not Python: blank them out, keep line numbers.
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()]
-    return ast.parse("\n".join(lines))
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return None if base is None else f"{base}.{node.attr}"
-    return None
-
-
-def _import_map(tree: ast.Module) -> dict[str, str]:
-    names = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
-                names[a.asname or a.name] = f"{node.module}.{a.name}"
-    return names
-
-
-def _lookup(dotted: str) -> Any:
-    """Import the longest module prefix of ``dotted`` and follow the rest as attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for part in parts[cut:]:
-            obj = getattr(obj, part)
-        return obj
-    raise ImportError(dotted)
-
-
-def _attributes_read(tree: ast.AST, name: str) -> set[str]:
-    """``name.<key>`` loads and ``getattr(name, "<key>")`` calls in ``tree``."""
-    keys = set()
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                and node.value.id == name and isinstance(node.ctx, ast.Load)):
-            keys.add(node.attr)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
-              and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == name
-              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-            keys.add(node.args[1].value)
-    return keys
-
-
-def _resolve_in(namespace: dict[str, Any], dotted: str) -> Any:
-    head, *rest = dotted.split(".")
-    obj = namespace[head]
-    for part in rest:
-        obj = getattr(obj, part)
-    return obj
-
-
-def _callee_keys(callee: Any, pos: int | None, kw: str | None, *, depth: int = 0,
-                 seen: set | None = None) -> set[str]:
-    """The profile keys a residshift function reads from the argument it receives at ``pos`` /
-    ``kw`` (``P.<key>``, ``getattr(P, "<key>")``), following ``P`` into the residshift functions it
-    is passed on to (a few levels deep). Functions outside residshift are not inspected."""
-    seen = set() if seen is None else seen
-    bound = inspect.ismethod(callee)
-    func = getattr(callee, "__func__", callee)
-    if not callable(func) or depth > 4 or not (getattr(func, "__module__", "") or "").startswith("residshift"):
-        return set()
-    ident = (getattr(func, "__qualname__", repr(func)), pos, kw)
-    if ident in seen:
-        return set()
-    seen.add(ident)
-    try:
-        fn = ast.parse(textwrap.dedent(inspect.getsource(func))).body[0]
-    except (OSError, TypeError, SyntaxError, IndexError):
-        return set()
-    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return set()
-    params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
-    if bound:
-        params = params[1:]
-    names = params + [a.arg for a in fn.args.kwonlyargs]
-    name = kw if kw in names else (params[pos] if pos is not None and pos < len(params) else None)
-    if name is None:
-        return set()
-    keys = _attributes_read(fn, name)
-    namespace = getattr(func, "__globals__", {})
-    for node in ast.walk(fn):
-        if not isinstance(node, ast.Call):
-            continue
-        passes = [(i, None) for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id == name]
-        passes += [(None, k.arg) for k in node.keywords if isinstance(k.value, ast.Name) and k.value.id == name]
-        dotted = _dotted(node.func)
-        if not passes or dotted is None:
-            continue
-        try:
-            target = _resolve_in(namespace, dotted)
-        except (KeyError, AttributeError):
-            continue
-        for i, k in passes:
-            keys |= _callee_keys(target, i, k, depth=depth + 1, seen=seen)
-    return keys
-
-
-def _from_profile_keys(factory: Any) -> set[str]:
-    """The keys a ``from_profile(P)`` classmethod reads from its argument."""
-    return _callee_keys(factory, 0, None)
-
-
-RESOLVERS = ("resolve", "from_namespace")  # profiles functions whose result is the resolved profile
-
-
-def profile_keys_read(path: Path) -> set[str]:
-    """The profile keys a notebook reads (static): ``P.<key>`` where ``P`` comes from
-    ``profiles.resolve(...)`` or ``profiles.from_namespace(...)``, ``getattr(P, "<key>")``, and the
-    keys every residshift function the notebook passes ``P`` to reads from it (followed a few calls
-    deep: ``SomeConfig.from_profile(P)``, a study module's ``panel(P, ...)``)."""
-    trees = [_parse_cell(src) for tags, src in _code_cells(path)
-             if "parameters" not in tags and "injected-parameters" not in tags]
-    module = ast.Module(body=[n for t in trees for n in t.body], type_ignores=[])
-    resolved = set()
-    for node in ast.walk(module):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                and (_dotted(node.value.func) or "").split(".")[-1] in RESOLVERS):
-            resolved.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    imports = _import_map(module)
-    keys: set[str] = set()
-    for name in resolved:
-        keys |= _attributes_read(module, name)
-    for node in ast.walk(module):
-        if not isinstance(node, ast.Call):
-            continue
-        passes = [(i, None) for i, a in enumerate(node.args) if isinstance(a, ast.Name) and a.id in resolved]
-        passes += [(None, k.arg) for k in node.keywords if isinstance(k.value, ast.Name) and k.value.id in resolved]
-        owner = _dotted(node.func)
-        if not passes or owner is None:
-            continue
-        head, _, rest = owner.partition(".")
-        target = imports.get(head, head) + (f".{rest}" if rest else "")
-        try:
-            callee = _lookup(target)
-        except (ImportError, AttributeError, OSError, TypeError):
-            continue  # not importable here: the check covers what it can see
-        for i, k in passes:
-            keys |= _callee_keys(callee, i, k)
-    return keys - {"profile"}
-
-
-def undeclared_profile_keys(path: Path) -> list[str]:
-    """Profile keys ``path`` reads but its ``parameters`` cell does not declare (so ``-p`` cannot
-    reach them: the runner injects only declared names)."""
-    return sorted(profile_keys_read(path) - set(declared_parameters(path)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -905,9 +730,9 @@ def _n(x: float) -> str:
 def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int | None]) -> list[str]:
     """Lines describing the work of a notebook that reads ``keys`` of the profile values ``P``.
 
-    Grouped by the key families the profiles define: forward tokens, tokens x layers for lens-style
-    passes (every layer's residual decoded), fits and training tokens for anything with
-    ``<prefix>_steps`` / ``_batch`` / ``_window``.
+    ``keys``: what the notebook's ``parameters`` cell declares. Grouped by stage: forward tokens,
+    tokens x layers for lens-style passes (every layer's residual decoded), and the fits (tuned lens,
+    gates, GPTs trained from scratch) with their training tokens.
     """
     keys = set(keys)
     models = list(P.get("models") or []) + (list(P.get("extra_models") or []) if "extra_models" in keys else [])
@@ -944,28 +769,28 @@ def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int 
         items = P.get("eval_items")
         lines.append(f"evaluation: {_n(tokens('eval_windows', 'eval_window'))} tokens per model and variant, "
                      f"{'all' if items is None else items} items per benchmark")
-    fits_per_model = {"tuned": 1, "gate": len(P.get("gate_kinds") or [1]) * len(P.get("gate_seeds") or [1])}
-    prefixes = {k.rsplit("_", 1)[0] for k in keys if k.endswith(("_steps", "_tokens"))}
-    for prefix in sorted(prefixes):
-        if f"{prefix}_lr" not in keys:  # a fit has a learning rate; other *_tokens keys are sizes
-            continue
-        batch = (P.get(f"{prefix}_batch") or 0) * (P.get(f"{prefix}_accumulate") or 1)
-        window = P.get(f"{prefix}_window") or P.get(f"{prefix}_context") or P.get(f"{prefix}_seq") or 0
-        per_fit = P.get(f"{prefix}_tokens") or (P.get(f"{prefix}_steps") or 0) * batch * window
-        if not per_fit:
-            continue
-        if prefix in fits_per_model:
-            fits, of = fits_per_model[prefix] * max(len(models), 1), "over the models"
-        else:
-            fits, of = len(P.get(f"{prefix}_seeds") or [1]), "per configuration"
-        how = (f"{P[f'{prefix}_steps']} steps x {batch} x {window} tokens = "
-               if P.get(f"{prefix}_steps") and not P.get(f"{prefix}_tokens") else "")
-        line = (f"{prefix} fits: {fits} {of}, {how}{_n(per_fit)} training tokens per fit, "
-                f"{_n(per_fit * fits)} in all")
-        layers_, width = P.get(f"{prefix}_layers"), P.get(f"{prefix}_width")
-        if layers_ and width:  # a model trained from scratch: ~12 L d^2 weights in its blocks
+    # the fits, each named (no key-name guessing): (what, fits, of what, steps or None, batch, window, tokens)
+    n_models = max(len(models), 1)
+    fits = []
+    if "tuned_steps" in keys:  # one tuned lens per model
+        fits.append(("tuned", n_models, "over the models", P.get("tuned_steps"), P.get("tuned_batch") or 0,
+                     P.get("tuned_window") or 0))
+    if "gate_steps" in keys:  # a gate per model, kind and seed
+        fits.append(("gate", len(P.get("gate_kinds") or [1]) * len(P.get("gate_seeds") or [1]) * n_models,
+                     "over the models", P.get("gate_steps"), P.get("gate_batch") or 0, P.get("gate_window") or 0))
+    for name, n_fits, of, steps, batch, window in fits:
+        per_fit = (steps or 0) * batch * window
+        if per_fit:
+            lines.append(f"{name} fits: {n_fits} {of}, {steps} steps x {batch} x {window} tokens = "
+                         f"{_n(per_fit)} training tokens per fit, {_n(per_fit * n_fits)} in all")
+    if P.get("train_tokens") and "train_tokens" in keys:  # GPTs trained from scratch, per grid configuration
+        per_fit, n_fits = P["train_tokens"], len(P.get("train_seeds") or [1])
+        line = (f"train fits: {n_fits} per configuration, {_n(per_fit)} training tokens per fit, "
+                f"{_n(per_fit * n_fits)} in all")
+        layers_, width = P.get("train_layers"), P.get("train_width")
+        if layers_ and width:  # ~12 L d^2 weights in its blocks
             n_params = 12 * layers_ * width ** 2
-            line += f"; ~{_n(n_params)} block weights, ~{_n(6 * n_params * per_fit * fits)} FLOPs (6 N D)"
+            line += f"; ~{_n(n_params)} block weights, ~{_n(6 * n_params * per_fit * n_fits)} FLOPs (6 N D)"
         lines.append(line)
     return lines
 
@@ -984,7 +809,7 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
     log(f"profile {profile}: models {shown}; device {P.get('device')}")
     out = {}
     for book in books:
-        keys = set(declared_parameters(book)) | profile_keys_read(book)
+        keys = set(declared_parameters(book))
         out[book.stem] = estimate_work(keys, P, layers) or ["(no sized work)"]
         log(f"{book.stem}")
         for line in out[book.stem]:

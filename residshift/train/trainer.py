@@ -1,6 +1,6 @@
-"""Train a small GPT (``residshift.train.gpt``) with the residual attenuation in place.
+"""Train a small GPT (``residshift.core.models.gpt``) with the residual attenuation in place.
 
->>> cfg = TrainConfig.from_profile("default", mode="fixed", alpha=0.0, alpha_layers=[3], seed=1)
+>>> cfg = profiles.stage(TrainConfig, "default", mode="fixed", alpha=0.0, alpha_layers=[3], seed=1)
 >>> run = train(cfg)                          # results/train/<label>-<key>/ ; reused when finished
 >>> summary = read_summary(run)               # final / best validation loss, tokens/s, ...
 >>> loaded = load_model(run / "model")        # residshift.core.models.load_model: lens, harness, nnsight
@@ -79,31 +79,30 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers.utils import logging as hf_logging
 
-from ..core import fitting, profiles, unembed
-from ..core.cache import (DamagedFileError, _canonical, _module_entry, atomic_dir, atomic_write_text, code_fingerprint,
+from ..core import profiles
+from ..core.cache import (DamagedFileError, _canonical, atomic_dir, atomic_write_text, code_fingerprint,
                           check_folder, config_key, discard_verified, load_verified, write_manifest)
 from ..core.data import tokenizer_fingerprint
 from ..core.fitting import FORMAT, FitConfig, FitError, fit
 from ..core.machine import cpu_facts, device_problem  # cpu_facts re-exported: every speed figure names its CPU
 from ..core.paths import cache_dir, results_dir
 from ..core.unembed import next_token_losses
-from . import data as D, gpt
-from .gpt import GPT, GPTConfig, GPTConfigError
+from . import data as D
+from ..core.models.gpt import GPT, GPTConfig, GPTConfigError
 from .lock import run_lock
 from .tokenizer import TokenizerSpecError, get_tokenizer, prepends_bos
 
@@ -113,18 +112,6 @@ DEVICE_DEFAULTS: dict[str, dict[str, bool]] = {
     "cuda": {"bf16": True, "compile": True},
 }
 
-PROFILE_KEYS = {  # profile key (section "train" of residshift.core.profiles) -> TrainConfig field
-    "train_layers": "layers", "train_heads": "heads", "train_width": "width", "train_context": "context",
-    "train_vocab": "vocab", "train_mlp": "mlp", "train_dropout": "dropout", "train_bias": "bias",
-    "train_tokenizer": "tokenizer", "train_corpus": "corpus", "train_split": "split",
-    "train_val_corpus": "val_corpus", "train_val_split": "val_split", "train_val_tokens": "val_tokens",
-    "train_tokens": "tokens", "train_batch": "batch_size", "train_accumulate": "accumulate",
-    "train_lr": "lr", "train_betas": "betas", "train_weight_decay": "weight_decay",
-    "train_warmup": "warmup", "train_min_lr_ratio": "min_lr_ratio", "train_grad_clip": "grad_clip",
-    "train_eval_every": "eval_every", "train_eval_windows": "eval_windows", "train_bf16": "bf16",
-    "train_compile": "compile", "train_checkpoint_every": "checkpoint_every",
-    "train_embedding": "embedding", "train_gate_lr": "gate_lr",
-}
 RUN_FILES = ("config.json", "checkpoint.pt", "checkpoint.pt.sha256", "log.jsonl", "model", "summary.json")
 LOCKED_EXIT = 75  # `residshift train` exit status when another process trains the run (EX_TEMPFAIL)
 
@@ -137,7 +124,7 @@ class TrainError(ValueError):
 class TrainConfig:
     """Everything that defines a training run (the run directory is keyed by it).
 
-    Model (``residshift.train.gpt.GPTConfig``): ``layers``, ``heads``, ``width``, ``context``,
+    Model (``residshift.core.models.gpt.GPTConfig``): ``layers``, ``heads``, ``width``, ``context``,
     ``vocab`` (None = the tokenizer's size; larger pads the embedding), ``mlp``, ``dropout``,
     ``bias``, the ``embedding`` recipe (``gpt.RECIPES``), the residual ``mode`` and its parameters (``alpha`` and ``alpha_layers`` for
     ``fixed``; ``site``; ``theta_init`` / ``scalar_init`` / ``backout_layer`` / ``backout_init``,
@@ -153,6 +140,8 @@ class TrainConfig:
     lambda train at ``lr`` with the other parameters without decay; a number: in a group of their own
     at that peak learning rate, on the same schedule).
     """
+
+    PREFIX: ClassVar[str] = "train"  # its profile keys (profiles.stage): train_layers, ..., train_batch
 
     layers: int = 6
     heads: int = 4
@@ -179,7 +168,7 @@ class TrainConfig:
     val_tokens: int = 1_000_000
     shard_tokens: int = 100_000_000
     tokens: int = 1_000_000
-    batch_size: int = 16
+    batch_size: int = field(default=16, metadata=profiles.key("batch"))
     accumulate: int = 1
     lr: float = 2e-3
     betas: tuple[float, float] = (0.9, 0.95)
@@ -205,27 +194,6 @@ class TrainConfig:
         self.check()
 
     # -- construction --------------------------------------------------------------------------
-
-    @classmethod
-    def from_profile(cls, profile: Any = "default", **overrides: Any) -> "TrainConfig":
-        """The ``train_*`` values of a profile (a name, a dict, or ``profiles.resolve``'s namespace),
-        with ``overrides`` (TrainConfig field names) on top."""
-        if isinstance(profile, str):
-            values = profiles.get(profile)
-        elif isinstance(profile, dict):
-            values = profile
-        else:
-            values = vars(profile)
-        kwargs = {f: values[k] for k, f in PROFILE_KEYS.items() if k in values}
-        missing = [k for k in PROFILE_KEYS if k not in values]
-        if missing:
-            raise TrainError(f"the profile lacks the training keys {missing} (section 'train' of "
-                             "residshift/core/profiles.py)")
-        unknown = [k for k in overrides if k not in {f.name for f in fields(cls)}]
-        if unknown:
-            raise TrainError(f"unknown training settings {unknown}; known: {sorted(f.name for f in fields(cls))}")
-        kwargs.update(overrides)
-        return cls(**kwargs)
 
     def with_(self, **changes: Any) -> "TrainConfig":
         return replace(self, **changes)
@@ -339,14 +307,17 @@ class TrainConfig:
                          seed=self.seed)
 
 
+# The code a run depends on, declared: this module and every residshift module it imports (the model,
+# the data, the loop, the loss, the device defaults), except the tokenizer module, whose product enters
+# the run key by its own fingerprint (data.tokenizer_fingerprint), so the loaders behind pretrained
+# tokenizers (and so the lens command, notebooks 00-05) can change without retraining anything.
+RUN_CODE_WITHOUT = ("residshift.train.tokenizer",)
+
+
 def training_code_fingerprint() -> str:
-    """The code a trained model depends on: the model, the data, the loop and the loss (each with the
-    residshift modules it imports), and this module's own source (not its imports: the profiles and
-    the model loader behind pretrained tokenizers compute nothing a run keeps; the tokenizer enters
-    the key by its own fingerprint). A change to any of them trains again rather than reusing a run
-    another code produced."""
-    own = _module_entry(__name__)[0]  # this module as imported (the code that runs), not its imports
-    return hashlib.sha256((code_fingerprint(gpt, D, fitting, unembed) + own).encode()).hexdigest()[:20]
+    """The fingerprint of the code a trained model depends on (:data:`RUN_CODE_WITHOUT` says what is
+    left out and why). A change to it trains again rather than reusing a run another code produced."""
+    return code_fingerprint(__name__, without=RUN_CODE_WITHOUT)
 
 
 def _cpu_has_bf16() -> bool:

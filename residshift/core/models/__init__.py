@@ -31,7 +31,7 @@ the choice and the check; for a tied model both choices are the one matrix (``de
 
 What a model must offer the lens, the edits and the harness is written down once, in
 :class:`StudyModel` / :class:`StudyModule` (and the :class:`ModelInfo` fields), and checked by
-:func:`check_interface`: a new architecture (the study's own GPT, ``residshift.train.gpt``) is
+:func:`check_interface`: a new architecture (the study's own GPT, ``residshift.core.models.gpt``) is
 ready for every notebook when ``check_interface(load_model(...))`` passes.
 """
 # One module per job, every name re-exported here (``models.load_model`` and the rest read as before):
@@ -52,5 +52,5 @@ from .embedded import (  # noqa: F401
 from .tiny import (  # noqa: F401
     TINY, _tiny_config, build_tiny, byte_tokenizer)
 from .loading import (  # noqa: F401
-    BARE_HUB_IDS, PAPER_MODELS, STUDY_MODEL_MODULES, _from_pretrained, _load_remote, _unknown, known_models,
+    BARE_HUB_IDS, PAPER_MODELS, _from_pretrained, _load_remote, _unknown, known_models,
     load_model, load_models, register_study_models)

@@ -259,7 +259,7 @@ def check_interface(loaded: LoadedModel, ids: torch.Tensor | None = None, *, ato
 # Where each architecture keeps its layers, final norm and input embedding.
 _ARCH_PATHS: list[tuple[str, str, str]] = [
     ("model.layers", "model.norm", "model.embed_tokens"),  # llama, gemma*, mistral, qwen, olmo
-    ("transformer.h", "transformer.ln_f", "transformer.wte"),  # gpt2, gpt-neo, gpt-j, residshift.train.gpt
+    ("transformer.h", "transformer.ln_f", "transformer.wte"),  # gpt2, gpt-neo, gpt-j, residshift.core.models.gpt
     ("gpt_neox.layers", "gpt_neox.final_layer_norm", "gpt_neox.embed_in"),  # pythia
     ("model.decoder.layers", "model.decoder.final_layer_norm", "model.decoder.embed_tokens"),  # opt
 ]

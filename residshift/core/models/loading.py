@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
 import os
 from pathlib import Path
 from typing import Sequence
@@ -71,16 +68,11 @@ def _from_pretrained(ref: str, dtype: torch.dtype, offline_hint: str):
     return model, tokenizer
 
 
-# Model types the study defines itself, registered with the transformers Auto classes when first
-# needed. Named by string, not imported: ``core`` stays below ``train``, and the code fingerprint of
-# results that never load a trained GPT does not change when ``train/gpt.py`` does.
-STUDY_MODEL_MODULES = {"residshift-gpt": "residshift.train.gpt"}
-
-
 def register_study_models() -> None:
-    """Import the modules that register the study's own model types (idempotent)."""
-    for module in STUDY_MODEL_MODULES.values():
-        importlib.import_module(module)
+    """Register the study's own model type (``residshift-gpt``, :mod:`.gpt`) with the transformers Auto
+    classes (idempotent: importing the module registers it). Imported here, not at the top, because
+    the model class imports transformers' modelling code (~1 s) and most importers load no model."""
+    from . import gpt  # noqa: F401
 
 
 def load_model(

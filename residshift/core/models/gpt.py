@@ -91,7 +91,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import CausalLMOutput
 from transformers.modeling_utils import slice_logits_to_keep
 
-from ..core.gating import THETA_INIT, FixedGate, ScalarGate, SkipScalar, TokenGate
+from ..gating import THETA_INIT, FixedGate, ScalarGate, SkipScalar, TokenGate
 
 MODEL_TYPE = "residshift-gpt"
 MODES = ("baseline", "fixed", "learned", "learned-token", "backout", "scalars")
