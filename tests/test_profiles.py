@@ -229,3 +229,13 @@ def test_importing_profiles_does_not_import_pandas():
     code = "import sys, residshift.core.profiles; print('pandas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_command_line_shows_each_stages_config(capsys):
+    from residshift.tools.cli import main
+
+    assert main(["profiles", "smoke", "--stages"]) == 0
+    out = capsys.readouterr().out
+    assert "SweepConfig (sweep_*; notebooks 04-05)" in out
+    assert f"    n_windows <- sweep_windows = {profiles.get('smoke')['sweep_windows']!r}" in out
+    assert "    batch_size <- train_batch = 8" in out and "    seed <- seed = 0" in out

@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("models", help="list the model names load_model understands")
     prof = sub.add_parser("profiles", help="print the profiles' parameters")
     prof.add_argument("name", nargs="?", default=None, help="one profile (default: all)")
+    prof.add_argument("--stages", action="store_true", help="the typed config each stage builds from the "
+                      "profile (profiles.stage): every field with the key it reads and its value")
     rep = sub.add_parser("report", help="regenerate the README's headline verdicts and docs/results.md from the saved numbers")
     rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
@@ -208,9 +210,40 @@ def main(argv: list[str] | None = None) -> int:
             print(f"residshift profiles: error: unknown profile {args.name!r}; choose one of "
                   f"{', '.join(PROFILES)}", file=sys.stderr)
             return 2
+        if args.stages:
+            for line in stage_lines(args.name or "default"):
+                print(line)
+            return 0
         print(json.dumps(PROFILES if args.name is None else PROFILES[args.name], indent=2))
         return 0
     return 2
+
+
+def stage_lines(profile: str) -> list[str]:
+    """``residshift profiles NAME --stages``: per stage, the config ``profiles.stage`` builds at ``profile``
+    (the fields a profile sets: ``field <- key = value``; the call adds the rest, the model or a seed)."""
+    from ..attenuate.gates import GateConfig
+    from ..attenuate.sweep import SweepConfig
+    from ..core import profiles
+    from ..measure.causal import CausalConfig
+    from ..measure.evaluate import EvalConfig
+    from ..measure.lens import LensPass
+    from ..measure.tuned_lens import TunedLensConfig
+    from ..train.trainer import TrainConfig
+
+    stages = [(LensPass, "lens", "notebooks 01-03, the lens command"), (TunedLensConfig, None, "notebook 03"),
+              (CausalConfig, None, "notebook 03"), (SweepConfig, None, "notebooks 04-05"),
+              (LensPass, "atten_lens", "notebooks 04-05, with the sweep's corpus and batch"),
+              (GateConfig, None, "notebook 05, per model, kind and seed"), (EvalConfig, None, "notebooks 05, 07"),
+              (TrainConfig, None, "notebooks 06-10, per variant and seed"),
+              (LensPass, "train_lens", "notebooks 06-09, at the training context")]
+    values = profiles.get(profile)
+    lines = [f"profile {profile}: each stage's config (profiles.stage), field <- profile key = value"]
+    for cls, prefix, where in stages:
+        keys = profiles.stage_keys(cls, prefix)
+        lines.append(f"{cls.__name__} ({prefix or cls.PREFIX}_*; {where})")
+        lines += [f"    {field} <- {key} = {values[key]!r}" for field, key in keys.items()]
+    return lines
 
 
 # --------------------------------------------------------------------------------------------
