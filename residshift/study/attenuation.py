@@ -51,6 +51,7 @@ from ..core.interventions import attenuate
 from ..measure import evaluate, lens
 from . import lens_setups
 from .plotting import PALETTE, integer_axis
+from .prose import join
 
 NAME04 = "04-attenuation-sweep"
 NAME05 = "05-learned-gates"
@@ -731,9 +732,6 @@ def benchmark_table(bench: Mapping[str, Benchmarks]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["model", "task"]).round(3)
 
 
-def _and(parts: list[str]) -> str:
-    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list[str]:
@@ -757,7 +755,7 @@ def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list
             tasks = list(r.details["tasks"])
             short = [f"{t} ({b.task_items[t]:,})" for t in tasks if b.task_items[t] < need]
             if short:
-                line += (f"; {_and(short)} {'has' if len(short) == 1 else 'have'} fewer, so at that rate even "
+                line += (f"; {join(short)} {'has' if len(short) == 1 else 'have'} fewer, so at that rate even "
                          "every item there would not reach it")
             configs = 1 + int(np.atleast_2d(next(iter(b.after[r.variant].values()))).shape[0])
             items = {t: min(need, b.task_items[t]) for t in tasks}

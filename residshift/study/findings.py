@@ -21,6 +21,7 @@ import pandas as pd
 from ..analysis.verdicts import (CLAIMS, INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, VerdictError, VerdictRow,
                                  is_evidence, load_verdicts)
 from . import tables
+from .prose import join, plural
 
 __all__ = ["PAPER_COLUMN", "TABLE_COLUMNS", "claims_table", "run_shows", "print_findings", "reason",
            "seed_counts"]
@@ -181,9 +182,6 @@ def _kind(text: str) -> str:
     return head + (", underpowered" if "underpowered" in clauses[1:] else "")
 
 
-def _join(items: Sequence[str], sep: str = ", ") -> str:
-    items = list(items)
-    return items[0] if len(items) == 1 else sep.join(items[:-1]) + " and " + items[-1]
 
 
 def _subjects(pairs: Sequence[tuple[str, str | None]]) -> str:
@@ -197,11 +195,9 @@ def _subjects(pairs: Sequence[tuple[str, str | None]]) -> str:
     for model, labels in by.items():
         sep = " / " if any(", " in x for x in labels) else ", "
         parts.append(f"{model} ({sep.join(labels)})" if labels else model)
-    return _join(parts, "; " if any(", " in m for m in by) else ", ")
+    return join(parts, "; " if any(", " in m for m in by) else ", ")
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,7 +266,7 @@ def _items(rows: Sequence[VerdictRow], labels: Sequence[str | None], outcome: st
             if len(members) == len(idx) > 1:
                 models = list(dict.fromkeys(rows[i].model for i in members))
                 sep = "; " if any(", " in m for m in models) else ", "
-                who = f"everywhere it was tested ({len(members)} rows: {_join(models, sep)})"
+                who = f"everywhere it was tested ({len(members)} rows: {join(models, sep)})"
             else:
                 who = "for " + _subjects([(rows[i].model, labels[i]) for i in members])
             items.append(f"{cid} {who}" + (f": {kind}" if kind else ""))
@@ -326,9 +322,9 @@ def run_shows(rows, *, extra: Iterable[str] = ()) -> list[str]:
     n, k = len(rows), len(dict.fromkeys(r.claim_id for r in rows))
     counts = {v: sum(r.verdict == v for r in rows) for v in OUTCOME_ORDER}
     present = [v for v in OUTCOME_ORDER if counts[v]]
-    on = f"{_plural(n, 'verdict')} on {_plural(k, 'claim')}"
+    on = f"{plural(n, 'verdict')} on {plural(k, 'claim')}"
     if not rows:
-        lines = [f"None of the {_plural(len(every), 'verdict')} of this run counts as evidence about the paper's "
+        lines = [f"None of the {plural(len(every), 'verdict')} of this run counts as evidence about the paper's "
                  "claims."]
     elif present == [REPRODUCED]:
         lines = [f"All {on} of the paper reproduce it." if n > 1 else f"The {on} of the paper reproduces it."]
@@ -343,7 +339,7 @@ def run_shows(rows, *, extra: Iterable[str] = ()) -> list[str]:
         parts = [f"{counts[v]} {v}" for v in present]
         verb = "is" if counts[present[0]] == 1 else "are"
         lines = [f"Of the {on} of the paper, {parts[0].split(' ', 1)[0]} {verb} "
-                 + _join([parts[0].split(" ", 1)[1]] + parts[1:]) + "."]
+                 + join([parts[0].split(" ", 1)[1]] + parts[1:]) + "."]
     left = len(every) - len(rows)
     if left and rows:
         lines[0] = lines[0][:-1] + f" ({left} more {'is' if left == 1 else 'are'} reported but not counted as evidence)."
@@ -403,7 +399,7 @@ def scale_lines(scaled_rows) -> list[str]:
         share = ("–" if s["early_share"] is None else f"{s['early_share']:.2f}") + (
             "" if lo is None or hi is None else f" [{lo:.2f}, {hi:.2f}]")
         n = len(items)
-        lines.append(f"Scale: {_plural(n, 'C2–C4 verdict')} here {'was' if n == 1 else 'were'} measured on {model}, "
+        lines.append(f"Scale: {plural(n, 'C2–C4 verdict')} here {'was' if n == 1 else 'were'} measured on {model}, "
                      f"whose deep-switch measure reads {outcome} (S1 {share}, C1.middle {s['middle']}, "
                      f"{s['n_layers']} blocks): {label}.")
     if any(not s["counts_as_evidence"] for items in groups.values() for _, s in items):

@@ -17,7 +17,6 @@ the source fingerprints that key the cached results (``residshift.core.cache``).
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -27,6 +26,7 @@ from ..analysis.verdicts import VerdictRow
 from .alignment import PAPER_REF
 from .attenuation import LOSS_SPLIT
 from .lens_setups import ATTEN_SPLIT
+from .prose import every, first_reason, join
 
 _ARROW = "→"
 
@@ -76,28 +76,18 @@ def _ci(m: float | None, lo: float | None, hi: float | None, digits: int = 4, *,
 
 def _why(row: VerdictRow) -> str:
     """`` (why)`` for an inconclusive row that says why, else nothing."""
-    why = _short_why(row)
+    why = first_reason(row)
     return f" ({why})" if why else ""
 
 
-def _short_why(row: VerdictRow) -> str:
-    """An inconclusive row's reason, its first clause (up to a ``;``, ``:`` or ``(``); ``""`` for a decided
-    row. The reason in full is printed by the detail that follows the three lines."""
-    why = re.split(r"[;:(]", str(row.details.get("why") or ""))[0].strip()
-    return why if row.verdict == verdicts.INCONCLUSIVE else ""
 
 
-def _and(items: Sequence[str]) -> str:
-    items = list(items)
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _for(names: Sequence[str], total: int, noun: str = "") -> str:
     """``for both`` / ``for all 3`` (``noun`` after it) where every item of ``total`` shares a verdict,
     else ``for a and b``."""
-    if len(names) == total and total > 1:
-        return ("for both" if total == 2 else f"for all {total}") + (f" {noun}" if noun else "")
-    return f"for {_and(names)}"
+    return "for " + every(names, total, noun)
 
 
 def _by_verdict(items: Sequence[tuple[str, str, str]]) -> str:
@@ -120,7 +110,7 @@ def _labels(items: Sequence[Item], *, numbers: bool = True) -> str:
     by: dict[str, list[str]] = {}
     for model, kind, _, text, _ in items:
         by.setdefault(model, []).append(" ".join(x for x in (kind, text if numbers else "") if x))
-    return _and([f"{m} {_and(ks)}".rstrip() for m, ks in by.items()])
+    return join([f"{m} {join(ks)}".rstrip() for m, ks in by.items()])
 
 
 def _grouped(items: Sequence[Item], total: int, *, every: bool = False) -> str:
@@ -131,7 +121,7 @@ def _grouped(items: Sequence[Item], total: int, *, every: bool = False) -> str:
     groups = []
     for v in dict.fromkeys(x[4].verdict for x in items):
         mine = [x for x in items if x[4].verdict == v]
-        whys = list(dict.fromkeys(_short_why(x[4]) for x in mine))
+        whys = list(dict.fromkeys(first_reason(x[4]) for x in mine))
         groups.append((v + (f" ({whys[0]})" if len(whys) == 1 and whys[0] else ""), mine))
     out = []
     for v, mine in sorted(groups, key=lambda g: len(g[1]) > 1):
@@ -242,20 +232,20 @@ def alignment_found(rows: Iterable[Any], *, models: Iterable[str] | None = None)
         if t_overall is not None:
             tuned_c1.append((name, t_overall.verdict + ("" if verdicts.is_evidence(t_overall) else " (not counted)")))
     regime_text = "; ".join((f"{_for(ns, len(names)).removeprefix('for ')} models" if len(ns) == len(names) > 1
-                             else _and(ns)) + f": {text}" for text, ns in regimes.items())
+                             else join(ns)) + f": {text}" for text, ns in regimes.items())
     if no_c1:
-        regime_text += ("; " if regime_text else "") + f"no logit-lens C1 rows for {_and(no_c1)}"
+        regime_text += ("; " if regime_text else "") + f"no logit-lens C1 rows for {join(no_c1)}"
     paper_model = PAPER_REF["model"].replace(" (paper)", "")
     depth_text = _by_verdict([(n, x, f"C1.depth {v}") for n, x, v in depths])
     if no_depth:
-        depth_text += ("; " if depth_text else "") + f"no emergence depth for {_and(no_depth)}"
+        depth_text += ("; " if depth_text else "") + f"no emergence depth for {join(no_depth)}"
     tuned_text = _by_verdict([(n, x, f"C1.depth {v}") for n, x, v in tuned])
     if tuned_c1:
         c1s = list(dict.fromkeys(v for _, v in tuned_c1))
         tuned_text += "; its C1 " + (f"{c1s[0]} {_for([n for n, _ in tuned_c1], len(tuned_c1))}" if len(c1s) == 1
                                      else ", ".join(f"{v} for {n}" for n, v in tuned_c1))
     if no_tuned:
-        tuned_text += ("; " if tuned_text else "") + f"no tuned lens for {_and(no_tuned)}"
+        tuned_text += ("; " if tuned_text else "") + f"no tuned lens for {join(no_tuned)}"
     return [
         "C1 under the logit lens (a layer counts where its top-1 rate beats a unigram guess) — " + regime_text + ".",
         f"Next-token emergence depth l/L (logit lens, top-1, 95% CI; paper: {paper_model} ≈ "
@@ -318,7 +308,7 @@ def _c2(rows: Sequence[VerdictRow], names: Sequence[str]) -> str:
                 [(n, _ci(r.estimate, *r.ci, digits), f"{r.verdict}{_why(r)}") for n, r in mine]))
     missing = [n for n in names if _find(rows, n, "C2.layer-sensitive") is None and _find(rows, n, "C2.late-cut") is None]
     if missing:
-        parts.append(f"no C2 rows for {_and(missing)}")
+        parts.append(f"no C2 rows for {join(missing)}")
     return "; ".join(parts)
 
 
@@ -438,7 +428,7 @@ def _misalignment(rows: Sequence[VerdictRow], pairs) -> str:
             span = _span([x[2] for x in items], digits)
             plain = [(n, k, None, "", r) for n, k, _, _, r in items]
             claims.setdefault(_grouped(plain, len(pairs), every=True), []).append(f"{label}{span}")
-    return "; ".join(f"{_and(labels)}: {text}" for text, labels in claims.items()) or "no misalignment rows"
+    return "; ".join(f"{join(labels)}: {text}" for text, labels in claims.items()) or "no misalignment rows"
 
 
 def _bench(rows: Sequence[VerdictRow], pairs) -> str:
@@ -474,7 +464,7 @@ def gates_found(rows: Iterable[Any], loss_table: Any, *, corpus: str,
     names = _models(rows, models)
     pairs = _pairs(rows, names)
     missing = [n for n in names if not _kinds(rows, n)]
-    none = "" if not missing else f"; no C3 rows for {_and(missing)}"
+    none = "" if not missing else f"; no C3 rows for {join(missing)}"
     n_test = next((r.n for r in rows if r.claim_id.startswith("C3.beats")), None)
     n_lens = next((r.n for r in rows if r.claim_id == "C3.misalignment"), None)
     cuts = [n for n in names if _kinds(rows, n)]

@@ -35,6 +35,7 @@ import pandas as pd
 from ..analysis import scale, verdicts
 from ..analysis.trend import tokens_text
 from ..analysis.verdicts import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, VerdictRow
+from .prose import every, first_reason, join, plural
 
 __all__ = ["grid_found", "gates_training_found", "mitigation_found", "attribution_found", "ladder_found"]
 
@@ -62,15 +63,8 @@ def _rows(rows: Iterable[Any], what: str) -> list[VerdictRow]:
     return out
 
 
-def _join(items: Sequence[str], sep: str = ", ") -> str:
-    items = list(items)
-    if not items:
-        return "none"
-    return items[0] if len(items) == 1 else sep.join(items[:-1]) + " and " + items[-1]
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _num(x: Any) -> float | None:
@@ -91,17 +85,12 @@ def _ci(est: Any, lo: Any, hi: Any, fmt: str = "+.3f") -> str:
     return f"{e:{fmt}}" + ("" if a is None or b is None else f" [{a:{fmt}}, {b:{fmt}}]")
 
 
-def _why(row: VerdictRow) -> str:
-    """The first clause of an inconclusive row's reason (``details['why']``, up to a ``;``, ``:`` or
-    ``(``); ``""`` for a decided row."""
-    why = re.split(r"[;:(]", str(row.details.get("why") or ""))[0].strip()
-    return why if row.verdict == INCONCLUSIVE else ""
 
 
 def _verdict_with_why(row: VerdictRow) -> str:
     """The verdict, and for an inconclusive row the first clause of its reason: ``inconclusive (seeds
     disagree)``."""
-    why = _why(row)
+    why = first_reason(row)
     return f"{row.verdict} ({why})" if why else row.verdict
 
 
@@ -112,11 +101,6 @@ def _range(values: Sequence[Any], fmt: str = "+.3f") -> str:
     return "–" if not v else v[0] if len(v) == 1 else f"{v[0]} to {v[-1]}"
 
 
-def _all(names: Sequence[str], total: int, noun: str = "") -> str:
-    """``all 4 variants`` / ``both`` where the names are every one of ``total``, else the names."""
-    if len(names) == total and total > 1:
-        return ("both" if total == 2 else f"all {total}") + (f" {noun}" if noun else "")
-    return _join(names)
 
 
 def _underpowered(rows: Sequence[VerdictRow]) -> str:
@@ -152,7 +136,7 @@ def _evidence_text(scaled: Sequence[Mapping[str, Any]], outcome: str) -> str:
         counts[label] = counts.get(label, 0) + 1
     claims = "/".join(dict.fromkeys(d["claim_id"].split("-")[0].split(".")[0] for d in scaled))
     parts = [f"{n} {'is' if n == 1 else 'are'} {label}" for label, n in counts.items()]
-    return f"of the {_plural(len(scaled), claims + ' verdict')}, {_join(parts)}"
+    return f"of the {plural(len(scaled), claims + ' verdict')}, {join(parts)}"
 
 
 SWITCH_SHORT = {scale.NEAR_BIGRAM: "no deep switch", scale.SWITCH_INCONCLUSIVE: "deep switch not shown"}
@@ -257,7 +241,7 @@ def grid_found(rows, cuts: pd.DataFrame, finals: Mapping[tuple[str, int], Mappin
         return (f"{_ci(r['change'], r['lo'], r['hi'])} (alpha={k[0]:g} at block {k[1]}, {sum(v > 0 for v in per)} "
                 f"of {len(per)} seeds higher)")
 
-    first = (f"Baseline {model}: final validation loss {base.mean():.3f}{sd} nats ({_plural(len(seeds), 'seed')}); "
+    first = (f"Baseline {model}: final validation loss {base.mean():.3f}{sd} nats ({plural(len(seeds), 'seed')}); "
              + (f"the one trained cut changes it by {cut(big)}" if low == big else
                 f"the {len(cuts)} trained cuts change it by {cut(low)} to {cut(big)}") + " nats, paired by seed.")
     c2 = [r for r in rows if r.claim_id in C2_CLAIMS]
@@ -298,7 +282,7 @@ def _concentrates(rows: Sequence[VerdictRow], variants: Sequence[str]) -> str:
         if not hit:
             continue
         texts = list(dict.fromkeys(_verdict_with_why(r) for _, r in hit))
-        parts.append(f"{label}: " + (f"{texts[0]} for {_all([v for v, _ in hit], len(variants))}" if len(texts) == 1
+        parts.append(f"{label}: " + (f"{texts[0]} for {every([v for v, _ in hit], len(variants))}" if len(texts) == 1
                                      else ", ".join(f"{v} {_verdict_with_why(r)}" for v, r in hit)))
     return "; ".join(parts)
 
@@ -312,14 +296,14 @@ def _cut_candidates(row: VerdictRow) -> str:
     return "" if counts is None else f" (beats {counts[0]} of {counts[1]} candidates)"
 
 
-def _every_cut(every: Sequence[tuple[str, VerdictRow]], n_variants: int) -> str:
+def _every_cut(pairs: Sequence[tuple[str, VerdictRow]], n_variants: int) -> str:
     """The C3-training.beats-best-cut verdicts, said once where the variants agree: ``inconclusive for
     both (beats 5 and 4 of 11 candidates)``; per variant otherwise."""
-    verdicts = {b.verdict for _, b in every}
+    verdicts = {b.verdict for _, b in pairs}
     if len(verdicts) > 1:
-        return ", ".join(f"{v} {b.verdict}{_cut_candidates(b)}" for v, b in every)
-    counts = [_cut_counts(b) for _, b in every]
-    head = f"{verdicts.pop()} for {_all([v for v, _ in every], n_variants)}"
+        return ", ".join(f"{v} {b.verdict}{_cut_candidates(b)}" for v, b in pairs)
+    counts = [_cut_counts(b) for _, b in pairs]
+    head = f"{verdicts.pop()} for {every([v for v, _ in pairs], n_variants)}"
     if any(c is None for c in counts):
         return head
     if len({c for c in counts}) == 1:
@@ -370,7 +354,7 @@ def gates_training_found(alphas: pd.DataFrame, compare: pd.DataFrame, rows, tabl
              + (f"; {conc}" if conc else "") + ".")
     cut = next((str(i).removesuffix(" (lowest-loss fixed cut)") for i in compare.index
                 if str(i).endswith("(lowest-loss fixed cut)")), None)
-    parts, every = [], []
+    parts, every_cut = [], []
     for v in variants:
         r = _compare_row(compare, v)
         if r is None:
@@ -382,10 +366,10 @@ def gates_training_found(alphas: pd.DataFrame, compare: pd.DataFrame, rows, tabl
         if "C3-training.beats-baseline" in verdict:
             text += f" {_verdict_with_why(verdict['C3-training.beats-baseline'])}"
         if "C3-training.beats-best-cut" in verdict:
-            every.append((v, verdict["C3-training.beats-best-cut"]))
+            every_cut.append((v, verdict["C3-training.beats-best-cut"]))
         parts.append(text)
-    if every:
-        parts.append("vs every fixed cut: " + _every_cut(every, len(variants)))
+    if every_cut:
+        parts.append("vs every fixed cut: " + _every_cut(every_cut, len(variants)))
     if cut:
         r = compare.loc[f"{cut} (lowest-loss fixed cut)"]
         lowest = f"; the lowest-loss fixed cut, {cut}, {_ci(r['vs baseline'], r['lo'], r['hi'], '+.4f')}"
@@ -410,7 +394,7 @@ def _bench_sentence(table: pd.DataFrame, rows: Sequence[VerdictRow]) -> str:
     groups: dict[str, list[str]] = {}
     for r in c4:
         groups.setdefault(_verdict_with_why(r), []).append(r.variant or "?")
-    verdict = ("; ".join(f"{_join(v)} {k}" for k, v in groups.items()) if c4 else
+    verdict = ("; ".join(f"{join(v)} {k}" for k, v in groups.items()) if c4 else
                "no C4 verdict (no zero-shot task scored)")
     gaps, clear = [], []
     for c in acc:
@@ -420,7 +404,7 @@ def _bench_sentence(table: pd.DataFrame, rows: Sequence[VerdictRow]) -> str:
         gaps.append(c)
         if ABOVE in table.index and str(table.loc[ABOVE, c]) == "yes":
             clear.append(f"{c.removesuffix(' (acc)')} {b - ch:+.3f}")
-    tail = (f"; the baseline clears chance (one-sided 95% bound over items) on {len(clear)} of {_plural(len(gaps), 'task')}"
+    tail = (f"; the baseline clears chance (one-sided 95% bound over items) on {len(clear)} of {plural(len(gaps), 'task')}"
             + (f" ({', '.join(clear)} above it)" if clear else "")) if gaps else "; no accuracy task was scored"
     return head + verdict + tail + "."
 
@@ -510,7 +494,7 @@ def _persistence_sentence(rows: Sequence[VerdictRow], persistence: pd.DataFrame)
     text = (f"Input token's log10 rank after the edit (edited − baseline, {seeds} seeds; loss in nats: a rise that "
             "costs loss is no mitigation) — " + ("; ".join(parts) if parts else "no variant has a state after its edit"))
     if none:
-        text += f"; not applicable to {_plural(len(none), 'cut')} at the last block (no state after it)"
+        text += f"; not applicable to {plural(len(none), 'cut')} at the last block (no state after it)"
     return text + "."
 
 
@@ -599,7 +583,7 @@ def attribution_found(table: pd.DataFrame, trained_table: pd.DataFrame) -> list[
                 d = t[(t.which == which) & (t.term == "delta")].set_index("block").estimate
                 vals.append(float(pick(d)))
             return _ci(*_block_row(members[0][1], which)) if len(members) == 1 else _range(vals, "+.2f")
-        who = _all([m for m, _ in members], total, "variants")
+        who = every([m for m, _ in members], total, "variants")
         trained.append(f"{who} ({_unit(members[0][1])}): the input token {iv}, {change('input', min)}, {ip}; "
                        f"the next token {nv}, {change('next', max)}, {np_}")
     return ["Pretrained models, input token x_t's centred lens logit (95% CI): " + "; ".join(falls) + ".",
@@ -724,10 +708,10 @@ def _mitigation_sentence(mit_rows: Sequence[Mapping[str, Any]]) -> str:
     s = scaled[0]["scale"]
     items = [f"{r.claim_id.split('.', 1)[-1]} ({r.variant}) {_ci(r.estimate, *r.ci, '+.4f')}" for r in rows]
     texts = list(dict.fromkeys(_verdict_with_why(r) if len(rows) == 1 else r.verdict for r in rows))
-    parts = (", ".join(items) + f" {texts[0]}" + (f" for {_all(items, len(items))}" if len(items) > 1 else "")
+    parts = (", ".join(items) + f" {texts[0]}" + (f" for {every(items, len(items))}" if len(items) > 1 else "")
              if len(texts) == 1 else ", ".join(f"{x} {r.verdict}" for x, r in zip(items, rows)))
     lo, hi = s["early_share_ci"]
     share = _f2(s["early_share"]) + ("" if lo is None or hi is None else f" [{_f2(lo)}, {_f2(hi)}]")
-    return (f"Mitigation on {rows[0].model} ({_plural(int(rows[0].n or 0), 'seed')}, nats): " + parts
+    return (f"Mitigation on {rows[0].model} ({plural(int(rows[0].n or 0), 'seed')}, nats): " + parts
             + f"; its baselines read S1 = {share}: {_switch_clause(s['outcome'])}; " + _evidence_text(scaled, s["outcome"])
             + ".")

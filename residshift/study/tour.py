@@ -53,6 +53,7 @@ from ..measure import lens
 from ..core.forward import window_losses
 from ..measure.evaluate import perplexity
 from .plotting import PALETTE, integer_axis
+from .prose import join
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers
@@ -460,9 +461,6 @@ def tour_numbers(models_table, ppl, corpora, definitions=None) -> dict[str, Any]
     return out
 
 
-def _names(names: Sequence[str]) -> str:
-    names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _se(value: float, se: float | None, fmt: str) -> str:
@@ -484,7 +482,7 @@ def models_found(models_table, ppl, corpora, *, corpus: str, split: str) -> list
     untied = [n for n in models_table.index if n not in tied]
     parts = []
     if tied:
-        parts.append(f"{_names(tied)} {'ties its' if len(tied) == 1 else 'tie their'} embeddings (one tensor: "
+        parts.append(f"{join(tied)} {'ties its' if len(tied) == 1 else 'tie their'} embeddings (one tensor: "
                      "a write to the input embedding shows in the head), so the lens reads the matrix that "
                      "embedded the input")
     for n in untied:

@@ -24,6 +24,7 @@ from ..core import profiles
 from ..core.paths import REPO_ROOT
 from ..core.records import is_cold, load_runs
 from ..study import tables
+from ..study.prose import join
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -980,8 +981,7 @@ def section_scale(fig: Path, bench: Path) -> str:
     if deep_trained:
         where = ""
     elif deep_pre:
-        names = (deep_pre[0] if len(deep_pre) == 1
-                 else ", ".join(deep_pre[:-1]) + " and " + deep_pre[-1])
+        names = join(deep_pre)
         verb = "shows" if len(deep_pre) == 1 else "show"
         where = f" Of the models measured here, only the pretrained {names} {verb} the deep switch."
     else:
