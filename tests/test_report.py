@@ -137,7 +137,20 @@ def test_provenance_states_the_last_run_from_empty_caches_through_later_reruns(t
             "(2.0 for 00–05; 00 2.0; 06 60.0); 09 did not finish in it. " in text)
     assert "come from other runs" not in text and "later reruns" not in text
     (fig / "RUNS.json").write_text(json.dumps({"default": {**cold, "09-c": {"wall_s": 6.0, "commit": "abc1234"}}}))
-    assert "The table's rows for 09 come from other runs." in report.section_provenance(fig, tmp_path)
+    text = report.section_provenance(fig, tmp_path)
+    assert "The table's rows for 09 come from other runs." in text
+    assert "summed" not in text, "one cold run and a notebook without any: nothing to sum"
+    # a whole study measured in pieces: each notebook's latest cold run, summed, named as an estimate
+    other = {"wall_s": 1800.0, "commit": "def5678", "code_dirty": False,
+             "invocation": {**inv, "started": "2026-12-01T09:00:00Z", "notebooks": ["09"]}}
+    (fig / "RUNS.json").write_text(json.dumps({"default": {**cold, "09-c": {"wall_s": 6.0, "commit": "abc1234",
+                                                                              "cold_run": other},
+                                                          "10-d": {"wall_s": 3.0}}}))
+    text = report.section_provenance(fig, tmp_path)
+    assert ("Each notebook's latest run from empty caches, summed (3 of 4 notebooks, 2 runs started "
+            "2026-12-01T09:00:00Z, 2026-12-02T10:00:00Z): 92.0 minutes, an estimate of the whole study from a "
+            "fresh clone (00 2.0 at abc1234; 06 60.0 at abc1234; 09 30.0 at def5678); no such run is recorded "
+            "for 10. ") in text
     (fig / "RUNS.json").write_text(json.dumps({"default": {**cold, "00-a": warm}}))
     text = report.section_provenance(fig, tmp_path)
     assert "took 62.0 minutes" in text and "The table above shows later reruns where they replaced it." in text

@@ -357,7 +357,26 @@ def _cold_run_note(runs: Mapping[str, Any]) -> str:
             + (f"; {', '.join(missing)} did not finish in it" if missing else "")
             + (". " if same else ". The table above shows later reruns where they replaced it. ")
             + ("" if set(cold) >= set(runs) else
-               f"The table's rows for {', '.join(s[:2] for s in sorted(set(runs) - set(cold)))} come from other runs. "))
+               f"The table's rows for {', '.join(s[:2] for s in sorted(set(runs) - set(cold)))} come from other runs. ")
+            + ("" if set(cold) >= set(runs) else _cold_sum_note(runs)))
+
+
+def _cold_sum_note(runs: Mapping[str, Any]) -> str:
+    """What a whole study from empty caches costs when no single cold run covered it: every notebook's
+    latest run from empty caches, summed, with the runs it is made of (a sum of runs on possibly
+    different days, loads and commits: an estimate, said as such)."""
+    cold = {s: (r if is_cold(r) else r.get("cold_run")) for s, r in runs.items()}
+    have = {s: c for s, c in cold.items() if c}
+    starts = sorted({c["invocation"].get("started", "?") for c in have.values()})
+    if len(starts) < 2:  # one run: the sentence before says it
+        return ""
+    return (f"Each notebook's latest run from empty caches, summed ({len(have)} of {len(runs)} notebooks, "
+            f"{len(starts)} runs started {', '.join(starts)}): {_num(sum(c['wall_s'] for c in have.values()) / 60, 1)} "
+            "minutes, an estimate of the whole study from a fresh clone ("
+            + "; ".join(f"{s[:2]} {_num(c['wall_s'] / 60, 1)} at {c.get('commit', '?')}" for s, c in sorted(have.items()))
+            + ")" + ("" if len(have) == len(runs) else
+                     f"; no such run is recorded for {', '.join(s[:2] for s in sorted(set(runs) - set(have)))}")
+            + ". ")
 
 
 def _grid_time_note(fig: Path, runs: Mapping[str, Any]) -> str:
