@@ -77,7 +77,8 @@ def test_render_reads_the_saved_files(tmp_path):
 
 def test_update_and_check_round_trip(tmp_path, monkeypatch):
     readme, results = tmp_path / "README.md", tmp_path / "results.md"
-    readme.write_text(f"intro\n{report.HEAD_START}\nold\n{report.HEAD_END}\noutro\n")
+    readme.write_text(f"intro\n{report.COST_START}\nold\n{report.COST_END}\n{report.HEAD_START}\nold\n"
+                      f"{report.HEAD_END}\noutro\n")
     results.write_text(f"top\n{report.START}\nold\n{report.END}\nend\n")
     assert not report.check_readme(readme, results)
     assert report.update_readme(readme, results)
@@ -159,6 +160,30 @@ def test_provenance_states_the_last_run_from_empty_caches_through_later_reruns(t
     (fig / "RUNS.json").write_text(json.dumps({"default": {"06-b": cold["06-b"]}}))
     text = report.section_provenance(fig, tmp_path)
     assert "took 60.0 minutes for notebook 06 (06 60.0)" in text and "for 00–05;" not in text
+
+
+def test_readme_says_how_long_a_fresh_clone_takes_in_one_run_or_as_a_named_sum(tmp_path):
+    fig = tmp_path / "figures"
+    fig.mkdir()
+    assert "not measured yet" in report.render_cost(fig)
+    machine = {"cpus": 2, "cpu": "Some CPU"}
+    inv = {"started": "2026-12-02T10:00:00Z", "notebooks": ["00", "03", "06"], "from_empty_caches": True}
+    cold = {s: {"wall_s": w, "commit": "abc1234", "machine": machine, "invocation": inv}
+            for s, w in (("00-a", 600.0), ("03-b", 3000.0), ("06-c", 4200.0))}
+    (fig / "RUNS.json").write_text(json.dumps({"default": cold}))
+    text = report.render_cost(fig)
+    assert text.startswith(report.COST_START) and text.endswith(report.COST_END)
+    assert ("`make study` took 130 minutes in one run on 2 cores (Some CPU); the longest are 06 (70 min) and "
+            "03 (50 min).") in text
+    # 03 rerun warm, keeping its cold run; 06's cold run from another day: a sum, said as such
+    other = {**cold["06-c"], "invocation": {**inv, "started": "2026-12-01T09:00:00Z"}}
+    runs = {"00-a": cold["00-a"], "03-b": {"wall_s": 60.0, "cold_run": cold["03-b"]}, "06-c": other,
+            "10-d": {"wall_s": 6.0}}
+    (fig / "RUNS.json").write_text(json.dumps({"default": runs}))
+    text = report.render_cost(fig)
+    assert ("`make study` takes about 130 minutes: no single run has covered every notebook yet, so this sums each "
+            "notebook's latest run from empty caches (2 runs; none recorded for 10)") in text
+    assert "the longest are 06 (70 min) and 03 (50 min)" in text, "03's cold run, not its warm rerun"
 
 
 def test_every_image_the_readme_shows_is_committed():
