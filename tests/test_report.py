@@ -173,7 +173,7 @@ def test_readme_says_how_long_a_fresh_clone_takes_in_one_run_or_as_a_named_sum(t
     (fig / "RUNS.json").write_text(json.dumps({"default": cold}))
     text = report.render_cost(fig)
     assert text.startswith(report.COST_START) and text.endswith(report.COST_END)
-    assert ("`make study` took 130 minutes in one run on 2 cores (Some CPU); the longest are 06 (70 min) and "
+    assert ("`make study`'s notebooks took 130 minutes in one run (installing the environment before them is not timed) on 2 cores (Some CPU); the longest are 06 (70 min) and "
             "03 (50 min).") in text
     # 03 rerun warm, keeping its cold run; 06's cold run from another day: a sum, said as such
     other = {**cold["06-c"], "invocation": {**inv, "started": "2026-12-01T09:00:00Z"}}
@@ -181,7 +181,7 @@ def test_readme_says_how_long_a_fresh_clone_takes_in_one_run_or_as_a_named_sum(t
             "10-d": {"wall_s": 6.0}}
     (fig / "RUNS.json").write_text(json.dumps({"default": runs}))
     text = report.render_cost(fig)
-    assert ("`make study` takes about 130 minutes: no single run has covered every notebook yet, so this sums each "
+    assert ("`make study`'s notebooks take about 130 minutes: no single run has covered every notebook yet, so this sums each "
             "notebook's latest run from empty caches (2 runs; none recorded for 10)") in text
     assert "the longest are 06 (70 min) and 03 (50 min)" in text, "03's cold run, not its warm rerun"
 

@@ -389,8 +389,8 @@ def render_cost(figures: Path | None = None) -> str:
         whole = len(starts) == 1 and len(have) == len(runs)
         lines.append(
             "**How long.** From a fresh clone (empty caches: it prepares the models and trains the grid), "
-            + (f"`make study` took {_num(total, 0)} minutes in one run" if whole else
-               f"`make study` takes about {_num(total, 0)} minutes: no single run has covered every notebook yet, so "
+            + (f"`make study`'s notebooks took {_num(total, 0)} minutes in one run (installing the environment before them is not timed)" if whole else
+               f"`make study`'s notebooks take about {_num(total, 0)} minutes: no single run has covered every notebook yet, so "
                f"this sums each notebook's latest run from empty caches ({len(starts)} runs"
                + ("" if len(have) == len(runs) else
                   f"; none recorded for {', '.join(s[:2] for s in sorted(set(runs) - set(have)))}") + ")")
