@@ -281,3 +281,24 @@ def test_the_launcher_skips_a_run_another_process_took(tmp_path, monkeypatch):
     outcomes = GL.launch(p, spawn=spawn, echo=said.append)
     assert len(spawned) == len(todo) and len(outcomes) == len(todo) - 1
     assert any("another process took it" in s for s in said) and not any("FAILED" in s for s in said)
+
+@pytest.mark.parametrize("profile", ["smoke", "default"])
+def test_the_train_command_builds_the_grids_run_for_every_variant(profile):
+    """`python -m residshift train --mode M [--alpha a --layer l] --seed s` is the grid's run: the same
+    config (so the same key), the learned gates with the profile's train_gate_init, a fixed cut at its
+    train_cut_site; a baseline takes neither, and -p train_gate_init=... reaches the gates."""
+    P = GL.resolve_profile(profile)
+    for v in training.grid(P):
+        args = Namespace(profile=profile, param=[], mode=v.mode, seed=1, alpha=v.alpha,
+                         layer=None if v.layer is None else [v.layer])
+        if v.embedding is not None:
+            args.param = [f"embedding={v.embedding}"]
+        cfg = train_config_from_args(args)
+        assert cfg == training.config(P, v, 1), v.name
+        if v.mode in ("learned", "learned-token") and P.train_gate_init is not None:
+            assert cfg.theta_init == float(P.train_gate_init)
+        if v.mode == "baseline":
+            assert cfg.theta_init is None and cfg.site == "block"
+    args = Namespace(profile=profile, param=["train_gate_init=1.5"], mode="learned-token", seed=1, alpha=None,
+                     layer=None)
+    assert train_config_from_args(args).theta_init == 1.5

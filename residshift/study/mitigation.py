@@ -47,7 +47,7 @@ from ..core.machine import cpu_facts
 from ..core.models import load_model
 from ..core.outputs import json_ready
 from ..core.paths import results_dir
-from ..train import final, trainer as T
+from ..train import final, from_profile, trainer as T
 from ..train.lock import run_lock
 from . import ladder
 
@@ -63,10 +63,9 @@ def arm_config(P, rung: ladder.Rung, arm: str, seed: int) -> T.TrainConfig:
         return cfg
     if arm == "late cut":
         return cfg.with_(mode="fixed", alpha=float(P.ladder_mitigation_alpha), alpha_layers=(rung.depth - 1,),
-                         site=P.train_cut_site)
+                         **from_profile.mode_settings(P, "fixed"))
     if arm == "learned":
-        extra = {} if P.train_gate_init is None else {"theta_init": float(P.train_gate_init)}
-        return cfg.with_(mode="learned", **extra)
+        return cfg.with_(mode="learned", **from_profile.mode_settings(P, "learned"))
     raise ValueError(f"unknown arm {arm!r}; the arms are {ARMS}")
 
 

@@ -51,13 +51,12 @@ from matplotlib.ticker import FuncFormatter
 
 from ..analysis import verdicts
 from ..analysis.stats import as_numpy
-from ..core import profiles
 from ..core.cache import atomic_write_text
 from ..core.gating import THETA_INIT
 from ..core.models import load_model
 from ..core.paths import figures_dir
 from ..measure import evaluate, lens
-from ..train import final, trainer as T
+from ..train import final, from_profile, trainer as T
 from ..core.models.gpt import MODES
 from . import lens_setups
 from .alignment import depth_curves
@@ -165,21 +164,14 @@ def seeds(P) -> list[int]:
     return s
 
 
-GATED_MODES = ("learned", "learned-token")
+GATED_MODES = from_profile.GATED_MODES
 
 
 def config(P, variant: Variant, seed: int) -> T.TrainConfig:
-    """The TrainConfig of one run: the profile's ``train_*`` values, the variant, the seed; for the
-    learned gates, ``train_gate_init`` as the gates' starting logit ``theta_init`` (None = the
-    model's default, 6: alpha = 0.9975); for a fixed cut, ``train_cut_site`` (the authors' harness
-    removes both adds of a block: ``"sublayer"``)."""
-    extra: dict[str, Any] = {}
-    gate_init = P.train_gate_init
-    if variant.mode in GATED_MODES and gate_init is not None:
-        extra["theta_init"] = float(gate_init)
-    if variant.mode == "fixed":  # where a fixed cut acts: "block" (alpha once) or "sublayer" (both adds)
-        extra["site"] = P.train_cut_site
-    return profiles.stage(T.TrainConfig, P).with_(seed=int(seed), **variant.overrides(), **extra)
+    """The TrainConfig of one run: the profile's ``train_*`` values, the variant, the seed, and the
+    keys that apply to the variant's mode only (``from_profile.mode_settings``: ``train_gate_init`` as the
+    learned gates' starting logit, ``train_cut_site`` where a fixed cut acts)."""
+    return from_profile.profile_config(P, seed=int(seed), **variant.overrides())
 
 
 def _select(variants: list[Variant], only) -> list[Variant]:

@@ -243,6 +243,9 @@ def stage_lines(profile: str) -> list[str]:
         keys = profiles.stage_keys(cls, prefix)
         lines.append(f"{cls.__name__} ({prefix or cls.PREFIX}_*; {where})")
         lines += [f"    {field} <- {key} = {values[key]!r}" for field, key in keys.items()]
+        if cls is TrainConfig:  # the two keys of one mode only (train.from_profile)
+            lines += [f"    theta_init <- train_gate_init = {values['train_gate_init']!r} (learned gates only)",
+                      f"    site <- train_cut_site = {values['train_cut_site']!r} (fixed cuts only)"]
     return lines
 
 
@@ -252,7 +255,9 @@ def stage_lines(profile: str) -> list[str]:
 
 
 def train_config_from_args(args):
-    """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags)."""
+    """The TrainConfig of ``python -m residshift train`` arguments (profile, then -p, then flags), built
+    as the grid builds its runs (``train.from_profile``): ``--mode learned-token --seed 1`` is the
+    grid's learned-token run of seed 1, with the profile's ``train_gate_init``."""
     from dataclasses import fields
 
     from ..core import profiles
@@ -267,6 +272,10 @@ def train_config_from_args(args):
     except profiles.OverrideError as err:
         raise T.TrainError(f"cannot read -p {args.param}: {err}") from None
     field_of = {key: name for name, key in profiles.stage_keys(T.TrainConfig).items()}
+    values = dict(values)
+    for key in ("train_gate_init", "train_cut_site"):  # profile keys of one mode only (train.from_profile)
+        if key in overrides:
+            values[key] = overrides.pop(key)
     overrides = {field_of.get(k, k): v for k, v in overrides.items()}  # train_lr=... or lr=...
     for flag, name in (("mode", "mode"), ("alpha", "alpha"), ("layer", "alpha_layers"), ("seed", "seed")):
         if getattr(args, flag) is not None:
@@ -275,7 +284,9 @@ def train_config_from_args(args):
     unknown = [k for k in overrides if k not in known]
     if unknown:
         raise T.TrainError(f"unknown training settings {unknown}; known: {known}")
-    return profiles.stage(T.TrainConfig, values, **overrides)
+    from ..train.from_profile import profile_config
+
+    return profile_config(values, **overrides)
 
 
 def main_train(args) -> int:
