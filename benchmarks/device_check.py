@@ -4,7 +4,7 @@ a few minutes. On a machine without one it prints one line ("no CUDA device: ...
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/device_check.py --out benchmarks
     bash benchmarks/device_check.sh           # the same, after installing carried wheels (see there)
 
-Three sections, each written as soon as it ends (atomically), each skipped with its reason once the
+Four sections, each written as soon as it ends (atomically), each skipped with its reason once the
 run's ``--budget`` seconds are spent:
 
 - **train** -> ``bench-train-cuda.json``: the trainer's step (``benchmarks/bench_train.py``'s
@@ -24,6 +24,11 @@ run's ``--budget`` seconds are spent:
   profile's smallest rung of each of two shapes (real WikiText-2, the study's own BPE tokenizer, the
   trainer and the lens readings end to end), into a scratch folder; its wall time beside the same
   rungs' CPU records in ``benchmarks/ladder/default/``.
+- **cpu-repro** -> ``cpu-repro-learned-token-host.json``: ``benchmarks/cpu_repro.py --mode
+  learned-token`` on the device machine's host CPU (about a minute): the token-gated model's weights
+  after 30 steps under each oneMKL setting, to compare with ``cpu-repro-learned-token-amd-epyc.json``
+  (the grid's learned-token runs came out different on an Intel Xeon and an AMD EPYC, the other 65 runs
+  bit-identical: ``cpu-repro-grid-curves.json``).
 
 Every file names the GPU, the CPU beside it, torch and CUDA versions, and the load.
 """
@@ -205,7 +210,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(HERE), help="folder for the bench-*-cuda.json files")
     ap.add_argument("--budget", type=float, default=480, help="seconds the whole check may take")
-    ap.add_argument("--sections", default="train,lens,ladder")
+    ap.add_argument("--sections", default="train,lens,ladder,cpu-repro")
     ap.add_argument("--cards", default=str(HERE.parent / ".devicecheck" / "cards"),
                     help="folder of <model>/ config + tokenizer files for the lens section")
     ap.add_argument("--rounds", type=int, default=3)
@@ -217,9 +222,9 @@ def main(argv=None) -> int:
         return 0
     budget, out = Budget(args.budget), Path(args.out)
     sections = args.sections.split(",")
-    unknown = set(sections) - {"train", "lens", "ladder"}
+    unknown = set(sections) - {"train", "lens", "ladder", "cpu-repro"}
     if unknown:
-        ap.error(f"unknown section(s) {sorted(unknown)}: use train, lens, ladder")
+        ap.error(f"unknown section(s) {sorted(unknown)}: use train, lens, ladder, cpu-repro")
     if "train" in sections:
         write(out / "bench-train-cuda.json", {"machine": machine(), **train_section(budget, args.rounds, args.steps)})
     if "lens" in sections:
@@ -227,6 +232,13 @@ def main(argv=None) -> int:
                                              **lens_section(budget, Path(args.cards), args.lens_windows, 256, 16)})
     if "ladder" in sections:
         write(out / "bench-ladder-cuda.json", {"machine": machine(), **ladder_section(budget)})
+    if "cpu-repro" in sections:
+        if budget.left() < 90:
+            print(f"cpu-repro: skipped, {budget.left():.0f} s of the budget left (it takes about 60)")
+        else:
+            import cpu_repro
+
+            cpu_repro.main(["--mode", "learned-token", "--json", str(out / "cpu-repro-learned-token-host.json")])
     return 0
 
 

@@ -494,8 +494,8 @@ CHANGED_34 = ("the logit and tuned lenses read 344 windows instead of 32 (16 pos
               "map and is refined by KL to convergence on every layer; C1.early's extent rule and C1.depth are "
               "labelled post hoc; the tuned lens's C1.early and C1.middle rows are not counted as evidence; the training verdicts need the exact sign-flip test beside the "
               "t-interval, show the candidate that decides, hold gates and cuts to one 'not materially worse' "
-              "clause, and the training grid was retrained with oneMKL's reproducible kernels (bit-identical on "
-              "Intel and AMD CPUs).")
+              "clause, and the training grid was retrained with oneMKL's reproducible kernels (a run bit-identical on "
+              "an Intel Xeon and an AMD EPYC; of the whole grid, every variant but the token-gated one).")
 
 
 def _rules_change(old_dir: Path, new_files: list[Path], *, title: str, commit: str, what: str) -> str:
