@@ -14,13 +14,14 @@ treat a trained checkpoint like any Hugging Face model. Module names follow GPT-
 >>> model.residual_alphas()               # {layer: alpha} for plots of alpha per layer over training
 
 Residual modes (``config.residual``). ``F_l(x)`` is everything block ``l`` adds to its input
-(attention, then the MLP on the updated stream); ``Block.forward`` writes the residual equation itself,
-``x <- alpha x + F_l(x)``, with ``alpha = 1`` on a block without a gate. On a pretrained model the
-same edit is applied from outside (``residshift.core.residual.attenuated``: ``block(x) - (1 - alpha) x``);
-the two agree to rounding (tested), and at ``alpha = 1`` a block-site gated model is its baseline
-bit for bit.
+(attention, then the MLP on the updated stream). ``Block.forward`` is nanoGPT's two lines on a block
+without a gate and writes the residual equation itself on a gated one, ``x <- alpha x + F_l(x)``. On
+a pretrained model the same edit is applied from outside (``residshift.core.residual.attenuated``:
+``block(x) - (1 - alpha) x``); the two agree to rounding (tested). At ``alpha = 1`` a gated block is
+the plain block bit for bit, at either site (``1.0 * x`` is exact and the adds run in nanoGPT's order,
+``(x + attn) + mlp``; tested).
 
-- ``baseline``: ``x + F(x)`` (nanoGPT's block with its two adds grouped as one);
+- ``baseline``: ``x + F(x)``, nanoGPT's block: ``x = x + attn(LN x)``, ``x = x + mlp(LN x)``;
 - ``fixed``: ``alpha x + F_l(x)`` at ``alpha_layers`` with a constant ``alpha`` in [0, 1]. By default
   (``site="block"``) it acts ONCE PER BLOCK, so a ``fixed`` model is the ``baseline`` model under the
   edit used on pretrained models (a test checks this through nnsight, to float rounding).
@@ -344,7 +345,8 @@ class Backout(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN block: ``x <- alpha x + F(x)``, written as the equation (``alpha`` = 1 without a gate)."""
+    """Pre-LN block: nanoGPT's two adds without a gate; with one, ``x <- alpha x + F(x)`` written as the
+    equation, once per block (``site="block"``) or at each add (``"sublayer"``)."""
 
     def __init__(self, config: GPTConfig, layer: int):
         super().__init__()
@@ -352,23 +354,22 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon, bias=config.bias)
         self.mlp = MLP(config)
-        self.gate = make_gate(config, layer)  # None: x + F(x) exactly
+        self.gate = make_gate(config, layer)  # None: the plain skip
         self.per_sublayer = config.site == "sublayer"
         last = layer == config.n_layer - 1
         self.backout = Backout(config.backout_init) if config.residual == "backout" and last else None
 
-    def alpha(self, x: torch.Tensor) -> torch.Tensor | float:
-        """The skip path's weight for input ``x``: 1 without a gate, else the gate's alpha."""
-        return 1.0 if self.gate is None else self.gate(x)
-
     def forward(self, x: torch.Tensor, h_k: torch.Tensor | None = None) -> torch.Tensor:
-        if self.per_sublayer:  # alpha at each of the two adds
-            x = self.alpha(x) * x + self.attn(self.ln_1(x))
-            x = self.alpha(x) * x + self.mlp(self.ln_2(x))
-        else:  # x_{l+1} = alpha x_l + F_l(x_l), F_l everything the block adds (attention, then MLP)
+        a = self.gate
+        if a is None:  # nanoGPT's two lines
+            x = x + self.attn(self.ln_1(x))
+            x = x + self.mlp(self.ln_2(x))
+        elif self.per_sublayer:  # alpha at each of the two adds
+            x = a(x) * x + self.attn(self.ln_1(x))
+            x = a(x) * x + self.mlp(self.ln_2(x))
+        else:  # x_{l+1} = alpha x_l + F_l(x_l), F_l = attention, then the MLP on the updated stream
             f = self.attn(self.ln_1(x))
-            f = f + self.mlp(self.ln_2(x + f))
-            x = self.alpha(x) * x + f
+            x = a(x) * x + f + self.mlp(self.ln_2(x + f))
         if self.backout is not None:  # last block of a backout model: subtract lambda h_k
             x = x - self.backout(h_k)
         return x
