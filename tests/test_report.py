@@ -181,8 +181,8 @@ def test_readme_says_how_long_a_fresh_clone_takes_in_one_run_or_as_a_named_sum(t
             "10-d": {"wall_s": 6.0}}
     (fig / "RUNS.json").write_text(json.dumps({"default": runs}))
     text = report.render_cost(fig)
-    assert ("`make study`'s notebooks take about 130 minutes: no single run has covered every notebook yet, so this sums each "
-            "notebook's latest run from empty caches (2 runs; none recorded for 10)") in text
+    assert ("`make study`'s notebooks take about 130 minutes, the sum of each notebook's latest run from empty "
+            "caches (2 separate runs; none recorded for 10)") in text
     assert "the longest are 06 (70 min) and 03 (50 min)" in text, "03's cold run, not its warm rerun"
 
 

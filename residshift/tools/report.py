@@ -390,8 +390,8 @@ def render_cost(figures: Path | None = None) -> str:
         lines.append(
             "**How long.** From a fresh clone (empty caches: it prepares the models and trains the grid), "
             + (f"`make study`'s notebooks took {_num(total, 0)} minutes in one run (installing the environment before them is not timed)" if whole else
-               f"`make study`'s notebooks take about {_num(total, 0)} minutes: no single run has covered every notebook yet, so "
-               f"this sums each notebook's latest run from empty caches ({len(starts)} runs"
+               f"`make study`'s notebooks take about {_num(total, 0)} minutes, the sum of each notebook's latest "
+               f"run from empty caches ({len(starts)} separate runs"
                + ("" if len(have) == len(runs) else
                   f"; none recorded for {', '.join(s[:2] for s in sorted(set(runs) - set(have)))}") + ")")
             + f" on {join(machines) or 'an unrecorded machine'}; the longest are "
