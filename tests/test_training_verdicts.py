@@ -1,6 +1,7 @@
 """The training rules (notebooks 06-08): seeds are the unit; every outcome reachable at each profile's
 number of seeds; an inconclusive row says why."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ VERDICT_FILES = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-
 # (details["sd"] of the rows with margin LOSS_MARGIN in figures/06-training-with-attenuation-verdicts.json and
 # figures/07-learned-gates-and-benchmarks-verdicts.json; test_committed_spreads_are_the_ones_the_tests_use
 # checks they still match). The reachability tests below run at each of them.
-COMMITTED_LOSS_SDS = (0.0249, 0.0454, 0.0797, 0.0814, 0.0859, 0.0992, 0.1042, 0.1125, 0.2048, 0.2806, 0.4823)
+COMMITTED_LOSS_SDS = (0.0346, 0.0498, 0.0632, 0.0682, 0.0804, 0.081, 0.1063, 0.1536, 0.1647, 0.2788, 0.4366)
 
 
 def _check(rows):
@@ -133,15 +134,16 @@ def _standardized_effects(rows) -> dict[str, float]:
     return effects
 
 
-def test_plausible_effect_is_the_largest_the_grid_measured_and_stays_conservative():
-    """PLAUSIBLE_EFFECT_SDS: the largest standardized effect of the grid it was measured on (the files kept
-    from before issue 34); the grid committed now (retrained under reproducible kernels) shows no smaller
-    largest effect, so the declared bound still errs on the side of 'not assessable'."""
-    measured = _standardized_effects(_committed_rows("benchmarks/verdicts-before-issue-34"))
-    top = max(measured, key=measured.get)
-    assert top == "block 4, alpha=0.5" and round(measured[top], 2) == V.PLAUSIBLE_EFFECT_SDS
+def test_plausible_effect_is_the_smaller_largest_effect_of_the_grids_measured():
+    """PLAUSIBLE_EFFECT_SDS: the largest standardized effect of each grid it was measured on (the files kept
+    from before issue 34, and the grid committed now), the smaller of the two, rounded down to 2 decimals:
+    a bound that errs on the side of 'not assessable'. Fails when a regenerated grid's largest effect falls
+    below it (then the bound is revised, post hoc, and said so)."""
+    before = _standardized_effects(_committed_rows("benchmarks/verdicts-before-issue-34"))
     now = _standardized_effects(_committed_rows())
-    assert max(now.values()) >= V.PLAUSIBLE_EFFECT_SDS
+    top = max(before, key=before.get)
+    assert top == "block 4, alpha=0.5" and round(before[top], 2) == 1.75
+    assert V.PLAUSIBLE_EFFECT_SDS == math.floor(100 * min(max(before.values()), max(now.values()))) / 100
 
 
 @pytest.mark.parametrize("sd", COMMITTED_LOSS_SDS)
@@ -163,9 +165,9 @@ def test_reachability_at_each_profiles_seeds_and_the_committed_spreads(profile, 
     if reach["reachable"]:
         assert S == 5 and reach["why"] == "" and got == [R, N, I]
         assert reach["reproduced_from"] <= effect and reach["not_reproduced_below"] >= V.LOSS_MARGIN - effect
-    else:  # 3 seeds (smoke, paper): no plausible effect decides; 4 seeds would
+    else:  # 3 seeds (smoke, paper): no plausible effect decides; 5 seeds would (4: t_3/2 = 1.59 > 1.33)
         assert S == 3 and got == [I, I, I]
-        assert reach["seeds_needed"] == 4 and "4 seeds reach both" in reach["why"]
+        assert reach["seeds_needed"] == 5 and "5 seeds reach both" in reach["why"]
     one = V.seed_reach(1, sd, margin=V.LOSS_MARGIN)
     assert not one["reachable"] and one["why"] == "1 seed: needs >= 2"
 

@@ -370,7 +370,7 @@ CLASS: dict[str, dict[str, Any]] = {
     "harness": {"harness_limits": {"wikitext-103-validation": 5, "lambada": 50, "piqa": 50,
                                    "arc-easy": 50, "arc-challenge": 50}},
     # 06-08: the default's GPT shape, 100 steps instead of 350, three seeds (the fewest the seed tests
-    # take; verdicts.seed_reach says 4 would be needed), one early and one late cut, the learned gates:
+    # take; verdicts.seed_reach says 5 would be needed), one early and one late cut, the learned gates:
     # 6 runs x 3 seeds of ~15 s, ~5 min (default: 70 runs, about an hour)
     "train": {"train_tokens": 100 * 8 * 128, "train_val_tokens": 200_000, "train_warmup": 10,
               "train_eval_every": 25, "train_eval_windows": 16, "train_checkpoint_every": 25,

@@ -361,22 +361,21 @@ def gates_training_found(alphas: pd.DataFrame, compare: pd.DataFrame, rows, tabl
             parts.append(f"{v}: not in the comparison")
             continue
         per = [float(x) for x in r["per seed"]]
-        text = f"{v} {_ci(r['vs baseline'], r['lo'], r['hi'], '+.4f')} ({sum(x < 0 for x in per)}/{len(per)} lower)"
+        text = f"{v} {_ci(r['vs baseline'], r['lo'], r['hi'], '+.3f')} ({sum(x < 0 for x in per)}/{len(per)} lower)"
         verdict = {x.claim_id: x for x in c3 if x.variant == v}
         if "C3-training.beats-baseline" in verdict:
             text += f" {_verdict_with_why(verdict['C3-training.beats-baseline'])}"
         if "C3-training.beats-best-cut" in verdict:
             every_cut.append((v, verdict["C3-training.beats-best-cut"]))
         parts.append(text)
-    if every_cut:
-        parts.append("vs every fixed cut: " + _every_cut(every_cut, len(variants)))
     if cut:
         r = compare.loc[f"{cut} (lowest-loss fixed cut)"]
-        lowest = f"; the lowest-loss fixed cut, {cut}, {_ci(r['vs baseline'], r['lo'], r['hi'], '+.4f')}"
+        lowest = f"best {cut}: {_ci(r['vs baseline'], r['lo'], r['hi'], '+.3f')}"
     else:
-        lowest = "; no fixed cut lowers the mean loss"
-    second = ("Loss vs the baseline (nats, paired by seed): "
-              + "; ".join(parts) + lowest + ".")
+        lowest = "none lowers the mean loss"
+    parts.append(f"vs every fixed cut ({lowest}): {_every_cut(every_cut, len(variants))}" if every_cut
+                 else f"fixed cuts: {lowest}")
+    second = "Loss vs baseline (nats): " + "; ".join(parts) + "."
     return [first, second, _bench_sentence(table, rows)]
 
 

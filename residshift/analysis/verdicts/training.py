@@ -29,15 +29,18 @@ MIN_SEEDS = 2  # a test across seeds needs at least two; one seed is "not assess
 # seed_reach's bound on a plausible effect, in paired seed-to-seed sds (an effect of k sds: a
 # standardized paired effect |mean d_s| / sd(d_s) of k). Measured, not chosen: the largest standardized
 # paired effect on the final validation loss of any edit in the committed default grid that keeps the
-# skip path (every alpha > 0 cut and both gates, each vs the baseline of its seed): 1.75, alpha = 0.5 at
-# block 4 (+0.150 nats, sd 0.085; the grid as it stood before issue 34, whose verdict files are kept in
-# benchmarks/verdicts-before-issue-34/; tests/test_training_verdicts.py checks it against them). The next
-# were 1.19 (the learned gates) and 1.16 (alpha = 0.5 at block 5). The alpha = 0 cuts (2.5-7.2 sds) are
-# left out: they remove the path. Units-free, so it reads the rank and depth rows as it reads the loss
-# rows. Declared, not re-fitted: the grid retrained under oneMKL's reproducible kernels (issue 34) shows
-# a larger effect for the same edit (2.78 sds: +0.112 nats, sd 0.040), so 1.75 stays the conservative
-# bound (a smaller plausible effect reaches fewer outcomes), and the test checks that it still is.
-PLAUSIBLE_EFFECT_SDS = 1.75
+# skip path (every alpha > 0 cut and both gates, each vs the baseline of its seed). The alpha = 0 cuts
+# (2.5-7.2 sds) are left out: they remove the path. Units-free, so it reads the rank and depth rows as it
+# reads the loss rows. The smaller of the grids it was measured on, so that it stays conservative (a
+# smaller plausible effect reaches fewer outcomes), rounded down; tests/test_training_verdicts.py
+# checks both:
+# - the grid as it stood before issue 34 (benchmarks/verdicts-before-issue-34/): 1.75, alpha = 0.5 at
+#   block 4 (+0.150 nats, sd 0.085); the next were 1.19 (the learned gates) and 1.16 (alpha = 0.5 at
+#   block 5). It was declared 1.75 from this grid;
+# - the grid committed now (trained under oneMKL's reproducible kernels and the GPT block of issue 38):
+#   1.34, the same edit. Revised to it after these numbers (post hoc): at 5 seeds (t_4/sqrt(5) = 1.24)
+#   and at 3 (2.48) every reachability is what it was under 1.75; 4 seeds (1.59) no longer reach both.
+PLAUSIBLE_EFFECT_SDS = 1.33
 
 SEED_TEST = (
     "Unit: the seed (every variant of a seed starts from the same initialisation and sees the same "
