@@ -93,6 +93,7 @@ from ..core.paths import REPO_ROOT, build_dir, figures_dir
 from ..core.records import CorruptRecordError, read_record
 from ..core.records import COMMITTED_PROFILE
 from . import report
+from ..study import tables
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -726,7 +727,7 @@ def _verdict_marks(rows) -> str:
     its statistic, estimate and n on hover."""
     out = []
     for r in rows:
-        rec = report.tables.verdict_record(r)
+        rec = tables.verdict_record(r)
         tip = html.escape(f"{rec['verdict']}; {rec['statistic']} {rec['estimate [CI]']}, n = {rec['n']}")
         mark = report.verdict_mark(r)
         out.append(f'<span class="v-{r.verdict.replace(" ", "-")}" title="{tip}">{mark}</span>')

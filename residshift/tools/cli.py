@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("name", nargs="?", default=None, help="one profile (default: all)")
     prof.add_argument("--stages", action="store_true", help="the typed config each stage builds from the "
                       "profile (profiles.stage): every field with the key it reads and its value")
-    rep = sub.add_parser("report", help="regenerate the README's headline verdicts and docs/results.md from the saved numbers")
+    rep = sub.add_parser("report", help="regenerate the tables of the README, docs/claims.md and docs/results.md from the saved numbers")
     rep.add_argument("--check", action="store_true", help="only check; exit 1 when out of date")
     book = sub.add_parser("book", help="render the executed notebooks as a static offline site")
     book.add_argument("--profile", default="default", help="smoke | class | default | paper")
@@ -176,10 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.check:
                 ok = check_readme()
-                print("README headline and docs/results.md are up to date" if ok else
-                      "README headline or docs/results.md is out of date: run `python -m residshift report`")
+                print("README, docs/claims.md and docs/results.md are up to date" if ok else
+                      "README, docs/claims.md or docs/results.md is out of date: run `python -m residshift report`")
                 return 0 if ok else 1
-            print("README updated (headline, docs/results.md)" if update_readme() else "README already up to date")
+            print("updated README, docs/claims.md, docs/results.md" if update_readme() else "already up to date")
         except CorruptRecordError as err:  # a garbled RUNS.json or MANIFEST.json: the message names the fix
             print(f"residshift report: error: {err}", file=sys.stderr)
             return 2

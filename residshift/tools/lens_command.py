@@ -381,7 +381,6 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     """The one-page ``summary.md``: what was run, the tied check, the figures, the shift table, C1's rows."""
     from ..analysis import stats
     from ..study.alignment import _rel
-    from ..study.findings import reason
     from ..study.tables import marks
 
     lines = [f"# The causal shift in {req.model}", "",
@@ -425,6 +424,6 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     for r in rows:
         lo, hi = r.ci
         est = stats.format_ci(r.estimate, lo, hi, 3) if r.estimate is not None else "-"
-        lines.append(_md_row([r.claim_id, r.verdict + marks(r), r.statistic, est, reason(r) or "-"]))
+        lines.append(_md_row([r.claim_id, r.verdict + marks(r), r.statistic, est, str(r.details.get("why") or "") or "-"]))
     lines += ["", "Files: " + ", ".join(f"[{f}]({f})" for f in files + ["summary.md"]), ""]
     return "\n".join(lines)

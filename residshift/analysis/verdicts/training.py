@@ -221,13 +221,14 @@ def _paired_seeds(x, base, name: str) -> np.ndarray:
 
 def _seed_row(claim_id: str, test: Mapping[str, Any], *, model: str, variant: str | None, statistic: str,
               rule: str, source: str, n_windows: int | None = None, details: dict | None = None,
-              verdict: str | None = None, why: str | None = None, unit: str = "nats") -> VerdictRow:
+              verdict: str | None = None, why: str | None = None, unit: str = "nats",
+              level: float = LEVEL) -> VerdictRow:
     """One training row from a :func:`seed_test` (``verdict``/``why`` override the test's); every row,
     decided or not, says in ``details["why"]`` what decided it."""
     v = test["verdict"] if verdict is None else verdict
     w = test["why"] if why is None else why
     return _row(claim_id, model=model, variant=variant, verdict=v, statistic=statistic,
-                estimate=test["estimate"], lo=test["lo"], hi=test["hi"], level=LEVEL if test["lo"] is not None else None,
+                estimate=test["estimate"], lo=test["lo"], hi=test["hi"], level=level if test["lo"] is not None else None,
                 n=test["n"], rule=rule, source=source,
                 details={"unit": "seed", "per_seed_values": test["per_seed"], "sd": test["sd"], "t": test["t"],
                          "p": test["p"], "df": test["df"], "mde": test["mde"], "mde_unit": unit,
@@ -324,7 +325,8 @@ def c2_training_layer_sensitive(baseline, cuts: Mapping[int, Any], *, alpha_valu
     return [_seed_row("C2-training.layer-sensitive", test, model=model, variant=f"alpha={alpha_value:g}",
                       statistic=f"largest block contrast of the loss change at alpha={alpha_value:g} "
                                 f"(block {layers[hi_i]} - block {layers[lo_i]}, nats, mean over seeds)",
-                      rule=rule, source=source, n_windows=n_w, details=details, verdict=verdict, why=why)]
+                      rule=rule, source=source, n_windows=n_w, details=details, verdict=verdict, why=why,
+                      level=level_b)]
 
 
 C2_TRAINING_LATE_RULE = (
