@@ -27,6 +27,7 @@ IDS = [p.stem for p in NOTEBOOKS]
 MAX_CELL_LINES = 25  # non-blank, non-comment lines of one code cell (issue 7: "no cell over ~25 lines")
 SAVERS = {"publish": 1, "save_figure": 1, "save_numbers": 0, "save_verdicts": 0}  # position of NAME
 FIGURE_FILES = ("png", "pdf")
+MAX_CELL_TEXT = 5000  # characters of text one cell may print (issue 49: "no cell over ~5 kB")
 
 
 
@@ -206,8 +207,35 @@ def test_notebook_is_well_formed(path):
     assert re.search(r'^profile = "default"$', code[0].source, re.M)
     assert not any(c.get("outputs") or c.get("execution_count") for c in code), "commit notebooks without outputs"
     assert sum(c.cell_type == "markdown" for c in nb.cells) >= 3, "notebooks teach: add markdown"
-    assert any(re.search(rf'notes\.runtime\(\s*"{re.escape(path.stem)}"\s*\)', c.source) for c in code), \
-        f'state the measured run time at the top: notes.runtime("{path.stem}")'
+
+
+FINDINGS_HEAD = "## What this run found"
+MAX_FINDINGS = 5  # sentences a person wrote (issue 49)
+SENTENCE_END = re.compile(r"[.!?](?=\s+[A-Z(*\[]|\s*$)")
+
+
+def _findings(nb):
+    checks = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "findings-check" in c.metadata.get("tags", [])]
+    assert len(checks) == 1, "end with one code cell tagged 'findings-check' (assertions on the saved numbers)"
+    md = nb.cells[checks[0] - 1]
+    assert md.cell_type == "markdown" and md.source.startswith(FINDINGS_HEAD), \
+        f"the findings-check cell follows the authored findings: a markdown cell starting '{FINDINGS_HEAD}'"
+    return md.source, nb.cells[checks[0]].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_findings_are_authored_and_hold_on_the_committed_numbers(path):
+    """A notebook's findings are sentences in markdown, at most five, with numbers in them, and the cell
+    after them asserts those numbers on the committed figures/*.json: run here, it fails when a
+    regeneration contradicts a sentence."""
+    text, check = _findings(nbformat.read(path, as_version=4))
+    body = text.split("\n", 1)[1] if "\n" in text else ""
+    prose = re.sub(r"<details>.*?</details>", "", body, flags=re.S)
+    n = len(SENTENCE_END.findall(prose.strip()))
+    assert 1 <= n <= MAX_FINDINGS, f"{n} sentences under '{FINDINGS_HEAD}': at most {MAX_FINDINGS}"
+    assert re.search(r"\d", prose), "findings state their numbers"
+    assert re.search(r"\bassert\b", check) and "claims.saved(" in check
+    exec(compile(check, f"{path.name}:findings-check", "exec"), {"__name__": "findings_check"})
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
@@ -371,6 +399,12 @@ def test_notebook_delivers_at_smoke_profile(path, smoke_study):
     assert not warnings, "library warnings reach the reader:\n" + "\n".join(warnings)
     paths = [f"cell {i}" for i, o in outputs if "PosixPath(" in str(o.get("data", {}).get("text/plain", ""))]
     assert not paths, f"PosixPath values shown in {paths}: end the saving line with ';'"
+    sizes = {}
+    for i, o in outputs:
+        text = o.get("text", "") if o.get("output_type") == "stream" else o.get("data", {}).get("text/plain", "")
+        sizes[i] = sizes.get(i, 0) + len("".join(text) if isinstance(text, list) else text)
+    big = {i: n for i, n in sizes.items() if n > MAX_CELL_TEXT}
+    assert not big, f"cells printing more than {MAX_CELL_TEXT} characters of text (a reader scrolls past them): {big}"
 
     assert promises, f"{path.name} saves no figure or numbers"
     manifest = json.loads((figures / "MANIFEST.json").read_text())
