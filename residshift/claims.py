@@ -23,7 +23,7 @@ import inspect
 import json
 import math
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .core.paths import REPO_ROOT
@@ -240,15 +240,12 @@ _C1 = (_V + "c1:c1_regimes", _V + "c1:_extent", _V + "c1:_pre_registered", _V + 
 _CONC = (_V + "c3:c3_concentration", _V + "rules:MIN_GATE_MOVEMENT", _V + "rules:MIN_ATTENUATION",
          _V + "rules:CONCENTRATION_RATIO", "claims:conjunction", "claims:_concentrates")
 _SEEDS = (_V + "training:seed_test", _V + "training:_signflip_ok", _V + "rules:LOSS_MARGIN", _V + "rules:TEST_ALPHA")
-_EXTENT = Revision("6dd3d8a", "C1.early and C1.late judge a regime's extent (a run of ceil(0.1 L) layers from h_1, "
-                   "resp. h_(L-1)), not one layer", True,
-                   "C1.early reproduced -> not reproduced for Gemma-3 (logit lens), so C1 reproduced -> not reproduced "
-                   "for Gemma-3; the other models' C1.early were already not reproduced")
-_MATERIAL = Revision("6dd3d8a", "every improvement rule needs a material effect (LOSS_MARGIN = 0.005 nats) to be "
-                     "reproduced, and the interval to exclude that margin to be not reproduced", True, "not determined")
-_SIGNFLIP = Revision("bc534aa", "a decided verdict across seeds also needs the exact paired sign-flip test to agree "
-                     "(at its floor 2^(1-S) with fewer than 6 seeds)", True, "not determined")
-
+R = Revision
+_W = R("479cc38", "C1's post-hoc labels; C1.late and the tuned-lens rows marked 'not evidence'; the lens windows "
+       "32 -> 344 (a design change)", True, "labels only; with the new windows SmolLM2's C1.middle ? -> ✓ (C1 stays ✗)")
+_SEEDS_UNIT = R("905dea3", "seeds as the unit: a paired t-test across seeds with a 0.005-nat materiality floor and "
+                "its MDE (before: per seed, over windows, seeds unanimous)", True,
+                "confounded with a retrained grid (feb536a); not separable")
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         key="C1.regimes/pretrained", code="c495967e27ca", notebook="03",
@@ -262,8 +259,12 @@ CLAIMS: tuple[Claim, ...] = (
              "layers up to h_(L-1) above it; C1 = all three",
         level="95% per interval", correction="Bonferroni over the middle candidates",
         smallest_effect="0.02 top-1 rate above the unigram decoder",
-        rule=_C1, source="03-alignment-curves-verdicts", fixed="not determined",
-        revisions=(_EXTENT,)),
+        rule=_C1, source="03-alignment-curves-verdicts", fixed='0cdff66 (first rule, 2026-11-29); its registry form 72b11bf',
+        revisions=(
+            R("72b11bf", "the whole rule replaced after the first numbers (dd853f5): h_1 instead of h_0, a unigram decoder and a 0.02 margin, a new middle rule, the switch check dropped", True, "with a rerun: SmolLM2 ✓ -> ✗ (Gemma-3 stays ✓)"),
+            R("6dd3d8a", "C1.early and C1.late judge a regime's extent, a run of ceil(0.1 L) layers, not one layer", True, "by the rule alone: Gemma-3 C1.early ✓ -> ✗, so C1 ✓ -> ✗"),
+            _W,
+        )),
     Claim(
         key="C1.switch/pretrained", code="c1d5bec16bda", notebook="03",
         paper="the representation switches from input alignment to output alignment deep in the model (Gemma-2-2B: "
@@ -276,16 +277,12 @@ CLAIMS: tuple[Claim, ...] = (
         level="95%", correction="none (one primary metric, top-1; prob and log-rank are reported beside it)",
         smallest_effect="the band's edges, 0.15 of depth either side of 0.65",
         rule=("claims:band_outcome", "claims:_switch", "analysis.stats:crossing_point", _V + "rules:DEPTH_BAND"),
-        source="03-alignment-curves-shift-depth", fixed="not determined",
+        source="03-alignment-curves-shift-depth", fixed='0cdff66 (the depth reported, not judged)',
         revisions=(
-            Revision("not determined", "the primary depth became the half-way emergence of the next-token curve "
-                     "(C1.depth), with a preprocessing clause (inconclusive when raw text moves the depth by more "
-                     "than the interval's half-width)", True,
-                     "crossing not reproduced -> emergence inconclusive for all three models"),
-            Revision("registry", "back to the crossing, the paper's words ('switch from input alignment to output "
-                     "alignment'); the emergence is reported beside it as an estimate; the preprocessing check is a "
-                     "sensitivity estimate (12 windows: it cannot decide), not a clause", True,
-                     "inconclusive -> not reproduced for all three models"),
+            R("72b11bf", "the depth judged: the half-way emergence of the next-token curve against the band 0.5-0.8, chosen after the crossing and emergence of every metric were committed (dd853f5)", True, "first judged; the crossing (then 0.03 SmolLM2, 0.29 Gemma-3) would have been not reproduced"),
+            R("6dd3d8a", "top-1 declared the primary metric (prob, then reproduced on both models, became a sensitivity row); a preprocessing clause: inconclusive when raw text moves the depth by more than the interval's half-width (logit lens only, e740abe)", True, "by the rule alone: Gemma-3 prob and log-rank ✓ -> ?"),
+            R("479cc38", "lens windows 32 -> 344", True, "SmolLM2 top-1 ✗ -> ? (the narrower interval trips the preprocessing clause)"),
+            R("registry", "back to the crossing, the paper's words ('switch from input alignment to output alignment'); the emergence is reported beside it as an estimate; the preprocessing check becomes a sensitivity estimate (its 12 windows cannot decide), not a clause", True, "every model ? -> ✗"),
         )),
     Claim(
         key="C1.regimes/trained", code="8790580f5f73", notebook="08",
@@ -296,7 +293,13 @@ CLAIMS: tuple[Claim, ...] = (
         level="95% per interval", correction="Bonferroni over the middle candidates",
         smallest_effect="0.02 top-1 rate above the unigram decoder",
         rule=_C1 + (_V + "training:c1_across_seeds",), source="08-misalignment-after-mitigation-verdicts",
-        fixed="not determined", revisions=(_EXTENT,)),
+        fixed='72b11bf, applied per trained baseline by 8009ae1 (before any training numbers)',
+        revisions=(
+            R("c2f51f6", "the embedding recipe became a design choice: the pilot takes the first recipe that reproduces C1.early and C1.late (the Gemma one), after the nanoGPT recipe's C1.early came out ✗; nanoGPT kept as a contrast", True, "C1 stays ✗ for both recipes"),
+            _SEEDS_UNIT,
+            R("6dd3d8a", "the regimes' extent (as for the pretrained models)", True, "none"),
+            _W,
+        )),
     Claim(
         key="C2.late-cut/frozen", code="af8b894b28fa", notebook="04",
         paper="attenuating the residual path of one late layer (x_(l+1) = alpha x_l + F_l(LN(x_l))) improves the model",
@@ -309,7 +312,11 @@ CLAIMS: tuple[Claim, ...] = (
         rule=(_V + "c2:c2_late_cut", _V + "c2:late_cut_candidates", _V + "c2:_holm_family",
               _V + "rules:selection_confirmation", _V + "rules:LOSS_MARGIN", _V + "rules:MAX_LATE_CANDIDATES",
               _V + "rules:LATE_FRACTION", _V + "rules:TEST_ALPHA"),
-        source="04-attenuation-sweep-verdicts", fixed="not determined", revisions=(_MATERIAL,)),
+        source="04-attenuation-sweep-verdicts", fixed='25db6b5 (2026-11-29: any late cell whose interval lies below 0)',
+        revisions=(
+            R("72b11bf", "rewritten: cells selected on some windows and confirmed on others, Holm, MDE, not reproduced when every interval lies above -0.005", True, "SmolLM2 ? -> ✗, with new confirmation windows (df0c8d3); not separable"),
+            R("6dd3d8a", "reproduced also needs a material improvement (at least 0.005 nats)", True, "none"),
+        )),
     Claim(
         key="C2.layer-sensitive/frozen", code="722254cde12c", notebook="04",
         paper="where the attenuation is applied matters: the effect depends strongly on the layer",
@@ -320,9 +327,11 @@ CLAIMS: tuple[Claim, ...] = (
         smallest_effect="0.1 nats between blocks",
         rule=(_V + "c2:c2_layer_sensitive", _V + "c2:permutation_spread", _V + "rules:SPREAD_THRESHOLD",
               _V + "rules:PROBE_ALPHA"),
-        source="04-attenuation-sweep-verdicts", fixed="not determined",
-        revisions=(Revision("6dd3d8a", "rewritten: the largest late-block contrast at alpha = 0.5 against 0.1 nats "
-                            "with a permutation null", True, "not determined"),)),
+        source="04-attenuation-sweep-verdicts", fixed='25db6b5 (2026-11-29: worst minus best block, with a ratio)',
+        revisions=(
+            R("72b11bf", "rewritten: the spread of block means at alpha = 0.5 over all blocks, its interval against 0.1 nats", True, "with a rerun: ? -> ✓ for both models"),
+            R("6dd3d8a", "late blocks only; a permutation null; the Bonferroni interval of the largest contrast against 0.1 nats", True, "none (estimates 5.84 -> 2.19 and 2.23 -> 0.774 nats)"),
+        )),
     Claim(
         key="C2.late-cut/trained", code="1c89e7ad86b2", notebook="06",
         paper="training with the last block's residual path attenuated lowers the validation loss",
@@ -333,7 +342,10 @@ CLAIMS: tuple[Claim, ...] = (
         level="5% family-wise", correction="Holm over the late candidates at each alpha",
         smallest_effect="0.005 nats; the paper's one published effect is 0.0056 nats [paper]",
         rule=(_V + "training:c2_training_late_cut",) + _SEEDS + (_V + "rules:LATE_FRACTION",),
-        source="06-training-with-attenuation-verdicts", fixed="not determined", revisions=(_MATERIAL, _SIGNFLIP)),
+        source="06-training-with-attenuation-verdicts", fixed='72b11bf (before any training numbers)',
+        revisions=(
+            R("905dea3", "seeds as the unit: a one-sided t-test across seeds per fixed late candidate, Holm across them, material at 0.005 nats", True, "confounded with a retrained grid (feb536a): alpha = 0.5 ? -> ✗; later retrains (89eab9a) moved it back to ?, a change of data, not of rule"),
+        )),
     Claim(
         key="C3.concentrates/frozen", code="cf0154225adc", notebook="05",
         paper="a learned gate puts the attenuation on the final layer",
@@ -343,11 +355,13 @@ CLAIMS: tuple[Claim, ...] = (
         level="every fit (no interval: 2 fits)", correction="none",
         smallest_effect="an attenuation of 0.05 (alpha_L <= 0.95)",
         rule=_CONC,
-        source="05-learned-gates-verdicts", fixed="not determined",
-        revisions=(Revision("6dd3d8a", "split into concentrates (the ratio) and concentrates.material (the size)",
-                            True, "SmolLM2 concentrates not reproduced -> reproduced"),
-                   Revision("registry", "the primary claim is both parts together", True,
-                            "SmolLM2 reproduced (ratio alone) -> not reproduced (its 1 - alpha_L is 0.016)"))),
+        source="05-learned-gates-verdicts", fixed='d5331b7 (2026-11-29: the final gate the most attenuated, 2x the next, in every fit)',
+        revisions=(
+            R("72b11bf", "a 0.05 floor on the final block's attenuation added", True, "SmolLM2 ✓ -> ✗, with a refit"),
+            R("6fc9b6b", "a fit whose gates all moved less than 0.01 is inconclusive ('did not move')", True, "none"),
+            R("6dd3d8a", "split into concentrates (the ratio) and concentrates.material (the 0.05 floor)", True, "by the rule alone: SmolLM2 ✗ -> ✓ on the ratio"),
+            R("registry", "the primary claim is both parts together", True, "SmolLM2 ✓ (the ratio alone) -> ✗ (its 1 - alpha_L is 0.016)"),
+        )),
     Claim(
         key="C3.beats-baseline/frozen", code="986d6b454c68", notebook="05",
         paper="the learned gates lower the loss of the model they are fitted to",
@@ -357,7 +371,11 @@ CLAIMS: tuple[Claim, ...] = (
         level="95%", correction="none", smallest_effect="0.005 nats",
         rule=(_V + "c3:c3_beats_baseline", _V + "c3:_gates_vs", _V + "c3:_paired_by_seed",
               _V + "rules:improvement_verdict", _V + "rules:LOSS_MARGIN"),
-        source="05-learned-gates-verdicts", fixed="not determined", revisions=(_MATERIAL,)),
+        source="05-learned-gates-verdicts", fixed='d5331b7 (2026-11-29: which side of 0 the interval lies)',
+        revisions=(
+            R("72b11bf", "rewritten: per-fit window bootstrap, not reproduced above -0.005, inconclusive when a fit stopped at its cap", True, "none"),
+            R("6dd3d8a", "reproduced also needs a material improvement (at least 0.005 nats)", True, "none"),
+        )),
     Claim(
         key="C3.concentrates/trained", code="cf0154225adc", notebook="07",
         paper="gates learned during training put the attenuation on the final layer",
@@ -365,10 +383,11 @@ CLAIMS: tuple[Claim, ...] = (
         statistic="as C3.concentrates/frozen, per seed", test="as C3.concentrates/frozen, in every seed",
         level="every seed", correction="none", smallest_effect="an attenuation of 0.05",
         rule=_CONC,
-        source="07-learned-gates-and-benchmarks-verdicts", fixed="not determined",
-        revisions=(Revision("6dd3d8a", "split into concentrates and concentrates.material", True, "not determined"),
-                   Revision("registry", "the primary claim is both parts together", True,
-                            "per-layer gate inconclusive -> not reproduced (1 - alpha_L is 0.010)"))),
+        source="07-learned-gates-and-benchmarks-verdicts", fixed="72b11bf (before any training numbers; 950181d moved the gates' start 6 -> 3, also before)",
+        revisions=(
+            R("6dd3d8a", "split into concentrates and concentrates.material", True, "by the rule alone: the per-layer gate ✗ -> ?"),
+            R("registry", "the primary claim is both parts together", True, "the per-layer gate ? -> ✗ (its 1 - alpha_L is 0.010)"),
+        )),
     Claim(
         key="C3.beats-baseline/trained", code="4fa680e93e1b", notebook="07",
         paper="training with learned gates lowers the validation loss",
@@ -378,18 +397,25 @@ CLAIMS: tuple[Claim, ...] = (
              "reproduced when the interval lies above -0.005",
         level="95%", correction="none (one test per gate)", smallest_effect="0.005 nats; the paper's effect 0.0056 [paper]",
         rule=(_V + "training:c3_training_beats_baseline",) + _SEEDS,
-        source="07-learned-gates-and-benchmarks-verdicts", fixed="not determined", revisions=(_MATERIAL, _SIGNFLIP)),
+        source="07-learned-gates-and-benchmarks-verdicts", fixed='72b11bf (before any training numbers)',
+        revisions=(
+            R("905dea3", "seeds as the unit (seed_test: t across seeds, materiality, MDE)", True, "confounded with a retrained grid: the per-layer gate ? -> ✗; the 89eab9a retrain moved it back to ? (data, not rule)"),
+            R("bc534aa", "a decided verdict also needs the exact sign-flip test (at its floor 2^(1-S) with 5 seeds)", True, "none"),
+        )),
     Claim(
         key="C4.benchmarks/trained", code="f172869c16b3", notebook="07",
         paper="the mitigations keep (or improve) downstream accuracy",
         subjects="our GPT 6x128: the fixed cut alpha = 0.9 at block 5, the per-layer and the token gate; LAMBADA, "
                  "PIQA, ARC-easy, ARC-challenge",
         statistic="accuracy after minus before on the worst task, seed-averaged",
-        test="95% bootstrap interval over items: above -0.03 = reproduced (no material drop), below -0.03 = not "
-             "reproduced",
-        level="95%", correction="worst of the tasks", smallest_effect="0.03 accuracy",
+        test="per-item paired (McNemar) tests of a drop of more than 0.03 accuracy, per task; reproduced when no "
+             "task drops materially, not reproduced when one does",
+        level="5% family-wise", correction="Holm across the tasks", smallest_effect="0.03 accuracy",
         rule=(_V + "c3:c4_benchmarks", _V + "c3:_benchmarks", _V + "rules:BENCH_MARGIN"),
-        source="07-learned-gates-and-benchmarks-verdicts", fixed="not determined"),
+        source="07-learned-gates-and-benchmarks-verdicts", fixed='72b11bf (before any training numbers)',
+        revisions=(
+            R("905dea3", "seeds as the unit; a row the items cannot decide says 'not assessable at this profile'", True, "none (? stays ?)"),
+        )),
 )
 
 CLAIM = {c.key: c for c in CLAIMS}
