@@ -15,7 +15,9 @@ notebooks and the README alike.
 lens curves, per-item 0/1 scores, per-seed gate values) that returns rows. Every rule states, in
 its docstring and in each row's ``rule`` field, the statistic, the test, the level, the
 correction for multiple comparisons, and what produces each of the three outcomes; the parameters
-(thresholds, margins, bands) are fixed here, before any number is looked at. Two shapes recur:
+(thresholds, margins, bands) are set here. Most were revised after their first numbers:
+docs/claims.md (``residshift.claims``) lists every revision of a primary claim's rule and what it
+flipped. Two shapes recur:
 
 - *threshold rule* (a CI against a stated threshold ``t``): reproduced if the CI lies above ``t``,
   not reproduced if it lies below, inconclusive if it straddles ``t``;

@@ -1,5 +1,6 @@
-"""The rules' constants and the pieces every rule is built from, fixed before any number is looked at:
-the levels, margins and bands, the threshold and improvement shapes, the row builder."""
+"""The rules' constants and the pieces every rule is built from: the levels, margins and bands, the
+threshold and improvement shapes, the row builder. Their revisions, several after the first numbers,
+are listed in docs/claims.md (``residshift.claims``)."""
 from __future__ import annotations
 
 import inspect
@@ -15,7 +16,7 @@ from .row import (CLAIMS, VerdictError, VerdictRow)
 
 
 # --------------------------------------------------------------------------------------------
-# The rules' constants and pieces: fixed here, before any number is looked at. Every study module
+# The rules' constants and pieces (revisions: docs/claims.md). Every study module
 # and notebook imports them from here; nothing else in the package decides a claim.
 # --------------------------------------------------------------------------------------------
 
