@@ -270,18 +270,3 @@ def test_unk_handling_tells_a_special_unk_from_text():
     with_unk.add_special_tokens({"additional_special_tokens": ["<unk>"]})
     assert ev.unk_handling(with_unk, pages) == {"doc_unk": 3, "doc_unk_special": True}
     assert ev.unk_handling(with_unk, ["no placeholder"]) == {"doc_unk": 0, "doc_unk_special": True}
-
-
-def test_definition_lines_say_how_unk_reached_each_model():
-    import pandas as pd
-
-    from residshift.study import tour
-
-    row = dict(sliding_word_ppl=50.0, sliding_word_ppl_se=5.0, sliding_windows=16, doc_word_ppl=280.0,
-               doc_word_ppl_se=60.0, documents=2, doc_max_length=256)
-    frame = pd.DataFrame([{"model": "g", **row, "doc_unk": 12, "doc_unk_special": True},
-                          {"model": "s", **row, "doc_unk": 12, "doc_unk_special": False}]).set_index("model")
-    g, s = tour.definition_lines(frame)
-    assert g.startswith("g: per word, sliding 50.0 ± 5.0 (16 windows), per article 280.0 ± 60.0")
-    assert "each of the 12 literal <unk>" in g and "one special token" in g
-    assert "stay text under both" in s

@@ -364,120 +364,46 @@ def test_sentence_explorer_draws_the_readers_sentence_and_names_bad_input(tiny_l
 
 
 # --------------------------------------------------------------------------------------------
-# "What this run found": three sentences per notebook, computed from its numbers
+# Tables that replace the closing sentences: the tie check (00), the regimes per layer (02)
 # --------------------------------------------------------------------------------------------
 
 
-def _found_00_inputs(untied: bool = True):
+def test_tie_table_reads_both_checks_and_refuses_an_untied_study_model():
     rows = [{"name": "a", "tied_same_tensor": True, "write_probe_diff": 0.0, "decoder": "tied",
              "head_vs_embedding_rel_dist": 0.0, "head_vs_embedding_row_cos": 1.0},
-            {"name": "b", "tied_same_tensor": True, "write_probe_diff": 0.0, "decoder": "tied",
-             "head_vs_embedding_rel_dist": 0.0, "head_vs_embedding_row_cos": 1.0}]
-    if untied:
-        rows.append({"name": "c", "tied_same_tensor": False, "write_probe_diff": 1.0, "decoder": "output",
-                     "head_vs_embedding_rel_dist": 0.0746, "head_vs_embedding_row_cos": 0.99719})
+            {"name": "c", "tied_same_tensor": False, "write_probe_diff": 1.0, "decoder": "output",
+             "head_vs_embedding_rel_dist": 0.0746, "head_vs_embedding_row_cos": 0.99719}]
     models_table = pd.DataFrame(rows).set_index("name")
-    names = list(models_table.index)
-    ppl = pd.DataFrame([{"model": n, "ppl": p, "ppl_se": se, "uniform_ppl": u, "windows": 16}
-                        for n, p, se, u in zip(names, (27.44, 24.5, 20.74), (3.19, 2.71, 1.65),
-                                               (49152, 262144, 151936))]).set_index("model")
-    corpora = pd.DataFrame([
-        {"corpus": "wikitext-2", "split": "validation", "words": 1000,
-         **{f"tokens[{n}]": t for n, t in zip(names, (1228, 1206, 1202))}},
-        {"corpus": "wikitext-2", "split": "test", "words": 10, **{f"tokens[{n}]": 99 for n in names}},
-        {"corpus": "piqa", "split": "validation", "words": None, **{f"tokens[{n}]": None for n in names}}])
-    return models_table, ppl, corpora
+    table = tour.tie_table(models_table, tied=["a"])
+    assert table.loc["a", "one tensor"] and not table.loc["c", "one tensor"]
+    assert table.loc["c", "lens reads"] == "output" and table.loc["c", "head vs embedding (rel. Frobenius)"] == 0.0746
+    assert table.loc["c", "mean row cosine"] == 0.99719 and table.loc["a", "write probe diff"] == 0.0
+    with pytest.raises(AssertionError, match="c must tie its embeddings"):
+        tour.tie_table(models_table, tied=["a", "c"])
+    copy = models_table.assign(write_probe_diff=[1.0, 1.0])   # same storage claimed, but a write does not show
+    with pytest.raises(AssertionError, match="a must tie"):
+        tour.tie_table(copy, tied=["a"])
 
 
-def test_models_found_states_the_tie_check_perplexity_ratio_and_tokens_per_word():
-    lines = tour.models_found(*_found_00_inputs(), corpus="wikitext-2", split="validation")
-    assert len(lines) == 3 and all(isinstance(x, str) and "\n" not in x for x in lines)
-    tie, perp, per_word = lines
-    assert tie.startswith("Tie check: a and b tie their embeddings") and "c is untied" in tie
-    assert "output matrix" in tie and "0.075" in tie and "0.9972" in tie
-    assert "16 windows of wikitext-2 validation" in perp
-    assert "a 27.4 ± 3.2 of 49,152, ratio 0.00056" in perp        # 27.44 / 49152
-    assert "b 24.5 ± 2.7 of 262,144, ratio 9.3e-05" in perp        # 24.5 / 262144
-    assert "c 20.7 ± 1.6 of 151,936, ratio 0.00014" in perp
-    assert "(1,000 words)" in per_word and "a 1.228; b 1.206; c 1.202" in per_word  # not the test split's
-
-
-def test_models_found_with_every_model_tied_and_one_window():
-    models_table, ppl, corpora = _found_00_inputs(untied=False)
-    ppl = ppl.assign(ppl_se=float("nan"), windows=1)
-    ppl.loc["b", ["ppl", "uniform_ppl"]] = [260.9, 259]   # a random model: about the uniform guess
-    tie, perp, _ = tour.models_found(models_table, ppl, corpora, corpus="wikitext-2", split="validation")
-    assert "untied" not in tie and "a and b tie" in tie
-    assert "a 27.4 (no standard error: one window)" in perp and "on 1 window of" in perp
-    assert "b 260.9 (no standard error: one window) of 259, ratio 1.0" in perp
-    with pytest.raises(ValueError, match="no running-text row for piqa"):
-        tour.models_found(models_table, ppl, corpora, corpus="piqa", split="validation")
-
-
-def _curves(rin, rnext, *, spread=2.0):
-    L = len(rin) - 1
-    numbers = {"model": "m", "sentence": "A b c.", "n_layers": L, "positions": 5,
-               "rank_input_median": rin, "rank_next_median": rnext,
-               "rank_input_q1": [r / spread for r in rin], "rank_input_q3": [r * spread for r in rin],
-               "rank_next_q1": [r / spread for r in rnext], "rank_next_q3": [r * spread for r in rnext],
-               "logprob_input_median": [-float(r) for r in rin], "logprob_next_median": [-float(r) for r in rnext]}
-    numbers["events"] = tour.crossings(numbers, L)
-    return numbers
-
-
-def test_shift_found_names_the_fall_the_rise_and_the_crossing():
-    # input leaves the top at layer 1 (median 115); next is 20 there: the curves cross between 0 and 1
-    numbers = _curves([1, 115, 56, 30, 468], [35603, 20, 8, 3, 1])
-    lines = tour.shift_found(numbers)
-    assert len(lines) == 3 and all("\n" not in x for x in lines)
-    first, second, third = lines
-    assert first.startswith("m on 'A b c.' (5 analysed positions)")
-    assert "leaves the top-1 at layer 1 of 4, where its median rank is 115 (IQR 57.5–230)" in first
-    assert "best median rank from there on is 30, at layer 3" in first
-    assert "35,603 (IQR 17,801.5–71,206) at layer 0" in second and "20 (IQR 10–40) at layer 1" in second
-    assert "within the top 10 first at layer 2" in second and "is 1 first at layer 4 of 4" in second
-    crossing = numbers["events"]["rank crossing"]["layer"]
-    assert 0 < crossing <= 1
-    assert f"cross at layer {crossing:g} of 4" in third
-    assert "at layer 1 the median ranks are 115 (IQR 57.5–230) for the input token and 20 (IQR 10–40)" in third
-    assert third.endswith("neither token is the top choice there.")
-
-
-def test_shift_found_when_the_curves_never_cross():
-    numbers = _curves([1, 2, 3], [500, 400, 300])
-    first, second, third = tour.shift_found(numbers)
-    assert "leaves the top-1 at layer 1 of 2, where its median rank is 2" in first
-    assert "within the top 10 at no layer" in second
-    assert "is 1 at no layer (at layer 2 it is 300 (IQR 150–600))" in second
-    assert third.startswith("The median rank curves never cross in layers 0..2")
-    assert "input token's median rank is 3 (IQR 1.5–6) and the next token's 300" in third
-    stays = tour.shift_found(_curves([1, 1, 1], [9, 9, 9]))
-    assert len(stays) == 3 and "top choice (median rank 1) at every layer 0..2" in stays[0]
-
-
-def test_trajectories_found_states_per_model_input_share_flip_and_quiet_band():
+def test_regime_table_on_hand_made_shares():
     shares = {
         # L = 4, 10 positions: input gone above layer 0, next outnumbers it from layer 1, quiet 1..3
         "s": {"n_layers": 4, "positions": 10, "input": [0.8, 0.0, 0.0, 0.0, 0.0], "next": [0.0, 0.1, 0.1, 0.2, 0.6]},
         # input survives to layer 2 (0.4 at layer 1), next only wins at the top, no quiet layer
         "g": {"n_layers": 4, "positions": 10, "input": [1.0, 0.4, 0.6, 0.5, 0.0], "next": [0.0, 0.2, 0.0, 0.1, 0.7]},
-        # next never outnumbers input
+        # next never outnumbers input, and is 0 at the last layer
         "n": {"n_layers": 3, "positions": 8, "input": [1.0, 0.25, 0.125, 0.125], "next": [0.0, 0.0, 0.125, 0.0]},
     }
-    lines = tour.trajectories_found(shares)
-    assert len(lines) == 3 and all("\n" not in x for x in lines)
-    inputs, flips, bands = lines
-    assert "s 0.00 (0 of 10 positions) at every layer 1..4, against 0.80 at layer 0" in inputs
-    assert "g 0.60 (6 of 10 positions) at layer 2 of 4, against 1.00 at layer 0" in inputs
-    assert "n 0.25 (2 of 8 positions) at layer 1 of 3" in inputs
-    assert "s layer 1 of 4, where 1 of 10 positions decodes the next token and 0 the input" in flips
-    assert "g layer 4 of 4, where 7 of 10 positions decode the next token and 0 the input" in flips
-    assert "n never in layers 0..3" in flips
-    assert "s layers 1..3 of 4 (3 layers, relative depth 0.25–0.75)" in bands
-    assert "g none" in bands and "n layers 1..2 of 3 (2 layers" in bands
-    table = tour.regime_table(shares)   # the table and the sentences read the same events
+    table = tour.regime_table(shares)
+    assert table.loc["s", "input @ l=0"] == 0.8 and table.loc["s", "max input @ l≥1"] == 0.0
+    assert table.loc["g", "max input @ l≥1"] == 0.6 and table.loc["g", "last l with input ≥ 0.5"] == 3
     assert table.loc["s", "longest run of them"] == "1..3" and table.loc["g", "longest run of them"] == "none"
-    assert table.loc["s", "first l with next > input"] == 1 and pd.isna(table.loc["n", "first l with next > input"])
+    assert table.loc["n", "longest run of them"] == "1..2" and table.loc["s", "layers with input+next < 0.5"] == 3
+    assert table.loc["s", "first l with next > input"] == 1 and table.loc["g", "first l with next > input"] == 4
+    assert pd.isna(table.loc["n", "first l with next > input"])
+    assert table.loc["s", "first l with next ≥ half of it"] == 4    # 0.2 < 0.3 at layer 3
+    assert table.loc["g", "first l with next ≥ half of it"] == 4    # 0.2 < 0.35 at layer 1
+    assert pd.isna(table.loc["n", "first l with next ≥ half of it"])  # no next token at the last layer
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,20 +491,16 @@ def test_block0_write_equals_plain_torch_norms(tiny, name):
         tour.block0_write(hs[:, :, :2])
 
 
-def test_block0_lines_explain_an_early_crossing_by_the_write():
-    def num(ratio, cross, ranks=(1, 115, 20000, 20)):
-        return {"n_layers": 30, "block 0 write": {"positions": 12, "relative write": 3.2, "norm ratio": ratio,
+def test_block0_table_puts_the_write_and_both_ranks_in_columns():
+    def num(cross, ranks=(1, 115, 20000, 20)):
+        return {"n_layers": 30, "block 0 write": {"positions": 12, "relative write": 3.2, "norm ratio": 3.4,
                                                   "cos(h_0, h_1)": 0.3},
                 "median rank": {"input": {"layer 0": ranks[0], "layer 1": ranks[1]},
                                 "next": {"layer 0": ranks[2], "layer 1": ranks[3]}},
                 "rank crossing (medians)": cross}
-    early, late, never, shrink = tour.block0_lines({
-        "a": num(3.4, {"layer": 0.99, "relative depth": 0.03}), "b": num(3.4, {"layer": 7.5, "relative depth": 0.25}),
-        "c": num(3.4, None), "d": num(0.8, {"layer": 1.0, "relative depth": 0.03}, ranks=(1, 1, 900, 2))})
-    assert early.startswith("a: block 0 writes an update 3.2 times") and "grows by a factor 3.4" in early
-    assert "diluted (median cos(h_0, h_1) = 0.30)" in early
-    assert "falls from 1 at layer 0 to 115 at layer 1 while the next token's only rises to 20 (from 20,000)" in early
-    assert "already cross at layer 0.99 of 30, where neither token is within the top 10" in early
-    assert "cross later, at layer 7.5 of 30" in late and "never cross" in never
-    assert "shrinks to 0.80" in shrink and "diluted" not in shrink and "yet the input token's median rank is 1" in shrink
-    assert "already cross at layer 1 of 30." in shrink and "neither token" not in shrink
+    table = tour.block0_table({"a": num({"layer": 0.99, "relative depth": 0.03}), "c": num(None)})
+    a = table.loc["a"]
+    assert a["L"] == 30 and a["positions"] == 12 and a["|h_1 - h_0| / |h_0|"] == 3.2 and a["|h_1| / |h_0|"] == 3.4
+    assert a["cos(h_0, h_1)"] == 0.3 and a["rank input @ l=0"] == 1 and a["rank input @ l=1"] == 115
+    assert a["rank next @ l=0"] == 20000 and a["rank next @ l=1"] == 20 and a["rank crossing (layer)"] == 0.99
+    assert pd.isna(table.loc["c", "rank crossing (layer)"])

@@ -2,22 +2,23 @@
 
 - 00 models-and-data: :func:`load_and_describe` (architecture facts and the two tie checks, measured),
   :func:`perplexity_table` (the dequantization sanity check, cached), :func:`corpus_table`,
-  :func:`perplexity_panel`, :func:`tokens_panel`, :func:`tour_numbers`, :func:`models_found` (its three
-  closing lines).
+  :func:`perplexity_panel`, :func:`tokens_panel`, :func:`tour_numbers`, :func:`tie_table` (the tie
+  check, raising where a study model is untied).
 - 01 the-causal-shift: :func:`position_table` (what the lens decodes at a few depths),
   :func:`regime_shares`, :func:`layer0_misdecodes` (why layer 0 does not always decode its input),
   :func:`shift_curves` (rank, log-probability and raw cosine of the input and next token per
   layer, and the :func:`crossings` of their medians), :func:`tug_of_war` (its figure),
   :func:`depth_summary`, :func:`crossing_table`; "one curve, three answers": :func:`curve_numbers`
   (:func:`sentence_depths`, notebook 03's fade, crossing and emergence on one sentence, and
-  :func:`block0_write`), :func:`one_curve` (its figure), :func:`block0_lines`; :func:`shift_found`
-  (its three closing lines).
+  :func:`block0_write`), :func:`one_curve` (its figure), :func:`block0_table`.
 - 02 decoding-trajectories: :func:`decode_sentences`, :func:`trajectory_map` (layer x position maps
   of the top-1 lens token: :func:`trajectory_numbers`, drawn by :func:`map_figures` one sentence a
   figure, cut into layer ranges where a deep model would not fit a 16:9 slide),
   :func:`sentence_explorer` (try your own sentence, in JupyterLab),
-  :func:`shares_panel`, :func:`regime_table`, :func:`trajectories_found` (its three closing lines),
-  :func:`slug`.
+  :func:`shares_panel`, :func:`regime_table`, :func:`slug`.
+
+The notebooks' findings are written by their authors in markdown and checked against the saved numbers
+(``residshift.claims``); nothing here writes sentences from numbers, only tables.
 
 Every figure function returns ``(fig, numbers)``: the notebook publishes both under one name
 (:func:`residshift.study.plotting.publish`). :func:`trajectory_map` returns ``({part: fig}, numbers)``:
@@ -53,7 +54,6 @@ from ..measure import lens
 from ..core.forward import window_losses
 from ..measure.evaluate import perplexity
 from .plotting import PALETTE, integer_axis
-from .prose import join
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers
@@ -293,25 +293,20 @@ def model_row(loaded: LoadedModel, load_seconds: float | None = None) -> dict[st
     return row
 
 
-def tie_lines(models_table, tied: Sequence[str]) -> list[str]:
-    """One line per model: for ``tied`` (the study's models) that input embedding and output head are
-    one tensor, raising if not; for the others, which matrix the lens reads and how far the output head
-    is from the input embedding (a GGUF of a tied family that stores both, quantized separately)."""
-    lines = []
+def tie_table(models_table, tied: Sequence[str]):
+    """Per model, the tie check as a table: one tensor (both checks of :func:`model_row`), the matrix
+    the lens reads, and how far the output head is from the input embedding (relative Frobenius
+    distance, mean cosine of matching rows; 0 and 1 for a tied model). Raises if a model of ``tied``
+    (the study's models) is not one tensor."""
+    rows = []
     for name, row in models_table.iterrows():
-        if name in tied:
-            if not (row["tied_same_tensor"] and row["write_probe_diff"] == 0):
-                raise AssertionError(f"{name} must tie its embeddings (one tensor): it does not")
-            lines.append(f"{name}: tied (one tensor; a write to the input embedding shows in the head)")
-        elif row["tied_same_tensor"]:
-            lines.append(f"{name}: tied (one tensor)")
-        else:
-            lines.append(f"{name}: untied; the lens reads through its {row['decoder']} matrix. The output head "
-                         f"differs from the input embedding by {row['head_vs_embedding_rel_dist']:.3f} of its "
-                         f"norm (relative Frobenius distance), mean cosine between matching rows "
-                         f"{row['head_vs_embedding_row_cos']:.4f}")
-    return lines
-
+        one = bool(row["tied_same_tensor"] and row["write_probe_diff"] == 0)
+        if name in tied and not one:
+            raise AssertionError(f"{name} must tie its embeddings (one tensor): it does not")
+        rows.append({"model": name, "one tensor": one, "write probe diff": row["write_probe_diff"],
+                     "lens reads": row["decoder"], "head vs embedding (rel. Frobenius)": row["head_vs_embedding_rel_dist"],
+                     "mean row cosine": row["head_vs_embedding_row_cos"]})
+    return pd.DataFrame(rows).set_index("model")
 
 def load_and_describe(names: Sequence[str], *, device: str = "cpu"):
     """Load every model; return ``({name: LoadedModel}, table)`` with one :func:`model_row` each."""
@@ -437,20 +432,6 @@ def perplexity_definitions(loaded: Mapping[str, LoadedModel], *, corpus: str, sp
     return pd.DataFrame(rows).set_index("model")
 
 
-def definition_lines(definitions) -> list[str]:
-    """Per model: both perplexities per word, and how the scored articles' literal ``<unk>`` reached it
-    under lm-eval's tokenization (``evaluate.unk_handling``)."""
-    lines = []
-    for name, r in definitions.iterrows():
-        unk = (f"its tokenizer turns each of the {r.doc_unk} literal <unk> of those articles into one special "
-               "token (ours reads them as text)" if r.doc_unk_special and r.doc_unk else
-               f"the {r.doc_unk} literal <unk> of those articles stay text under both")
-        lines.append(f"{name}: per word, sliding {r.sliding_word_ppl:.1f} ± {r.sliding_word_ppl_se:.1f} "
-                     f"({r.sliding_windows} windows), per article {r.doc_word_ppl:.1f} ± {r.doc_word_ppl_se:.1f} "
-                     f"({r.documents} articles, max_length {r.doc_max_length}); {unk}")
-    return lines
-
-
 def tour_numbers(models_table, ppl, corpora, definitions=None) -> dict[str, Any]:
     """The numbers notebook 00 saves beside its figures (the README's sanity table reads them);
     ``definitions``: :func:`perplexity_definitions`."""
@@ -461,51 +442,6 @@ def tour_numbers(models_table, ppl, corpora, definitions=None) -> dict[str, Any]
     return out
 
 
-
-
-def _se(value: float, se: float | None, fmt: str) -> str:
-    """``value ± se`` in ``fmt``, or the value alone where the standard error is missing."""
-    ok = se is not None and np.isfinite(se)
-    return f"{value:{fmt}} ± {se:{fmt}}" if ok else f"{value:{fmt}} (no standard error: one window)"
-
-
-def models_found(models_table, ppl, corpora, *, corpus: str, split: str) -> list[str]:
-    """What notebook 00 found, in three sentences computed from its tables, every model of the run:
-
-    1. the tie check: which models are one tensor (both checks of :func:`model_row`) and, for the
-       others, which matrix the lens reads and how far the output head is from the input embedding;
-    2. each model's perplexity (± its standard error over windows) on ``corpus``/``split`` as a ratio
-       to the uniform guess (the vocabulary size), :func:`perplexity_table`'s ``ppl``;
-    3. tokens per whitespace word of ``corpus``/``split`` under each tokenizer (:func:`corpus_table`).
-    """
-    tied = [n for n, r in models_table.iterrows() if r["tied_same_tensor"] and r["write_probe_diff"] == 0]
-    untied = [n for n in models_table.index if n not in tied]
-    parts = []
-    if tied:
-        parts.append(f"{join(tied)} {'ties its' if len(tied) == 1 else 'tie their'} embeddings (one tensor: "
-                     "a write to the input embedding shows in the head), so the lens reads the matrix that "
-                     "embedded the input")
-    for n in untied:
-        r = models_table.loc[n]
-        parts.append(f"{n} is untied (two tensors: a write to the input embedding does not reach the head), so the lens reads its "
-                     f"{r['decoder']} matrix, whose distance from the input embedding is {r['head_vs_embedding_rel_dist']:.3f} "
-                     f"of the embedding's norm (mean row cosine {r['head_vs_embedding_row_cos']:.4f})")
-    tie = "Tie check: " + "; ".join(parts) + "."
-    windows = ppl["windows"].astype(int)
-    n_windows = f"{windows.iloc[0]}" if windows.nunique() == 1 else "/".join(map(str, windows))
-    perp = (f"Perplexity on {n_windows} window{'' if n_windows == '1' else 's'} of {corpus} {split} (± standard error), as a ratio to the "
-            "uniform guess (the vocabulary size): " + "; ".join(
-                f"{n} {_se(r['ppl'], r['ppl_se'], '.1f')} of {int(r['uniform_ppl']):,}, ratio "
-                f"{r['ppl'] / r['uniform_ppl']:#.2g}" for n, r in ppl.iterrows()) + ".")
-    row = corpora[(corpora["corpus"] == corpus) & (corpora["split"] == split)]
-    if len(row) != 1 or pd.isna(row["words"].iloc[0]):
-        raise ValueError(f"the corpus table has no running-text row for {corpus} {split}: pass the corpus "
-                         "and split the perplexity was measured on")
-    row = row.iloc[0]
-    words = int(row["words"])
-    per_word = (f"Tokens per whitespace word on {corpus} {split} ({words:,} words): " + "; ".join(
-        f"{n} {int(row[f'tokens[{n}]']) / words:.3f}" for n in models_table.index) + ".")
-    return [tie, perp, per_word]
 
 
 # --------------------------------------------------------------------------------------------
@@ -660,65 +596,6 @@ def crossings(numbers: Mapping[str, Any], n_layers: int) -> dict[str, Any]:
             for k, v in events.items()}
 
 
-def _rank(x: float) -> str:
-    """A median rank as printed: ``115``, ``30.5``, ``35,603``."""
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
-
-
-def _rank_at(numbers: Mapping[str, Any], which: str, layer: int) -> str:
-    """The median rank of ``which`` at ``layer`` with its inter-quartile range over positions."""
-    med, q1, q3 = (numbers[f"rank_{which}_{s}"][layer] for s in ("median", "q1", "q3"))
-    return f"{_rank(med)} (IQR {_rank(q1)}–{_rank(q3)})"
-
-
-TOP_FEW = 10  # "near the top" in shift_found: a median rank of at most this
-
-
-def shift_found(numbers: Mapping[str, Any]) -> list[str]:
-    """What notebook 01 found, in three sentences computed from :func:`shift_curves`'s numbers:
-
-    1. the input token ``x_t``: its median rank at layer 0, the first layer where it leaves the top-1
-       (with the median rank there) and its best median rank at any later layer;
-    2. the next token ``x_{t+1}``: its median rank at layers 0 and 1, and the first layers where its
-       median rank is within :data:`TOP_FEW` and is 1 ("never" where it is not);
-    3. the rank crossing of the median curves (:func:`crossings`) and the median ranks of both tokens
-       at the first whole layer at or after it, or that the curves never cross.
-
-    Ranks are medians over the sentence's analysed positions, the inter-quartile range beside them.
-    """
-    L, ev = numbers["n_layers"], numbers["events"]
-    rin, rnext = numbers["rank_input_median"], numbers["rank_next_median"]
-    leaves = ev["input leaves top-1"]
-    head = f"{numbers['model']} on {numbers['sentence']!r} ({numbers['positions']} analysed positions): "
-    if leaves is None:
-        first = f"the input token x_t is the lens's top choice (median rank 1) at every layer 0..{L}"
-    else:
-        at = int(leaves["layer"])
-        best = min(range(at, L + 1), key=lambda l: rin[l])
-        first = (f"the input token x_t has median rank {_rank_at(numbers, 'input', 0)} at layer 0 and leaves the "
-                 f"top-1 at layer {at} of {L}, where its median rank is {_rank_at(numbers, 'input', at)}; its best "
-                 f"median rank from there on is {_rank(rin[best])}, at layer {best}")
-    near, top = _first(r <= TOP_FEW for r in rnext), ev["next becomes top-1"]
-    reach = (f"its median rank is within the top {TOP_FEW} at no layer" if near is None else
-             f"its median rank is within the top {TOP_FEW} first at layer {near}")
-    reach += (f" and is 1 at no layer (at layer {L} it is {_rank_at(numbers, 'next', L)})" if top is None
-              else f" and is 1 first at layer {int(top['layer'])} of {L}")
-    second = (f"The next token x_t+1 has median rank {_rank_at(numbers, 'next', 0)} at layer 0 and "
-              f"{_rank_at(numbers, 'next', min(1, L))} at layer {min(1, L)}; {reach}.")
-    cross = ev["rank crossing"]
-    if cross is None:
-        third = (f"The median rank curves never cross in layers 0..{L}: at layer {L} the input token's median rank "
-                 f"is {_rank_at(numbers, 'input', L)} and the next token's {_rank_at(numbers, 'next', L)}.")
-    else:
-        at = int(np.ceil(cross["layer"] - 1e-9))
-        both = [rin[at], rnext[at]]
-        where = "neither token is the top choice there" if min(both) > 1 else "the next token is the top choice there"
-        third = (f"The median rank curves cross at layer {cross['layer']:g} of {L} (relative depth "
-                 f"{cross['relative depth']:.2f}); at layer {at} the median ranks are {_rank_at(numbers, 'input', at)} "
-                 f"for the input token and {_rank_at(numbers, 'next', at)} for the next token: {where}.")
-    return [head + first + ".", second, third]
-
-
 # --------------------------------------------------------------------------------------------
 # 01: one curve, three answers (fade, crossing, emergence) and block 0's write
 # --------------------------------------------------------------------------------------------
@@ -791,7 +668,7 @@ def block0_write(hs: torch.Tensor) -> dict[str, Any]:
 
 def curve_numbers(info, hs: torch.Tensor, ids: torch.Tensor, *, model: str, sentence: str, n_boot: int,
                   seed: int) -> dict[str, Any]:
-    """Everything :func:`one_curve` and :func:`block0_lines` read for one model and sentence:
+    """Everything :func:`one_curve` and :func:`block0_table` read for one model and sentence:
     :func:`sentence_depths`, :func:`block0_write`, and the median ranks of :func:`shift_curves` (with
     its rank crossing) at layers 0 and 1. JSON-ready."""
     ranks = shift_curves(info, hs, ids, model=model, sentence=sentence)
@@ -856,42 +733,19 @@ def one_curve(numbers: Mapping[str, Mapping[str, Any]]):
     return fig, json_ready(out)
 
 
-def block0_lines(numbers: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One sentence per model from :func:`curve_numbers`: how much block 0 writes next to the embedding
-    (:func:`block0_write`), what that does to both tokens' median ranks between layers 0 and 1, and
-    where the median rank curves cross (as a consequence, when they cross by layer 1)."""
-    lines = []
+def block0_table(numbers: Mapping[str, Mapping[str, Any]]):
+    """One row per model from :func:`curve_numbers`: block 0's write (:func:`block0_write`: medians over
+    positions of ``|h_1 - h_0| / |h_0|``, ``|h_1| / |h_0|`` and ``cos(h_0, h_1)``), both tokens' median
+    ranks at layers 0 and 1, and the layer where the median rank curves cross (``None``: never)."""
+    rows = []
     for name, num in numbers.items():
-        w, r = num["block 0 write"], num["median rank"]
-        grows = w["norm ratio"] >= 1
-        norm = (f"the stream's norm grows by a factor {w['norm ratio']:.1f} at block 0" if grows else
-                f"the stream's norm shrinks to {w['norm ratio']:.2f} of its size at block 0")
-        first = (f"{name}: block 0 writes an update {w['relative write']:.1f} times the size of the embedding it "
-                 f"reads (median |h_1 - h_0| / |h_0| over {w['positions']} positions) and {norm} "
-                 "(median |h_1| / |h_0|)")
-        cos = f"median cos(h_0, h_1) = {w['cos(h_0, h_1)']:.2f}"
-        ri0, ri1, rn0, rn1 = (_rank(r[w_]["layer " + l_]) for w_ in lens.WHICH for l_ in "01")
-        nxt = (f"while the next token's only rises to {rn1} (from {rn0})" if r["next"]["layer 1"] < r["next"]["layer 0"]
-               else f"while the next token's goes from {rn0} to {rn1}")
-        if r["input"]["layer 1"] > r["input"]["layer 0"]:
-            moves = (f", so the embedding's direction is diluted ({cos}): the input token's median rank falls from "
-                     f"{ri0} at layer 0 to {ri1} at layer 1 {nxt}")
-        else:
-            moves = (f"; the median cos(h_0, h_1) is {w['cos(h_0, h_1)']:.2f}, yet the input token's median rank is "
-                     f"{ri1} at layer 1 (at layer 0: {ri0}) {nxt}")
-        cross = num["rank crossing (medians)"]
-        if cross is None:
-            tail = "; the median rank curves never cross."
-        elif cross["layer"] <= 1:
-            near = max(r["input"]["layer 1"], r["next"]["layer 1"]) > TOP_FEW
-            tail = (f", so the median rank curves already cross at layer {cross['layer']:g} of {num['n_layers']}"
-                    + (f", where neither token is within the top {TOP_FEW}: that crossing marks the input "
-                       "leaving, not the next token arriving." if near else "."))
-        else:
-            tail = f"; the median rank curves cross later, at layer {cross['layer']:g} of {num['n_layers']}."
-        lines.append(first + moves + tail)
-    return lines
-
+        w, r, cross = num["block 0 write"], num["median rank"], num["rank crossing (medians)"]
+        rows.append({"model": name, "L": num["n_layers"], "positions": w["positions"],
+                     "|h_1 - h_0| / |h_0|": w["relative write"], "|h_1| / |h_0|": w["norm ratio"],
+                     "cos(h_0, h_1)": w["cos(h_0, h_1)"],
+                     **{f"rank {which} @ l={l}": r[which][f"layer {l}"] for which in lens.WHICH for l in (0, 1)},
+                     "rank crossing (layer)": None if cross is None else cross["layer"]})
+    return pd.DataFrame(rows).set_index("model")
 
 # --------------------------------------------------------------------------------------------
 # 02: decoding trajectories
@@ -1168,52 +1022,12 @@ def _next_over_input(s: Mapping[str, Any]) -> int | None:
     return _first(s["next"][l] > s["input"][l] for l in range(s["n_layers"] + 1))
 
 
-def _decode(share: float, n: int) -> str:
-    k = round(share * n)
-    return f"{k} of {n} positions decode{'s' if k == 1 else ''}"
-
-
-def _count(share: float, n: int) -> str:
-    return f"{share:.2f} ({round(share * n)} of {n} positions)"
-
-
-def trajectories_found(shares: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """What notebook 02 found, in three sentences computed from :func:`shares_panel`'s numbers, each
-    naming every model (a share is given with the count of positions behind it):
-
-    1. the input share above layer 0: its largest value and the first layer it is reached (and the
-       share at layer 0);
-    2. the first layer where "next" outnumbers "input", with both shares there ("never" where none);
-    3. the longest band of layers ``1..L-1`` where fewer than half of the positions decode either
-       token (as in :func:`regime_table`), or "none".
-    """
-    inputs, flips, bands = [], [], []
-    for name, s in shares.items():
-        L, n, inp, nxt = s["n_layers"], s["positions"], s["input"], s["next"]
-        top = max(range(1, L + 1), key=lambda l: (inp[l], -l))
-        inputs.append(f"{name} {_count(inp[top], n)} at every layer 1..{L}" if inp[top] == 0 else
-                      f"{name} {_count(inp[top], n)} at layer {top} of {L}")
-        inputs[-1] += f", against {inp[0]:.2f} at layer 0"
-        flip = _next_over_input(s)
-        flips.append(f"{name} never in layers 0..{L}" if flip is None else
-                     f"{name} layer {flip} of {L}, where {_decode(nxt[flip], n)} the next token and "
-                     f"{round(inp[flip] * n)} the input")
-        run = _longest_run(_quiet_layers(s))
-        bands.append(f"{name} none" if run is None else
-                     f"{name} layers {run[0]}..{run[1]} of {L} ({run[1] - run[0] + 1} layers, relative depth "
-                     f"{run[0] / L:.2f}–{run[1] / L:.2f})")
-    return ["Largest share of positions decoding the input token x_t at any layer above 0: " + "; ".join(inputs) + ".",
-            "First layer where more positions decode the next token x_t+1 than the input token: "
-            + "; ".join(flips) + ".",
-            "Longest band of layers (1..L-1) where fewer than half of the positions decode either token: "
-            + "; ".join(bands) + "."]
-
-
 def regime_table(shares: Mapping[str, Mapping[str, Any]]):
     """Per model, read off :func:`shares_panel`'s numbers: the input share at layer 0, the largest
     input share at any layer >= 1, the last layer where at least half the positions decode the
     input, the first layer where "next" outnumbers "input", the layers where fewer than half decode
-    either (how many, and the longest run of them), and the next share at the last layer."""
+    either (how many, and the longest run of them), the next share at the last layer and the first
+    layer where the next share reaches half of it."""
     rows = []
     for name, s in shares.items():
         L = s["n_layers"]
@@ -1227,5 +1041,7 @@ def regime_table(shares: Mapping[str, Mapping[str, Any]]):
             "layers with input+next < 0.5": len(quiet),
             "longest run of them": f"{run[0]}..{run[1]}" if run else "none",
             "next @ l=L": round(s["next"][L], 2),
+            "first l with next ≥ half of it": _first(x >= s["next"][L] / 2 for x in s["next"]) if s["next"][L] > 0
+            else None,
         })
     return pd.DataFrame(rows).set_index("model")
