@@ -106,9 +106,6 @@ def test_c1_rows_judge_the_excess_over_the_unigram_decoder():
     assert [r.verdict for r in tuned] == [r.verdict for r in rows]
     assert all(verdicts.is_evidence(r) for r in A.c1_rows(res, base, P, model="m", decoder="tuned lens",
                                                            fitted_to_output=False) if r.claim_id != "C1.late")
-    lines = A.summary_lines(rows + tuned, {})
-    tuned_line = next(line for line in lines if line.startswith("  tuned lens: C1 "))
-    assert "late reproduced (sanity check)" in lines[1] and "early reproduced (not evidence)" in tuned_line
     # the same curves without the late regime: the next token never beats the frequency guess
     flat, counts = _regimes(late=0.0)
     flat.per_seq["top1_next"][:, -1] = flat.per_seq["top1_next"][:, -2]
@@ -156,14 +153,6 @@ def test_extremes_table_finds_the_peaks():
     assert not t.loc[("m", "top1"), "next peaks at h_L"]
     assert t.loc[("m", "cos_raw"), "next most aligned at"] == "h_0"
     assert t.loc[("m", "cos_raw"), "input peaks at h_0"]
-
-
-def test_extremes_summary_names_the_exceptions():
-    per_seq = {"top1_input": torch.tensor([[0.9, 0.1, 0.0]] * 3), "top1_next": torch.tensor([[0.0, 0.1, 0.6]] * 3),
-               "cos_raw_input": torch.tensor([[0.1, 0.9, 0.0]] * 3), "cos_raw_next": torch.tensor([[0.5, 0.1, 0.2]] * 3)}
-    t = A.extremes_table({"m": lens.LensResult("m", 2, list(per_seq), per_seq, {}, {})}, _P())
-    (line,) = A.extremes_summary(t)
-    assert "before h_L: cos_raw (h_0)" in line and "after h_0: cos_raw (h_1)" in line and "top1" not in line
 
 
 def test_power_table_shrinks_with_more_windows():
@@ -253,6 +242,14 @@ def test_figures_and_tables_on_a_tiny_model(tiny_study):
     tr = {f"{name} · logit lens": A.transition_rows(results[name], P)}
     fig3, sn = A.shift_depth_panel(tr, rows, P)
     assert [r["metric"] for r in sn[f"{name} · logit lens"]] == ["top1", "prob", "logrank"]
+    cross = A.crossing_table(results, P).loc[name]
+    assert set(cross.index) == {m for m in lens.ORIENTATION if f"{m}_input" in results[name].per_seq}
+    top1 = next(t for t in tr[f"{name} · logit lens"] if t["metric"] == "top1")["crossing"]
+    if top1.relative is not None:  # the same estimate as the shift table's
+        assert cross.loc["top1", "crossing l/L"] == pytest.approx(top1.relative, abs=1e-3)
+    depth = A.depth_sensitivity_table(rows)
+    assert list(depth.index.get_level_values("metric")) == [r.details["metric"] for r in rows
+                                                             if r.claim_id.startswith("C1.depth")]
     assert len(tables.verdict_table(rows)) == len(rows)
     groups = A.token_groups(loaded, results, counts)
     fig4, grows = A.token_group_panel(results, groups, P)
@@ -384,6 +381,9 @@ def test_causal_evidence_counts_layers_whose_interval_clears_zero():
                                 "residuals": list(range(L + 1)), "clean": torch.zeros(n)}}}
     ev = A.causal_evidence(prof, _P())
     assert ev["m"] == {"profiled": [1, 2, 3, 4], "input": [1, 2], "next": [4]}
-    lines = A.causal_evidence_lines(ev)
-    assert "at 2 (h_1 .. h_2) of the 4" in lines[0] and "at 1 (h_4)" in lines[1]
-    assert "at none" in A.causal_evidence_lines({"m": {"profiled": [1], "input": [], "next": []}})[0]
+    rates = torch.tensor([[1.0, 0.0, 0.2, 0.01, 0.3, 0.4]] * 2)  # the lens's input top-1 at h_0..h_5
+    res = lens.LensResult("m", L, ["top1_input"], {"top1_input": rates}, {}, {})
+    t = A.causal_evidence_table(ev, {"m": res}, {"m": {"top1_input": torch.tensor([0.05, 0.05])}}).loc["m"]
+    assert (t["layers profiled"], t["input used: layers"], t["next used: layers"]) == (4, 2, 1)
+    assert (t["input used (h_l)"], t["next used (h_l)"]) == ("1, 2", "4")
+    assert t["lens input top-1 <= unigram (h_l)"] == "1, 3" and t["input used where the lens is quiet (h_l)"] == "1"

@@ -189,14 +189,3 @@ def test_convergence_note_names_how_each_fit_ended():
     assert "the cap: every layer converged" in A._convergence_note(_report(4, []))
     note = A._convergence_note(_report(4, [1, 3]))
     assert "2 of 4 layers still improving" in note and "l = 1, 3" in note
-
-
-def test_tuned_exclusion_lines_name_each_excluded_layer_or_say_none():
-    from residshift.study import alignment as A
-    lines = A.tuned_exclusion_lines({
-        "a": {"excluded": {}},
-        "b": {"excluded": {3: "h_3 still improving at the step cap (10 steps): raise tuned_steps"}},
-        "c": {"excluded": None}})
-    assert lines[0] == "a: every layer's translator converged; none excluded"
-    assert lines[1].startswith("b: excluded h_3 still improving")
-    assert "not judged" in lines[2]

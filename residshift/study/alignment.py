@@ -11,7 +11,8 @@ The notebook orchestrates; everything it computes or draws is a call into this m
   :mod:`residshift.analysis.verdicts`);
 - **tables**: :func:`verdict_table`, :func:`extremes_table`, :func:`transition_rows`,
   :func:`shift_table_frame`, :func:`tuned_training_table`, :func:`causal_vs_lens`,
-  :func:`sensitivity_table`, :func:`summary_lines`;
+  :func:`sensitivity_table`, :func:`crossing_table`, :func:`depth_sensitivity_table`,
+  :func:`causal_evidence_table`;
 - **figures**, each returning ``(fig, numbers)`` for ``plotting.publish``: :func:`metrics_panel`,
   :func:`c1_panel`, :func:`shift_depth_panel`, :func:`sensitivity_panel`, :func:`token_group_panel`,
   :func:`tuned_panel`, :func:`causal_panel` (drawn by :func:`causal_figure`, which takes its numbers).
@@ -163,9 +164,9 @@ def fit_tuned_lenses(models: Mapping[str, Any], P, *, verbose: bool = True) -> t
         t0 = time.perf_counter()
         lenses[name], reports[name] = tuned_lens.fit_cached(lm, info, cfg, tok)
         if verbose:
-            head, *why = _convergence_note(reports[name]).split("\n")
+            head = _convergence_note(reports[name]).split("\n")[0]  # the layers' reasons: not repeated here
             print(f"{name}: tuned lens ready ({_start_note(reports[name])}{head}; this call "
-                  f"{time.perf_counter() - t0:.0f} s)" + "".join("\n" + line for line in why))
+                  f"{time.perf_counter() - t0:.0f} s)")
     return lenses, reports
 
 
@@ -312,20 +313,6 @@ def extremes_table(results: Mapping[str, Any], P) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["model", "metric"])
 
 
-def extremes_summary(extremes: pd.DataFrame) -> list[str]:
-    """Sentences from :func:`extremes_table`: which curves do not peak where one might assume."""
-    lines = []
-    for name, t in extremes.groupby(level="model"):
-        metrics = t.index.get_level_values("metric")
-        not_last = [f"{m} ({t.loc[(name, m), 'next most aligned at']})" for m in metrics
-                    if not t.loc[(name, m), "next peaks at h_L"]]
-        not_first = [f"{m} ({t.loc[(name, m), 'input most aligned at']})" for m in metrics
-                     if not t.loc[(name, m), "input peaks at h_0"]]
-        lines.append(f"{name}: next-token curves most aligned before h_L: {', '.join(not_last) or 'none'}; "
-                     f"input curves most aligned after h_0: {', '.join(not_first) or 'none'}")
-    return lines
-
-
 def power_table(results: Mapping[str, Any], baselines: Mapping[str, dict], rows, P) -> pd.DataFrame:
     """What the profile's windows can detect, per model (logit lens): the minimum detectable effect
     (two-sided 5%, 80% power, ``stats.mde_paired_mean`` from the per-window SD) of the excess top-1
@@ -386,6 +373,44 @@ def shift_numbers(transitions: Mapping[str, list]) -> dict[str, list]:
     """The layout ``figures/03-alignment-curves-shift-table.json`` keeps (read by the README report)."""
     return {label: [{k: (v.as_dict() if hasattr(v, "as_dict") else v) for k, v in row.items()} for row in rows]
             for label, rows in transitions.items()}
+
+
+def crossing_table(results: Mapping[str, Any], P) -> pd.DataFrame:
+    """The crossing (first layer where next-token alignment exceeds input alignment, interpolated;
+    ``stats.shift_table``) on every paired metric of each result, cosines and projection included, as
+    relative depth l/L with its 95% bootstrap CI; ``first layer past it / L`` is the integer layer."""
+    rows = []
+    for name, res in results.items():
+        for e in stats.shift_table(res, orientation=lens.ORIENTATION, n_boot=P.n_boot, seed=P.seed):
+            lo, hi = e.relative_ci
+            rows.append({"model": name, "metric": e.metric, "layers": e.n_layers, "crossing l/L": e.relative,
+                         "CI lo": lo, "CI hi": hi, "first layer past it": e.layer,
+                         "first layer past it / L": None if e.layer is None else e.layer / e.n_layers,
+                         "never-cross share": e.frac_never})
+    return pd.DataFrame(rows).set_index(["model", "metric"]).round(3)
+
+
+def depth_sensitivity_table(rows) -> pd.DataFrame:
+    """Per model, decoder and metric, the next-token emergence of the C1.depth rows beside how far
+    :data:`PREPROCESSING` (raw instead of detokenized text) moves it, estimated on the first windows of
+    the same draw (``shift windows``, against ``windows (depth)``): shift and its 95% CI, in l/L. A sensitivity estimate, reported beside
+    the depth."""
+    out = []
+    for r in rows:
+        if not r.claim_id.startswith("C1.depth"):
+            continue
+        lo, hi = r.ci
+        rec = {"model": r.model, "decoder": r.variant, "metric": r.details.get("metric"), "emergence l/L": r.estimate,
+               "CI half-width": None if lo is None or hi is None else (hi - lo) / 2, "windows (depth)": r.n}
+        m = (r.details.get("preprocessing") or {}).get(PREPROCESSING)
+        if m:
+            rec.update({f"{PREPROCESSING} shift": m["shift"], "shift CI lo": m["lo"], "shift CI hi": m["hi"],
+                        "shift windows": m["windows"]})
+        out.append(rec)
+    frame = pd.DataFrame(out).set_index(["model", "decoder", "metric"]).round(3)
+    if "shift windows" in frame:
+        frame["shift windows"] = frame["shift windows"].astype("Int64")  # blank where a row has no shift
+    return frame
 
 
 # --------------------------------------------------------------------------------------------
@@ -702,21 +727,6 @@ def tuned_training_table(reports: Mapping[str, dict], n_layers: Mapping[str, int
     return pd.DataFrame(rows).set_index("model").round(3)
 
 
-def tuned_exclusion_lines(reports: Mapping[str, dict]) -> list[str]:
-    """One line per model: every layer converged, or each excluded layer with its reason
-    (``tuned_lens.exclusion_reasons``), so a reader sees why a tuned-lens row skips a layer."""
-    lines = []
-    for name, rep in reports.items():
-        excluded = rep.get("excluded")
-        if excluded is None:
-            lines.append(f"{name}: convergence not judged (no early-stopping windows)")
-        elif not excluded:
-            lines.append(f"{name}: every layer's translator converged; none excluded")
-        else:
-            lines += [f"{name}: excluded {why}" for why in excluded.values()]
-    return lines
-
-
 UNCONVERGED_LABEL = "tuned lens still improving at the cap (kept out of verdicts)"
 
 
@@ -940,40 +950,8 @@ def control_peak(profiles: Mapping[str, dict]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------
-# The closing summary
+# Use (causal) beside decodability (lens)
 # --------------------------------------------------------------------------------------------
-
-
-def summary_lines(rows, transitions: Mapping[str, list], causal_rows: list | None = None) -> list[str]:
-    """One block of lines per model: the C1 verdicts per decoder, the depth, the causal transitions."""
-    lines = []
-    by_model: dict[str, list] = {}
-    for r in rows:
-        by_model.setdefault(r.model, []).append(r)
-    for name, rs in by_model.items():
-        lines.append(f"{name}:")
-        for decoder in dict.fromkeys(r.variant for r in rs):
-            parts = {r.claim_id: r for r in rs if r.variant == decoder}
-            depth = [r for r in rs if r.variant == decoder and r.claim_id.startswith("C1.depth")]
-            text = ", ".join(f"{k[3:] if k != 'C1' else 'overall'} {parts[k].verdict}"
-                             + ("" if verdicts.is_evidence(parts[k]) else
-                                " (sanity check)" if k == "C1.late" else " (not evidence)")
-                             for k in ("C1.early", "C1.middle", "C1.late", "C1") if k in parts)
-            lines.append(f"  {decoder}: C1 {text}")
-            for d in depth:
-                lines.append(f"    emergence ({d.details['metric']}): l/L = {stats.format_ci(d.estimate, *d.ci, 2)}"
-                             f" -> C1.depth {d.verdict}")
-        tr = transitions.get(name)
-        if tr:
-            t = next((x for x in tr if x["metric"] == "top1"), None)
-            if t is not None:
-                lines.append(f"  logit lens top-1: input fade {_rel(t['fade'])}, crossing {_rel(t['crossing'])}, "
-                             f"next emergence {_rel(t['emergence'])} (l/L)")
-        for c in causal_rows or []:
-            if c["model"] == name:
-                lines.append(f"  causal: input effect stops at {c['causal input stops']}, next effect starts at "
-                             f"{c['causal next starts']} (l/L)")
-    return lines
 
 
 def causal_evidence(profiles: Mapping[str, dict], P) -> dict[str, dict[str, list[int]]]:
@@ -994,47 +972,26 @@ def causal_evidence(profiles: Mapping[str, dict], P) -> dict[str, dict[str, list
     return out
 
 
-def decoder_vs_information_lines(evidence: Mapping[str, Mapping[str, list[int]]], results: Mapping[str, Any],
-                                 baselines: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Where the lens and the causal profile part ways on the input token, per model: the profiled
-    layers at which removing x_t's direction costs measurably more than a random token's
-    (:func:`causal_evidence`) although the logit lens's top-1 decodes x_t no more often than the
-    unigram decoder (a frequency guess) there. Where there are such layers, the lens's missing input
-    regime describes what its decoder reads, not whether x_t's information is gone."""
-    lines = []
+def _layers(ls: Sequence[int]) -> str:
+    return ", ".join(map(str, ls)) or "none"
+
+
+def causal_evidence_table(evidence: Mapping[str, Mapping[str, list[int]]], results: Mapping[str, Any],
+                          baselines: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Per model, from :func:`causal_evidence`: the profiled layers (among h_1..h_(L-1)) where removing the
+    input or the next token's direction costs measurably more than removing a random token's (95% CI
+    above 0), the profiled layers where the logit lens's top-1 decodes the input token no more often
+    than the unigram decoder (a frequency guess), and the layers in both (used although the lens is
+    quiet there). Layer lists are the ``l`` of ``h_l``, comma-separated."""
+    rows = []
     for name, e in evidence.items():
-        rate = results[name].per_seq["top1_input"].double().mean(0)  # [L+1], mean over windows
-        guess = float(baselines[name]["top1_input"].mean())
+        rate = as_numpy(results[name].per_seq["top1_input"]).astype(np.float64).mean(0)  # [L+1]
+        guess = float(as_numpy(baselines[name]["top1_input"]).mean())
         quiet = [l for l in e["profiled"] if float(rate[l]) <= guess]
-        both = [l for l in e["input"] if l in quiet]
-        if not quiet:
-            lines.append(f"{name}: the logit lens decodes the input token more often than a frequency guess "
-                         f"({guess:.3f}) at every profiled layer, so the two views are not compared here.")
-        elif both:
-            shown = ", ".join(f"h_{l} ({float(rate[l]):.3f})" for l in both)
-            lines.append(f"{name}: at {len(both)} of the {len(quiet)} profiled layers where the lens's top-1 decodes "
-                         f"the input token no more often than a frequency guess ({guess:.3f}), removing x_t's "
-                         f"direction still costs measurably more than a random token's: {shown}. There the "
-                         "missing input regime describes what the lens's decoder reads, not whether x_t's "
-                         "information is gone.")
-        else:
-            lines.append(f"{name}: at none of the {len(quiet)} profiled layers where the lens's top-1 decodes the "
-                         f"input token no more often than a frequency guess ({guess:.3f}) does removing x_t's "
-                         "direction cost measurably more than a random token's: there the lens and the causal "
-                         "profile agree that x_t's direction is not used.")
-    return lines
-
-
-def causal_evidence_lines(evidence: Mapping[str, Mapping[str, list[int]]]) -> list[str]:
-    """Sentences from :func:`causal_evidence`: at how many profiled layers each direction's removal costs
-    measurably more than removing a random token's direction."""
-    lines = []
-    for name, e in evidence.items():
-        m = len(e["profiled"])
-        for what in ("input", "next"):
-            hits = e[what]
-            where = ("at none" if not hits else
-                     f"at {len(hits)} (h_{hits[0]}" + (f" .. h_{hits[-1]}" if len(hits) > 1 else "") + ")")
-            lines.append(f"{name}: removing the {what} token's direction costs measurably more than a random "
-                         f"token's (95% CI above 0) {where} of the {m} profiled layers h_1..h_(L-1).")
-    return lines
+        rows.append({"model": name, "layers profiled": len(e["profiled"]),
+                     "input used: layers": len(e["input"]), "input used (h_l)": _layers(e["input"]),
+                     "next used: layers": len(e["next"]), "next used (h_l)": _layers(e["next"]),
+                     "unigram input top-1": round(guess, 3),
+                     "lens input top-1 <= unigram (h_l)": _layers(quiet),
+                     "input used where the lens is quiet (h_l)": _layers([l for l in e["input"] if l in quiet])})
+    return pd.DataFrame(rows).set_index("model")
