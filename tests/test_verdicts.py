@@ -88,16 +88,14 @@ def test_every_view_renders_a_row_the_same_way():
     assert list(rec) == list(tables.COLUMNS) and rec["MDE"] == "0.0123 nats" and rec["per seed"] == f"{R}, {N}"
     frame = tables.verdict_table([row])
     assert frame.reset_index().iloc[0].to_dict() == rec
-    (line,) = tables.verdict_lines([row])
-    assert rec["estimate [CI]"] in line and rec["per seed"] in line
-    from residshift.tools import report
-    assert report._verdict_rows([row])[0][5] == rec["estimate [CI]"]
-    # what a rule marked shows in every view; an unmarked row shows none (as the committed files render)
-    assert tables.marks(row) == "" and rec["verdict"] == R
+    text = repr(frame)
+    assert rec["estimate [CI]"] in text and "statistic" not in text  # the plain-text view: verdict, estimate, n, why
+    # what a rule marked shows as a symbol, its words in the reason; an unmarked row shows none
+    assert tables.marks(row) == "" and rec["verdict"] == R and rec["why"] == ""
     marked = _row(verdict=N, details={"post_hoc": True, "pre_registered_verdict": R, "evidence": False,
                                       "evidence_why": V.C1_LATE_WHY})
-    assert tables.verdict_record(marked)["verdict"] == (f"{N} [post hoc; the pre-registered rule: {R}] "
-                                                        "[not evidence: sanity check]")
+    rec = tables.verdict_record(marked)
+    assert rec["verdict"] == f"{N}*°" and rec["why"].startswith("post hoc; the pre-registered rule")
     assert tables.marks(_row(details={"post_hoc": True})) == ""  # C1.depth: post hoc, no earlier rule to show
 
 
@@ -779,8 +777,8 @@ def test_c1_rows_at_the_class_profile_are_marked_underpowered_and_the_defaults_a
         assert r.details["underpowered"] == weak[cid]
         assert (weak[cid] in r.details["why"]) == (r.verdict == I)
     from residshift.study import tables
-    marked = [tables.verdict_record(r)["verdict"] for r in small.values()]
-    assert all(V.UNDERPOWERED in v for v in marked) and not any(v.count(V.UNDERPOWERED) > 1 for v in marked)
+    decided = [tables.verdict_record(r)["why"] for r in small.values() if r.verdict != I]
+    assert all(V.UNDERPOWERED in w and w.count(V.UNDERPOWERED) == 1 for w in decided)
     big = rows(d.lens_windows, n_positions=d.lens_positions)
     assert not any("underpowered" in r.details for r in big.values())
     assert not any("underpowered" in r.details for r in rows(c.lens_windows).values())  # positions not given

@@ -17,7 +17,9 @@ import pandas as pd
 from ..analysis.verdicts import LEVEL, VerdictError, VerdictRow, is_evidence
 from ..core.outputs import save_numbers
 
-COLUMNS = ("model", "variant", "claim", "verdict", "statistic", "estimate [CI]", "n", "MDE", "per seed")
+COLUMNS = ("model", "variant", "claim", "verdict", "why", "statistic", "estimate [CI]", "n", "MDE", "per seed")
+TEXT_COLUMNS = ("verdict", "estimate [CI]", "n", "why")  # the plain-text view: the rest is in the notebook's table
+TEXT_WIDTH = 48  # characters of a cell in the plain-text view
 
 
 def number(x: Any) -> str:
@@ -61,6 +63,11 @@ def marks(row: VerdictRow) -> str:
     before the numbers (``details["pre_registered_verdict"]``), a row not counted as evidence
     (:func:`evidence_kind`), and a decided row whose rule could not reach every outcome at this profile's
     sizes (``details["underpowered"]``, ``verdicts.c1_underpowered``); ``""`` for a row with none."""
+    return "".join(f" [{m}]" for m in mark_list(row))
+
+
+def mark_list(row: VerdictRow) -> list[str]:
+    """The marks of :func:`marks`, each in its own words."""
     out = []
     pre = row.details.get("pre_registered_verdict")
     if pre is not None:
@@ -70,7 +77,12 @@ def marks(row: VerdictRow) -> str:
     weak = str(row.details.get("underpowered") or "")
     if weak and weak not in str(row.details.get("why") or ""):  # an inconclusive row's why says it already
         out.append(weak)
-    return "".join(f" [{m}]" for m in out)
+    return out
+
+
+def symbols(row: VerdictRow) -> str:
+    """`*` when the row's rule was revised after its numbers, `°` when the row is no evidence either way."""
+    return ("*" if row.details.get("pre_registered_verdict") is not None else "") + ("" if is_evidence(row) else "°")
 
 
 def verdict_record(row: VerdictRow) -> dict[str, str]:
@@ -81,7 +93,7 @@ def verdict_record(row: VerdictRow) -> dict[str, str]:
     why = row.details.get("why") or ""
     n = "–" if row.n is None else str(row.n) + (" seeds" if row.details.get("unit") == "seed" else "")
     return {"model": row.model, "variant": row.variant or "–", "claim": row.claim_id,
-            "verdict": row.verdict + (f" ({why})" if why else "") + marks(row),
+            "verdict": row.verdict + symbols(row), "why": str(why).split(";")[0].strip() or "; ".join(mark_list(row)),
             "statistic": row.statistic, "estimate [CI]": evidence(row), "n": n,
             "MDE": "–" if mde is None else f"{number(mde)} {row.details.get('mde_unit', '')}".strip(),
             "per seed": per_seed_text(row)}
@@ -96,7 +108,8 @@ class VerdictTable(pd.DataFrame):
 
     - In a notebook (``_repr_html_``): every cell whole (``display.max_colwidth`` does not apply), and
       a last column whose ``rule`` button unfolds the row's rule text (``<details>``).
-    - As text (``repr``, ``print``): every cell whole; the rules are not repeated there.
+    - As text (``repr``, ``print``): the verdict, estimate, n and reason (:data:`TEXT_COLUMNS`), cells cut at
+      :data:`TEXT_WIDTH` characters; the rules are not repeated there.
 
     ``rules`` maps a row's ``(model, variant, claim, statistic)`` to its rule text; it survives
     selections (``.loc``, ``.head``, ``.reset_index()``); :meth:`row_rules` reads it row by row.
@@ -140,8 +153,11 @@ class VerdictTable(pd.DataFrame):
                                  "display.max_rows", None, "display.width", 10_000)
 
     def __repr__(self) -> str:
-        with self._whole():
-            return pd.DataFrame(self).to_string()
+        frame = pd.DataFrame(self)
+        frame = frame[[c for c in TEXT_COLUMNS if c in frame.columns] or list(frame.columns)]
+        with pd.option_context("display.max_colwidth", TEXT_WIDTH, "display.max_columns", None,
+                               "display.max_rows", None, "display.width", 10_000):
+            return frame.to_string()
 
     __str__ = __repr__
 
@@ -172,61 +188,6 @@ def verdict_table(rows: Sequence[VerdictRow]) -> VerdictTable:
     frame = VerdictTable(pd.DataFrame(records, columns=list(COLUMNS)).set_index(list(KEY)))
     frame.rules = {tuple(rec[k] for k in KEY) + (rec["statistic"],): r.rule for rec, r in zip(records, rows)}
     return frame
-
-
-def verdict_lines(rows: Sequence[VerdictRow]) -> list[str]:
-    """One printed sentence per verdict row (what the notebooks' closing sections quote)."""
-    lines = []
-    for r in rows:
-        rec = verdict_record(r)
-        lines.append(f"{r.model} · {r.claim_id} ({rec['variant']}): {rec['verdict']} — {r.statistic} = "
-                     f"{rec['estimate [CI]']}" + (f"; per seed: {rec['per seed']}" if rec["per seed"] != "–" else ""))
-    for line in lines:
-        print(line)
-    return lines
-
-
-def power_lines(rows: Sequence[VerdictRow]) -> list[str]:
-    """One sentence per row that carries a minimum detectable effect: what this profile can see.
-
-    The MDE is the smallest true effect the row's test detects with 80% power; where it exceeds the
-    rule's materiality margin, a real effect between the two could be missed (power gave way to the
-    run-time budget). A 'not reproduced' needs the interval to exclude the margin, which can happen
-    even then when the effect goes the other way.
-    """
-    lines = []
-    for r in rows:
-        mde, margin = r.details.get("mde"), r.details.get("margin")
-        if mde is None:
-            continue
-        unit = r.details.get("mde_unit", "")
-        size = f"{r.n} seeds" if r.details.get("unit") == "seed" else f"n = {r.n}"
-        text = (f"{r.model} · {r.claim_id}" + (f" ({r.variant})" if r.variant else "")
-                + f": with {size} the test detects an effect of {mde:.3g} {unit} with 80% power")
-        if margin is not None and mde > margin:
-            text += (f", more than the materiality margin of {margin:g} {unit}: a real effect between the two "
-                     "could be missed (power gave way to the run-time budget)")
-        elif margin is not None:
-            text += f", within the materiality margin of {margin:g} {unit}"
-        lines.append(text + ".")
-    for line in lines:
-        print(line)
-    return lines
-
-
-def rule_lines(*rules) -> list[str]:
-    """The rules as the package states them (each function's rule text with its default parameters
-    filled in, ``verdicts._rule``), printed: a notebook shows these instead of retyping them."""
-    lines = []
-    for fn in rules:
-        doc = fn.__doc__ or ""
-        if "Rule (default parameters):" not in doc:
-            raise ValueError(f"{fn.__name__} states no rule (not a rule of residshift.analysis.verdicts)")
-        text = " ".join(doc.split("Rule (default parameters):", 1)[1].split())
-        lines.append(f"{fn.__name__}: {text}")
-    for line in lines:
-        print(line + "\n")
-    return lines
 
 
 def save_verdicts(name: str, rows: Sequence[VerdictRow], *, parameters: dict[str, Any] | None = None) -> Path:
