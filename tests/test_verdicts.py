@@ -89,7 +89,7 @@ def test_every_view_renders_a_row_the_same_way():
     frame = tables.verdict_table([row])
     assert frame.reset_index().iloc[0].to_dict() == rec
     text = repr(frame)
-    assert rec["estimate [CI]"] in text and "statistic" not in text  # the plain-text view: verdict, estimate, n, why
+    assert rec["estimate [CI]"] in text and "statistic" not in text  # the plain-text view: verdict and estimate
     # what a rule marked shows as a symbol, its words in the reason; an unmarked row shows none
     assert tables.marks(row) == "" and rec["verdict"] == R and rec["why"] == ""
     marked = _row(verdict=N, details={"post_hoc": True, "pre_registered_verdict": R, "evidence": False,

@@ -18,8 +18,10 @@ from ..analysis.verdicts import LEVEL, VerdictError, VerdictRow, is_evidence
 from ..core.outputs import save_numbers
 
 COLUMNS = ("model", "variant", "claim", "verdict", "why", "statistic", "estimate [CI]", "n", "MDE", "per seed")
-TEXT_COLUMNS = ("verdict", "estimate [CI]", "n", "why")  # the plain-text view: the rest is in the notebook's table
-TEXT_WIDTH = 48  # characters of a cell in the plain-text view
+# The plain-text view (what a terminal or a text diff shows; a notebook shows the HTML table, every column):
+# each column cut to its width, so that a notebook's largest verdict table stays under ~5 kB of text.
+TEXT_WIDTHS = {"claim": 26, "model": 22, "variant": 20, "verdict": 16, "estimate [CI]": 26}
+TEXT_WIDTH = max(TEXT_WIDTHS.values())
 
 
 def number(x: Any) -> str:
@@ -108,8 +110,8 @@ class VerdictTable(pd.DataFrame):
 
     - In a notebook (``_repr_html_``): every cell whole (``display.max_colwidth`` does not apply), and
       a last column whose ``rule`` button unfolds the row's rule text (``<details>``).
-    - As text (``repr``, ``print``): the verdict, estimate, n and reason (:data:`TEXT_COLUMNS`), cells cut at
-      :data:`TEXT_WIDTH` characters; the rules are not repeated there.
+    - As text (``repr``, ``print``): claim, model, variant, verdict and estimate, each cut to its width
+      (:data:`TEXT_WIDTHS`); the reasons and rules are in the HTML view.
 
     ``rules`` maps a row's ``(model, variant, claim, statistic)`` to its rule text; it survives
     selections (``.loc``, ``.head``, ``.reset_index()``); :meth:`row_rules` reads it row by row.
@@ -154,10 +156,11 @@ class VerdictTable(pd.DataFrame):
 
     def __repr__(self) -> str:
         frame = pd.DataFrame(self)
-        frame = frame[[c for c in TEXT_COLUMNS if c in frame.columns] or list(frame.columns)]
-        with pd.option_context("display.max_colwidth", TEXT_WIDTH, "display.max_columns", None,
-                               "display.max_rows", None, "display.width", 10_000):
-            return frame.to_string()
+        flat = frame.reset_index() if any(n in TEXT_WIDTHS for n in frame.index.names) else frame
+        cols = [c for c in TEXT_WIDTHS if c in flat.columns] or list(flat.columns)
+        cut = lambda x, w: (x if len(x) <= w else x[:w - 1] + "…")  # noqa: E731
+        text = pd.DataFrame({c: [cut(str(v), TEXT_WIDTHS.get(c, 40)) for v in flat[c]] for c in cols})
+        return text.to_string(index=False) if len(text) else pd.DataFrame(self).to_string()
 
     __str__ = __repr__
 
