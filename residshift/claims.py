@@ -303,7 +303,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         key="C2.late-cut/frozen", code="af8b894b28fa", notebook="04",
         paper="attenuating the residual path of one late layer (x_(l+1) = alpha x_l + F_l(LN(x_l))) improves the model",
-        subjects="SmolLM2-135M and Gemma-3-270M, frozen; held-out WikiText-2 windows",
+        subjects="SmolLM2-135M and Gemma-3-270M, frozen; WikiText-103 validation windows",
         statistic="mean change of next-token loss (nats) when block l's skip path is scaled by alpha",
         test="the late cells (l >= 2L/3, every alpha) selected on 8 windows, at most 3 carried to 64 fresh "
              "windows; one-sided paired t-tests there",

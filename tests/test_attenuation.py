@@ -7,6 +7,7 @@ import dataclasses
 
 import matplotlib
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -192,6 +193,27 @@ def test_sweep_figures_share_their_scale(sweeps, P):
     plt.close("all")
 
 
+def test_alpha0_overview_reads_block_0_the_cheapest_and_the_most_harmful_block():
+    t = pd.DataFrame([{"model": "m", "block": b, "dloss": d, "lo": d - 0.1, "hi": d + 0.1}
+                      for b, d in enumerate([0.005, 6.0, 4.3, 9.0])])
+    o = A.alpha0_overview(t).loc["m"]
+    assert (o["block 0 cost"], o.lo, o.hi) == pytest.approx((0.005, -0.095, 0.105))
+    assert (o["cheapest other block"], o["cheapest cost"]) == (2, 4.3)
+    assert (o["most harmful block"], o["most harmful cost"]) == (3, 9.0)
+
+
+def test_verdict_grid_has_one_row_per_claim_and_one_column_per_model_and_variant():
+    def row(model, claim, variant, verdict):
+        return verdicts.VerdictRow(model=model, variant=variant, claim_id=claim, claim="c", verdict=verdict,
+                                   statistic="s", estimate=0.0, ci=(None, None), level=None, n=1, rule="r")
+
+    g = A.verdict_grid([row("a", "C3.x", "scalar gates", "reproduced"), row("b", "C3.x", "scalar gates", "inconclusive"),
+                        row("a", "C3.y", None, "not reproduced")])
+    assert list(g.index) == ["C3.x", "C3.y"] and ("b", "scalar gates") in g.columns
+    assert g.loc["C3.x", ("b", "scalar gates")] == "inconclusive" and g.loc["C3.y", ("a", "")] == "not reproduced"
+    assert g.loc["C3.y", ("b", "scalar gates")] == ""
+
+
 def test_c2_rows_select_on_the_grid_and_confirm_on_further_windows(tiny, sweeps, P):
     models = {"tiny-llama": tiny}
     conf = A.confirm_sweeps(models, sweeps, P, verbose=False)
@@ -213,15 +235,6 @@ def test_c2_rows_select_on_the_grid_and_confirm_on_further_windows(tiny, sweeps,
     assert [r.claim_id for r in rows] == ["C2.layer-sensitive", "C2.late-cut"]
     assert A.chosen_cut(rows, "tiny-llama") in set(conf["tiny-llama"])
     assert not A.late_cut_table(rows).empty and tables.verdict_table(rows).shape[0] == 2
-
-
-def test_power_lines_say_when_power_gave_way():
-    row = verdicts.VerdictRow(model="m", variant=None, claim_id="C2.late-cut", claim="c", verdict="inconclusive",
-                              statistic="s", estimate=0.0, ci=(-0.01, 0.01), level=0.95, n=8, rule="r",
-                              details={"mde": 0.02, "mde_unit": "nats", "margin": 0.005})
-    small = verdicts.VerdictRow(**{**row.__dict__, "details": {"mde": 0.001, "mde_unit": "nats", "margin": 0.005}})
-    lines = tables.power_lines([row, small])
-    assert "power gave way" in lines[0] and "power gave way" not in lines[1]
 
 
 def test_misalignment_of_a_cut_and_the_alignment_figure(tiny, P):
@@ -300,27 +313,30 @@ def test_gate_glue_on_fixed_gates(tiny, sweeps, P):
     assert b.task_items == {t: evaluate.task_size(t) for t in A.BENCH_TASKS}
     brows = A.benchmark_rows(bench, P2)
     assert len(brows) == 2 and all(r.details["mde"] > 0 for r in brows)
-    assert len(A.benchmark_power(brows)) == 2 and not A.benchmark_table(bench).empty
-    # priced: items needed (capped at the task's size) x (unmodified + 1 seed's gates) x seconds per item
-    priced = A.benchmark_power(brows, bench)
+    power = A.benchmark_power_table(brows)
+    assert len(power) == 2 and not A.benchmark_table(bench).empty
     _, need = verdicts.benchmark_items_needed(brows[0])
+    assert power["items needed per task"][0] == need and "minutes (mean)" not in power
+    # priced: items needed (capped at the task's size) x (unmodified + 1 seed's gates) x seconds per item
+    priced = A.benchmark_power_table(brows, bench)
     row = {t: b.seconds[t]["unmodified"] + b.seconds[t][brows[0].variant] for t in A.BENCH_TASKS}
     want = {f: sum(min(need, b.task_items[t]) * 2 * f(row[t]) for t in A.BENCH_TASKS) / 60
             for f in (np.mean, np.min, np.max)}
-    assert (f"x 2 configurations would take about {want[np.mean]:.0f} min ({want[np.min]:.0f}–"
-            f"{want[np.max]:.0f} at the cheapest" in priced[0])
+    assert priced["configurations"][0] == 2
+    assert [priced[f"minutes ({k})"][0] for k in ("mean", "min", "max")] == pytest.approx(
+        [round(want[f], 3) for f in (np.mean, np.min, np.max)], abs=1e-3)
     # the range is the row's own configurations': the other kind's seconds do not move it
     other = "token gates" if brows[0].variant == "scalar gates" else "scalar gates"
     dear = dataclasses.replace(b, seconds={t: {**v, other: [1e6]} for t, v in b.seconds.items()})
-    assert A.benchmark_power(brows[:1], {"tiny-llama": dear}) == priced[:1]
+    pd.testing.assert_frame_equal(A.benchmark_power_table(brows[:1], {"tiny-llama": dear}), priced[:1])
     # a task smaller than the items needed is named, and priced at its size
     small = dataclasses.replace(b, task_items={**b.task_items, "piqa": 5})
-    line, = A.benchmark_power(brows[:1], {"tiny-llama": small})
-    assert "piqa (5)" in line and "fewer, so at that rate even every item there would not reach it" in line
-    assert f"scoring {min(need, b.task_items['lambada'])} + 5 + " in line
+    one = A.benchmark_power_table(brows[:1], {"tiny-llama": small}).iloc[0]
+    assert "piqa (5)" in one["tasks with fewer items"].split(", ")
+    assert one["items to score"] == 5 + sum(min(need, b.task_items[t]) for t in A.BENCH_TASKS if t != "piqa")
     # a task with enough items is not named
     big = dataclasses.replace(b, task_items={t: 10 * need for t in A.BENCH_TASKS})
-    assert "fewer" not in A.benchmark_power(brows[:1], {"tiny-llama": big})[0]
+    assert A.benchmark_power_table(brows[:1], {"tiny-llama": big})["tasks with fewer items"][0] == ""
     A.fit_history_panel(fits)
     assert list(A.fit_table(fits)["ended by"]) == ["patience", "step cap"]
     plt.close("all")

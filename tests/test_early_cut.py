@@ -1,6 +1,6 @@
 """Where the best single cut sits (residshift.study.attenuation, notebooks 04-05): the regions,
 the selection over every block and its confirmation on further windows, the figure panel, and
-the printed sentences of both notebooks, every branch on synthetic numbers."""
+the tables of both notebooks, every branch on synthetic numbers."""
 from __future__ import annotations
 
 import matplotlib
@@ -113,7 +113,7 @@ def test_summary_when_the_best_cell_is_late_or_unmodified():
 
 
 # --------------------------------------------------------------------------------------------
-# Sentences (04): every branch
+# The best-cut table (04): every branch
 # --------------------------------------------------------------------------------------------
 
 
@@ -129,46 +129,33 @@ def _summary(case):
     return A.best_cut_summary(d, {"m": cells[1]}, {"m": 9}, n_boot=200)
 
 
-def test_early_cut_lines_best_cut_early_and_confirmed(capsys):
-    lines = A.early_cut_lines(_summary("early confirmed"))
-    assert len(lines) == 3 and capsys.readouterr().out.count("\n") == 3
-    assert "block 1, alpha=0.9" in lines[0] and "an early block (early = blocks 0-2, late = blocks 6-8)" in lines[0]
-    assert "confirmed: it lowers the loss on fresh windows" in lines[0] and "40 confirmation windows" in lines[0]
-    assert "best late cell is block 7, alpha=0.9" in lines[1] and "ruled out" in lines[1]
-    assert "loss minus the late cell's" in lines[1]
-    assert "OUTSIDE the paper's late region (an early block), and it holds" in lines[2]
+def test_best_cut_table_has_one_row_per_cell_with_its_numbers():
+    s = _summary("early confirmed")
+    t = A.best_cut_table(s)
+    assert list(t.index) == [("m", "best cut over all blocks"), ("m", "best late cell")]
+    o = t.loc[("m", "best cut over all blocks")]
+    assert (o.block, o.alpha, o.region, o.status) == (1, 0.9, "early", "confirmed")
+    assert o["confirmation mean"] == pytest.approx(round(s["m"]["overall"]["mean"], 4))
+    assert o.lo < o["confirmation mean"] < o.hi and 0 <= o["p (one-sided)"] <= 0.05 and o.MDE > 0
+    late = t.loc[("m", "best late cell")]
+    assert (late.block, late.region, late.status) == (7, "late", "ruled out")
 
 
-def test_early_cut_lines_best_cut_early_but_ruled_out():
-    lines = A.early_cut_lines(_summary("early ruled out"))
-    assert "not confirmed, and an improvement of 0.005 nats or more is ruled out" in lines[0]
-    assert "not better than the unmodified model there" in lines[1]
-    assert "does not hold on the confirmation windows" in lines[2] and "OUTSIDE" not in lines[2]
+@pytest.mark.parametrize("case,overall", [("early ruled out", (1, "early", "ruled out")),
+                                          ("middle undecided", (4, "middle", "undecided")),
+                                          ("late", (7, "late", "confirmed")),
+                                          ("late ruled out", (7, "late", "ruled out"))])
+def test_best_cut_table_reads_every_status(case, overall):
+    o = A.best_cut_table(_summary(case)).loc[("m", "best cut over all blocks")]
+    assert (o.block, o.region, o.status) == overall
 
 
-def test_early_cut_lines_middle_block_undecided():
-    lines = A.early_cut_lines(_summary("middle undecided"))
-    assert "block 4, alpha=0.5" in lines[0] and "a middle block" in lines[0]
-    assert "not ruled out either (smallest detectable effect" in lines[0]
-    assert "(a middle block), but it does not hold" in lines[2]
-
-
-def test_early_cut_lines_best_cut_late():
-    lines = A.early_cut_lines(_summary("late"))
-    assert "a late block" in lines[0] and "confirmed" in lines[0]
-    assert "also the best late cell (C2.late-cut's first candidate)" in lines[1]
-    assert lines[2] == "m: the best single cut lies inside the paper's late region, and it holds on the confirmation windows."
-    lines = A.early_cut_lines(_summary("late ruled out"))
-    assert "a late block" in lines[0] and "not confirmed, and an improvement of 0.005 nats or more is ruled out" in lines[0]
-    assert lines[2].endswith("inside the paper's late region on the selection windows, but it does not hold on the "
-                             "confirmation windows.")
-
-
-def test_early_cut_lines_unmodified_wins():
-    lines = A.early_cut_lines(_summary("unmodified"))
-    assert "the best fixed cut is the unmodified model" in lines[0]
-    assert "the least harmful cut, block 8, alpha=0.9, a late block, costs +0.0" in lines[0]
-    assert "no fixed cut helps on the selection windows" in lines[2]
+def test_best_cut_table_when_the_unmodified_model_wins():
+    t = A.best_cut_table(_summary("unmodified"))
+    o = t.loc[("m", "best cut over all blocks")]
+    assert o.status == "unmodified" and o.region == "unmodified" and o.alpha == 1.0
+    assert pd.isna(o.block) and pd.isna(o["confirmation mean"])
+    assert t.loc[("m", "best late cell")].block == 8
 
 
 # --------------------------------------------------------------------------------------------
@@ -251,8 +238,8 @@ def test_best_cut_anywhere_reuses_confirmations_and_sweeps_the_rest(tiny, P):
     ref = sweep.naive_sweep(tiny.model, tiny.info, w, [0], [0.5])["dloss"][0, 0].numpy()
     assert s["overall"]["mean"] == pytest.approx(float(ref.mean()), abs=1e-4)
     assert s["n_confirmation"] == P.sweep_confirm_windows and s["n_selection"] == P.sweep_windows
-    lines = A.early_cut_lines({"tiny-llama": s})
-    assert len(lines) == 3 and "block 0, alpha=0.5" in lines[0]
+    t = A.best_cut_table({"tiny-llama": s})
+    assert t.loc[("tiny-llama", "best cut over all blocks")].block == 0
     import json
 
     json.dumps(s)  # the summary is saved as figure numbers
@@ -268,12 +255,6 @@ def test_best_cut_anywhere_reuses_confirmations_and_sweeps_the_rest(tiny, P):
 def _alpha_numbers(att_by_seed: dict, L: int, name="m", kind="scalar"):
     return {f"{name}/{kind}/seed{s}": {"layers": list(range(L)), "attenuation_mean": list(map(float, a))}
             for s, a in att_by_seed.items()}
-
-
-def _loss_records(name="m", label="block 1, alpha=0.9"):
-    return [{"model": name, "variant": "unmodified", "loss": 3.0, "change": 0.0, "lo": 0.0, "hi": 0.0, "n": 24},
-            {"model": name, "variant": f"best fixed cut ({label})", "loss": 2.99, "change": -0.0114,
-             "lo": -0.0197, "hi": -0.0031, "n": 24}]
 
 
 CUT = {"m": {"layer": 1, "alpha": 0.9, "dloss": -0.01, "label": "block 1, alpha=0.9"}}
@@ -303,48 +284,37 @@ def test_gate_ranking_orders_by_the_seed_average():
         A.gate_ranking(_alpha_numbers(att, 6), {"x": 6})
 
 
-def test_gate_cut_lines_cut_block_is_the_most_attenuated(capsys):
+def test_gate_cut_table_cut_block_is_the_most_attenuated():
     att = {0: [0.01, 0.03, 0.002, 0.02, 0.002, 0.002], 1: [0.01, 0.15, 0.002, 0.04, 0.002, 0.002]}
-    lines = A.gate_cut_lines(_alpha_numbers(att, 6), CUT, _loss_records(), n_layers={"m": 6})
-    assert len(lines) == 2 and capsys.readouterr().out.count("\n") == 2
-    assert "block 1, alpha=0.9" in lines[0] and "an early block (early = blocks 0-1, late = blocks 4-5 of 6)" in lines[0]
-    assert "-0.0114 [-0.0197, -0.0031] nats" in lines[0] and "24 test windows" in lines[0]
-    assert "block 1 (0.09; seeds 0.03 to 0.15; early), block 3 (0.03; seeds 0.02 to 0.04; middle)" in lines[1]
-    assert "the seeds agree" in lines[1] and "the fixed cut's block 1 is the gates' most attenuated block" in lines[1]
-    assert "did not move" not in lines[1] and "no gate moved" not in lines[1]
+    t = A.gate_cut_table(_alpha_numbers(att, 6), CUT, n_layers={"m": 6})
+    g = t.loc[("m", "scalar")]
+    assert (g["top block"], g.region, g["seeds agree on top"], g["runner-up block"]) == (1, "early", True, 3)
+    assert (g["1-α top"], g["seed min"], g["seed max"]) == pytest.approx((0.09, 0.03, 0.15))
+    assert g["1-α runner-up"] == pytest.approx(0.03) and g["1-α final block"] == pytest.approx(0.002)
+    assert (g["fixed cut block"], g["cut's rank"], g.seeds) == (1, 1, 2)
+    assert g.moved >= verdicts.MIN_GATE_MOVEMENT
 
 
-def test_gate_cut_lines_cut_block_in_or_outside_the_top_blocks():
+def test_gate_cut_table_ranks_the_cut_block_and_names_disagreeing_seeds():
     att = {0: [0.05, 0.03, 0.002, 0.02, 0.002, 0.06], 1: [0.04, 0.03, 0.002, 0.01, 0.002, 0.01]}
-    lines = A.gate_cut_lines(_alpha_numbers(att, 6), CUT, _loss_records(), n_layers={"m": 6})
-    assert "the fixed cut's block 1 ranks 3 of 6 (1 - alpha = 0.03)." in lines[1]
-    assert "the seeds disagree on the most attenuated block (seed 0: 5, seed 1: 0)" in lines[1]
-    lines = A.gate_cut_lines(_alpha_numbers(att, 6), CUT, _loss_records(), n_layers={"m": 6}, top=2)
-    assert "ranks 3 of 6 (1 - alpha = 0.03), outside the gates' top blocks." in lines[1]
-    with pytest.raises(ValueError, match="top must be"):
-        A.gate_cut_lines(_alpha_numbers(att, 6), CUT, _loss_records(), n_layers={"m": 6}, top=0)
+    g = A.gate_cut_table(_alpha_numbers(att, 6), CUT, n_layers={"m": 6}).loc[("m", "scalar")]
+    assert g["cut's rank"] == 3 and not g["seeds agree on top"] and g["top block"] == 0
 
 
-def test_gate_cut_lines_unmodified_wins_and_gates_that_did_not_move():
+def test_gate_cut_table_unmodified_wins_and_gates_that_did_not_move():
     att = {0: [INIT + 0.001] + [INIT] * 5}
     cut = {"m": {"layer": None, "alpha": 1.0, "dloss": 0.0, "label": "unmodified (alpha = 1)"}}
-    records = _loss_records(label="unmodified (alpha = 1)")
-    lines = A.gate_cut_lines(_alpha_numbers(att, 6, kind="token"), cut, records, n_layers={"m": 6})
-    assert "the best fixed cut is the unmodified model: there is no cut block" in lines[0]
-    assert "m, token gates: the largest attenuation 1 - alpha is at block 0" in lines[1] and "1 seed" in lines[1]
-    assert "seeds agree" not in lines[1] and "ranks" not in lines[1]
-    assert "no gate moved more than 0.01 from its start" in lines[1]
+    g = A.gate_cut_table(_alpha_numbers(att, 6, kind="token"), cut, n_layers={"m": 6}).loc[("m", "token")]
+    assert g["top block"] == 0 and g.seeds == 1 and g["fixed cut block"] is None and g["cut's rank"] is None
+    assert g.moved < verdicts.MIN_GATE_MOVEMENT
 
 
-def test_gate_cut_lines_name_their_missing_inputs():
-    att = {0: [0.01] * 6}
-    with pytest.raises(ValueError, match="no row 'best fixed cut"):
-        A.gate_cut_lines(_alpha_numbers(att, 6), CUT, _loss_records(label="block 2, alpha=0.5"), n_layers={"m": 6})
+def test_gate_cut_table_names_its_missing_inputs():
     with pytest.raises(ValueError, match="cuts lacks"):
-        A.gate_cut_lines(_alpha_numbers(att, 6), {}, _loss_records(), n_layers={"m": 6})
+        A.gate_cut_table(_alpha_numbers({0: [0.01] * 6}, 6), {}, n_layers={"m": 6})
     partial = {"m/scalar/seed0": {"layers": [3, 4, 5], "attenuation_mean": [0.01, 0.02, 0.03]}}
-    lines = A.gate_cut_lines(partial, CUT, pd.DataFrame(_loss_records()), n_layers={"m": 6})
-    assert "the cut's block 1 was not gated" in lines[1]
+    g = A.gate_cut_table(partial, CUT, n_layers={"m": 6}).loc[("m", "scalar")]
+    assert g["cut's rank"] is None and g["top block"] == 5 and g["1-α final block"] == pytest.approx(0.03)
 
 
 def test_a_significant_but_immaterial_improvement_is_not_confirmed():

@@ -5,22 +5,25 @@ The notebooks orchestrate; what they compute or draw is a call into this module:
 - **04, the fixed cut** — compute: :func:`run_sweeps` (the layer x alpha grid,
   ``attenuate.sweep`` with the ``sweep_*`` keys), :func:`confirm_sweeps` (the late-cut candidates
   on further windows); tables and rules: :func:`sweep_tables`, :func:`alpha0_table`,
-  :func:`c2_rows`, :func:`chosen_cut`; misalignment after the chosen cut: :func:`cut_lens`,
-  :func:`misalignment_rows`, :func:`misalignment_table`; figures: :func:`heatmap_panel`,
-  :func:`curves_panel`, :func:`alignment_panel`.
+  :func:`alpha0_overview`, :func:`c2_rows`, :func:`chosen_cut`, :func:`late_cut_table`; misalignment
+  after the chosen cut: :func:`cut_lens`, :func:`misalignment_rows`, :func:`misalignment_table`;
+  figures: :func:`heatmap_panel`, :func:`curves_panel`, :func:`alignment_panel`.
 - **05, learned gates** — compute: :func:`fit_all` (``attenuate.gates`` with the ``gate_*`` keys),
   :func:`alpha_stats`, :func:`test_losses`, :func:`gate_lens`, :func:`benchmarks`; tables and rules:
   :func:`fit_table`, :func:`concentration_rows`, :func:`loss_rows`, :func:`loss_table`,
   :func:`gate_misalignment_rows`, :func:`benchmark_rows`, :func:`benchmark_table`,
-  :func:`benchmark_power`; figures: :func:`fit_history_panel`, :func:`alpha_panel`,
-  :func:`loss_panel`, :func:`alignment_panel`.
-- **both**: :func:`verdict_table`, :func:`power_lines`.
+  :func:`benchmark_power_table`, :func:`verdict_grid`; figures: :func:`fit_history_panel`,
+  :func:`alpha_panel`, :func:`loss_panel`, :func:`alignment_panel`.
 - **where the best single cut sits** (04 and 05): :func:`depth_region` (early / middle / late),
   :func:`best_cut_anywhere` (the best cell over every block and the best late cell, selected on the
   grid and measured on the confirmation windows; pure parts :func:`best_cut_selection`,
   :func:`best_cut_summary`; compute :func:`confirm_cells`), :func:`best_cut_panel`,
-  :func:`early_cut_lines`; for 05 :func:`gate_ranking` and :func:`gate_cut_lines` (the gates'
+  :func:`best_cut_table`; for 05 :func:`gate_ranking` and :func:`gate_cut_table` (the gates'
   most attenuated blocks beside the best fixed cut).
+
+Every function returns numbers, tables or figures; none writes sentences from results (``verbose``
+progress messages aside): the notebooks' findings are written by their authors and checked against
+the saved numbers.
 
 The verdict rules are :mod:`residshift.analysis.verdicts`'; statistics :mod:`residshift.analysis.stats`'.
 Results are cached by the modules that compute them (sweep, gates, lens, harness); the per-window
@@ -51,7 +54,6 @@ from ..core.interventions import attenuate
 from ..measure import evaluate, lens
 from . import lens_setups
 from .plotting import PALETTE, integer_axis
-from .prose import join
 
 NAME04 = "04-attenuation-sweep"
 NAME05 = "05-learned-gates"
@@ -149,19 +151,18 @@ def alpha0_table(sweeps: Mapping[str, dict], P) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def alpha0_summary_lines(table: pd.DataFrame) -> list[str]:
-    """Per model: block 0's cost, the cheapest other block and the most harmful block (printed)."""
-    lines = []
+def alpha0_overview(table: pd.DataFrame) -> pd.DataFrame:
+    """Per model, from :func:`alpha0_table`: block 0's cost with its 95% CI, the cheapest other block
+    and the most harmful block with their costs (nats), one row per model."""
+    rows = []
     for name, t in table.groupby("model", sort=False):
         b0 = t[t.block == 0].iloc[0]
         rest = t[t.block != 0]
         lo, hi = rest.loc[rest.dloss.idxmin()], t.loc[t.dloss.idxmax()]
-        lines.append(f"{name}: cutting block 0's skip path costs {b0.dloss:+.4f} nats "
-                     f"[{b0.lo:+.4f}, {b0.hi:+.4f}]; the cheapest other block is {int(lo.block)} "
-                     f"({lo.dloss:+.3f} nats), the most harmful block {int(hi.block)} ({hi.dloss:+.3f} nats)")
-    for line in lines:
-        print(line)
-    return lines
+        rows.append({"model": name, "block 0 cost": b0.dloss, "lo": b0.lo, "hi": b0.hi,
+                     "cheapest other block": int(lo.block), "cheapest cost": lo.dloss,
+                     "most harmful block": int(hi.block), "most harmful cost": hi.dloss})
+    return pd.DataFrame(rows).set_index("model").round(4)
 
 
 def confirm_sweeps(models: Mapping[str, Any], sweeps: Mapping[str, dict], P,
@@ -263,11 +264,13 @@ def misalignment_rows(runs: Mapping[str, Mapping[str, Any]], cuts: Mapping[str, 
 
 
 def misalignment_table(rows) -> pd.DataFrame:
-    """The misalignment rows as a table: statistic, estimate [CI], the rule's reading, loss change."""
+    """The misalignment rows as a table: estimate [CI], the rule's reading, loss change (each measure's
+    statistic is its row's ``statistic``, described in the notebooks' text, left out to keep the table
+    narrow)."""
     out = []
     for r in rows:
         loss = r.details.get("loss_change")
-        out.append({"model": r.model, "variant": r.variant, "measure": r.claim_id, "statistic": r.statistic,
+        out.append({"model": r.model, "variant": r.variant, "measure": r.claim_id,
                     "estimate [95% CI]": stats.format_ci(r.estimate, *r.ci, 4), "rule's reading": r.verdict,
                     "loss change [95% CI]": "" if not loss else stats.format_ci(loss["delta"], loss["lo"],
                                                                                   loss["hi"], 4)})
@@ -734,41 +737,47 @@ def benchmark_table(bench: Mapping[str, Benchmarks]) -> pd.DataFrame:
 
 
 
-def benchmark_power(rows, bench: Mapping[str, Benchmarks] | None = None) -> list[str]:
-    """Per benchmark row: the largest per-task minimum detectable drop at this n, and roughly how
-    many items per task would bring it to the rule's margin (``verdicts.benchmark_items_needed``, an
-    upper-bound estimate: the changed-answer rate is held at its upper bound); the tasks that do not
-    have that many items. With ``bench`` (:func:`benchmarks`), what scoring that many items would
-    cost on this machine: per task, the items times the configurations the row compares (unmodified
-    + each seed's gates of the row's kind) times the measured seconds per item of those
-    configurations, at their mean and between the cheapest and the dearest of them."""
-    lines = []
+def benchmark_power_table(rows, bench: Mapping[str, Benchmarks] | None = None) -> pd.DataFrame:
+    """Per benchmark row: the largest per-task minimum detectable drop at this n (the task and seed
+    with the largest, its items and changed-answer upper bound), and roughly how many items per task
+    would bring it to the rule's margin (``verdicts.benchmark_items_needed``, an upper-bound estimate:
+    the changed-answer rate is held at its upper bound). With ``bench`` (:func:`benchmarks`): the
+    tasks that do not have that many items (``"piqa (1,838)"``), and what scoring that many items
+    (capped at each task's size) would cost on this machine: items times the configurations the row
+    compares (unmodified + each seed's gates of the row's kind) times the measured seconds per item
+    of those configurations, in minutes at their mean, cheapest and dearest."""
+    out = []
     for r in rows:
         if r.claim_id != "C3.benchmarks":
             continue
         worst, need = verdicts.benchmark_items_needed(r)
-        line = (f"{r.model} · {r.variant}: largest detectable drop {worst['mde']:.3f} accuracy at "
-                f"{worst['n']} items (changed-answer rate <= {worst['discordance_upper']:.3f}); "
-                f"a {r.details['margin']:g} drop needs about {need} items per task")
+        row = {"model": r.model, "gates": r.variant, "largest detectable drop": worst["mde"], "at items": worst["n"],
+               "changed-answer rate <=": worst["discordance_upper"], "margin": r.details["margin"],
+               "items needed per task": need}
         b = (bench or {}).get(r.model)
         if b is not None and r.variant in b.after:
             tasks = list(r.details["tasks"])
-            short = [f"{t} ({b.task_items[t]:,})" for t in tasks if b.task_items[t] < need]
-            if short:
-                line += (f"; {join(short)} {'has' if len(short) == 1 else 'have'} fewer, so at that rate even "
-                         "every item there would not reach it")
+            row["tasks with fewer items"] = ", ".join(f"{t} ({b.task_items[t]:,})" for t in tasks
+                                                      if b.task_items[t] < need)
             configs = 1 + int(np.atleast_2d(next(iter(b.after[r.variant].values()))).shape[0])
             items = {t: min(need, b.task_items[t]) for t in tasks}
             secs = {t: b.seconds[t]["unmodified"] + b.seconds[t][r.variant] for t in tasks}  # this row's configurations
-            cost = {f: sum(items[t] * configs * f(secs[t]) for t in tasks) / 60 for f in (np.mean, np.min, np.max)}
-            per_item = ", ".join(f"{t} {np.min(secs[t]):.2f}–{np.max(secs[t]):.2f} s" for t in tasks)
-            line += (f": scoring {' + '.join(str(items[t]) for t in tasks)} items x {configs} configurations "
-                     f"would take about {cost[np.mean]:.0f} min ({cost[np.min]:.0f}–{cost[np.max]:.0f} at the "
-                     f"cheapest and dearest of these configurations' seconds per item: {per_item})")
-        lines.append(line)
-    for line in lines:
-        print(line)
-    return lines
+            row["configurations"] = configs
+            row["items to score"] = sum(items.values())
+            for label, f in (("mean", np.mean), ("min", np.min), ("max", np.max)):
+                row[f"minutes ({label})"] = sum(items[t] * configs * f(secs[t]) for t in tasks) / 60
+        out.append(row)
+    return pd.DataFrame(out).round(3)
+
+
+def verdict_grid(rows) -> pd.DataFrame:
+    """Every verdict row at a glance: one row per claim id (in the rows' order), one column per model
+    and variant, the verdict in each cell ('' where a claim has no row for that column); the reasons
+    and numbers are in the verdict tables of the sections that computed them."""
+    t = pd.DataFrame([{"claim": r.claim_id, "model": r.model, "variant": r.variant or "", "verdict": r.verdict}
+                      for r in rows])
+    return t.pivot_table(index="claim", columns=["model", "variant"], values="verdict", aggfunc="first",
+                         sort=False).fillna("")
 
 
 # ============================================================================================
@@ -795,11 +804,6 @@ def depth_region(layer: int | None, n_layers: int) -> str:
     if int(layer) < EARLY_FRACTION * n_layers:
         return "early"
     return "late" if verdicts.is_late(int(layer), n_layers) else "middle"
-
-
-def _a(region: str) -> str:
-    """``"an early"``, ``"a middle"``, ``"a late"``."""
-    return f"{'an' if region[0] in 'aeiou' else 'a'} {region}"
 
 
 def _region_blocks(region: str, n_layers: int) -> str:
@@ -1043,101 +1047,24 @@ def best_cut_panel(tables: Mapping[str, pd.DataFrame], summary: Mapping[str, dic
     return fig, numbers
 
 
-def _ci(m: float, lo: float, hi: float) -> str:
-    """``"-0.0114 [-0.0197, -0.0031]"``: a signed loss change with its CI, 4 decimals."""
-    return f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+BEST_CUT_CELLS = {"overall": "best cut over all blocks", "late": "best late cell"}
 
 
-def _cell_label(c: Mapping[str, Any]) -> str:
-    return f"block {c['layer']}, alpha={c['alpha']:g}"
-
-
-def _confirmation_sentence(c: Mapping[str, Any], n: int, margin: float) -> str:
-    head = (f"on the {n} confirmation windows it changes the loss by "
-            f"{_ci(c['mean'], c['lo'], c['hi'])} nats (one-sided paired t-test p = {c['p']:.3g})")
-    tail = {"confirmed": "confirmed: it lowers the loss on fresh windows",
-            "ruled out": f"not confirmed, and an improvement of {margin:g} nats or more is ruled out",
-            "undecided": f"not confirmed, though an improvement of {margin:g} nats is not ruled out either "
-                         f"(smallest detectable effect {c['mde']:.4f} nats)"}[c["status"]]
-    return f"{head}: {tail}"
-
-
-def best_cut_findings(summary: Mapping[str, dict]) -> list[str]:
-    """One finding per model for a notebook's closing list: where the single fixed cut that helps on
-    a frozen model sits (early, middle or late), read off :func:`best_cut_anywhere`'s confirmation
-    windows, beside the best late cell. Printed from the numbers; [] for an empty summary."""
+def best_cut_table(summary: Mapping[str, dict]) -> pd.DataFrame:
+    """Per model, the best single cut over all blocks and the best late cell of
+    :func:`best_cut_anywhere` (or the numbers of :func:`best_cut_panel`): block, alpha, region, the
+    mean on the selection windows, then on the confirmation windows the mean with its 95% CI, the
+    one-sided p, the MDE and :func:`confirmation_status`; one row per cell (the overall cell is
+    ``unmodified`` when no cut beats alpha = 1 on the selection windows)."""
     out = []
     for name, s in summary.items():
-        o, late = s["overall"], s["late"]
-        late_part = (f"the best late cell ({_cell_label(late)}) changes it by "
-                     f"{_ci(late['mean'], late['lo'], late['hi'])} nats" if late.get("mean") is not None
-                     else f"the best late cell ({_cell_label(late)}) was not confirmed")
-        if o["layer"] is None:
-            out.append(f"Frozen {name}: no single fixed cut lowers the loss on the selection windows, early or late.")
-        elif o["status"] == "confirmed" and o["region"] != "late":
-            out.append(f"Frozen {name}: the cut that helps most on the selection windows is {_a(o['region'])} cut "
-                       f"({_cell_label(o)}), outside the paper's late region, and it lowers the loss on fresh windows "
-                       f"({_ci(o['mean'], o['lo'], o['hi'])} nats); {late_part}.")
-        elif o["status"] == "confirmed":
-            out.append(f"Frozen {name}: the best single cut is late ({_cell_label(o)}) and lowers the loss on fresh "
-                       f"windows ({_ci(o['mean'], o['lo'], o['hi'])} nats).")
-        else:
-            status = {"ruled out": f"not confirmed, an improvement of {s['margin']:g} nats or more ruled out",
-                      "undecided": "not confirmed, and not ruled out either"}.get(o["status"], o["status"])
-            out.append(f"Frozen {name}: no single fixed cut is confirmed to lower the loss on fresh windows (the best "
-                       f"on the selection windows, {_cell_label(o)}, {_a(o['region'])} block: {status}); "
-                       f"{late_part}.")
-    return out
-
-
-def early_cut_lines(summary: Mapping[str, dict]) -> list[str]:
-    """Per model, printed: where the best single cut over all blocks sits (selection windows), its
-    effect on the confirmation windows, the best late cell beside it, and whether the best cut lies
-    outside the paper's late region. ``summary``: :func:`best_cut_anywhere` (or the numbers of
-    :func:`best_cut_panel`)."""
-    lines = []
-    for name, s in summary.items():
-        L, n_sel, n_conf, margin = s["n_layers"], s["n_selection"], s["n_confirmation"], s["margin"]
-        o, late, low = s["overall"], s["late"], s["lowest"]
-        regions = f"early = {s['early_blocks']}, late = {s['late_blocks']}"
-        if o["layer"] is None:
-            lines.append(f"{name}: no single cut over the {L} blocks lowers the loss on the {n_sel} selection windows: "
-                         f"the best fixed cut is the unmodified model (the least harmful cut, {_cell_label(low)}, "
-                         f"{_a(low['region'])} block, costs {low['selection_mean']:+.4f} nats; {regions}).")
-        else:
-            lines.append(f"{name}: the best single cut over all {L} blocks on the {n_sel} selection windows is "
-                         f"{_cell_label(o)} ({_ci(o['selection_mean'], o['selection_lo'], o['selection_hi'])}"
-                         f" nats), {_a(o['region'])} block ({regions}); "
-                         + _confirmation_sentence(o, n_conf, margin) + ".")
-        late_sel = (f"{late['selection_mean']:+.4f} nats on the selection windows"
-                    + ("" if late["selection_mean"] < 0 else ", not better than the unmodified model there"))
-        if s["same_cell"]:
-            lines.append(f"{name}: the best cut is also the best late cell (C2.late-cut's first candidate): on "
-                         "the selection windows no early or middle block beats the late region.")
-        else:
-            d = s["overall_minus_late"]
-            comp = "" if d is None else (
-                f"; on the same windows the best cut's loss minus the late cell's is "
-                f"{_ci(d['delta'], d['lo'], d['hi'])} nats")
-            lines.append(f"{name}: the best late cell is {_cell_label(late)} ({late_sel}); "
-                         + _confirmation_sentence(late, n_conf, margin) + comp + ".")
-        if o["layer"] is None:
-            verdict = "no fixed cut helps on the selection windows, early or late"
-        elif o["region"] == "late":
-            verdict = ("the best single cut lies inside the paper's late region" + (
-                ", and it holds on the confirmation windows" if o["status"] == "confirmed" else
-                " on the selection windows, but it does not hold on the confirmation windows"))
-        elif o["status"] == "confirmed":
-            verdict = (f"the best single cut lies OUTSIDE the paper's late region ({_a(o['region'])} block), "
-                       "and it holds on the confirmation windows")
-        else:
-            verdict = (f"the best single cut on the selection windows lies outside the paper's late region "
-                       f"({_a(o['region'])} block), but it does not hold on the confirmation windows, so this "
-                       "profile does not place the best cut outside the late region")
-        lines.append(f"{name}: {verdict}.")
-    for line in lines:
-        print(line)
-    return lines
+        for which, label in BEST_CUT_CELLS.items():
+            c = s[which]
+            out.append({"model": name, "cell": label, "block": c["layer"], "alpha": c["alpha"], "region": c["region"],
+                        "selection mean": c.get("selection_mean"), "confirmation mean": c.get("mean"),
+                        "lo": c.get("lo"), "hi": c.get("hi"), "p (one-sided)": c.get("p"), "MDE": c.get("mde"),
+                        "status": c["status"]})
+    return pd.DataFrame(out).set_index(["model", "cell"]).round(4)
 
 
 def gate_attenuation(values: Mapping) -> dict[str, dict[str, dict[str, Any]]]:
@@ -1203,75 +1130,35 @@ def gate_ranking(values: Mapping, n_layers: Mapping[str, int]) -> dict[str, dict
     return out
 
 
-def _loss_row(loss_table, model: str, variant: str) -> dict[str, Any]:
-    t = loss_table if isinstance(loss_table, pd.DataFrame) else pd.DataFrame(list(loss_table))
-    hit = t[(t.model == model) & (t.variant == variant)]
-    if hit.empty:
-        raise ValueError(f"the loss table has no row {variant!r} for {model}: pass loss_table(losses, P) and "
-                         "the cut_info of the same test_losses")
-    return hit.iloc[0].to_dict()
-
-
-def gate_cut_lines(values: Mapping, cuts: Mapping[str, Mapping], loss_table, *, n_layers: Mapping[str, int],
-                   top: int = 3) -> list[str]:
-    """Printed, per model: where the best fixed cut sits (``test_losses``' ``cut_info``, chosen on
-    notebook 04's validation grid) with its test-window loss change from ``loss_table``; then per
-    gate kind the ``top`` blocks with the largest seed-averaged attenuation ``1 - alpha_l`` (with
-    the range over seeds and the block's region), whether the seeds agree on the most attenuated
-    block, and where the cut's block ranks among the gates' blocks.
+def gate_cut_table(values: Mapping, cuts: Mapping[str, Mapping], *, n_layers: Mapping[str, int]) -> pd.DataFrame:
+    """Per model and gate kind: the most attenuated block (seed-averaged ``1 - alpha_l``, with the
+    range over seeds and its region), the runner-up, the final block's attenuation, whether the seeds
+    agree on the most attenuated block, the best fixed cut's block (``cuts``: ``{model:
+    losses[model]["cut_info"]}``, chosen on notebook 04's validation grid; None when the unmodified
+    model won) and its rank among the gates' blocks (1 = most attenuated; None when not gated), and
+    the largest distance of any gate from its start (``moved``; below ``verdicts.MIN_GATE_MOVEMENT``
+    the ranking says where the gates started, not where the loss wants attenuation).
 
     ``values``: :func:`alpha_stats`' result or ``figures/05-learned-gates-alpha.json``;
-    ``cuts``: ``{model: losses[model]["cut_info"]}``; ``loss_table``: :func:`loss_table` (or its
-    saved records); ``n_layers``: ``{model: info.n_layers}``.
+    ``n_layers``: ``{model: info.n_layers}``.
     """
-    if top < 1:
-        raise ValueError(f"top must be >= 1, got {top}")
-    ranking = gate_ranking(values, n_layers)
-    lines = []
-    for name, kinds in ranking.items():
+    out = []
+    for name, kinds in gate_ranking(values, n_layers).items():
         if name not in cuts:
             raise ValueError(f"cuts lacks model {name!r}: pass {{model: losses[model]['cut_info']}}")
-        cut, L = cuts[name], int(n_layers[name])
-        row = _loss_row(loss_table, name, f"best fixed cut ({cut['label']})")
-        if cut["layer"] is None:
-            lines.append(f"{name}: no single cut lowered the loss on notebook 04's validation grid, so the best "
-                         "fixed cut is the unmodified model: there is no cut block to set beside the gates.")
-        else:
-            region = depth_region(int(cut["layer"]), L)
-            lines.append(f"{name}: the best fixed cut, {_cell_label(cut)} (chosen on notebook 04's validation "
-                         f"grid), sits in {_a(region)} block (early = {_region_blocks('early', L)}, late = "
-                         f"{_region_blocks('late', L)} of {L}); on the {int(row['n'])} test windows it changes the "
-                         f"loss by {_ci(row['change'], row['lo'], row['hi'])} nats.")
+        layer = cuts[name]["layer"]
         for kind, g in kinds.items():
-            k = len(g["seeds"])
             idx = {l: i for i, l in enumerate(g["layers"])}
-
-            def block(l):
-                i = idx[l]
-                spread = (f"seeds {g['min'][i]:.3g} to {g['max'][i]:.3g}" if k > 1 else "1 seed")
-                return f"block {l} ({g['mean'][i]:.3g}; {spread}; {g['region'][l]})"
-
-            seeds = "" if k == 1 else (
-                "; the seeds agree on the most attenuated block" if len(set(g["top_per_seed"])) == 1 else
-                "; the seeds disagree on the most attenuated block ("
-                + ", ".join(f"seed {s}: {b}" for s, b in zip(g["seeds"], g["top_per_seed"])) + ")")
-            text = (f"{name}, {kind} gates: the largest {'seed-averaged ' if k > 1 else ''}attenuation 1 - alpha is "
-                    f"at " + ", ".join(block(l) for l in g["order"][:top]) + seeds)
-            if cut["layer"] is not None:
-                l = int(cut["layer"])
-                if l not in idx:
-                    text += f"; the cut's block {l} was not gated"
-                else:
-                    r = g["order"].index(l) + 1
-                    text += (f"; the fixed cut's block {l} is the gates' most attenuated block" if r == 1 else
-                             f"; the fixed cut's block {l} ranks {r} of {len(g['order'])} "
-                             f"(1 - alpha = {g['mean'][idx[l]]:.3g})"
-                             + ("" if r <= top else ", outside the gates' top blocks"))
-            if g["moved"] < verdicts.MIN_GATE_MOVEMENT:
-                text += (f"; but no gate moved more than {verdicts.MIN_GATE_MOVEMENT:g} from its start "
-                         f"(largest {g['moved']:.4f}), so this ranking says where the gates started, not where "
-                         "the loss wants attenuation")
-            lines.append(text + ".")
-    for line in lines:
-        print(line)
-    return lines
+            top, second = g["order"][0], (g["order"][1] if len(g["order"]) > 1 else None)
+            final = int(n_layers[name]) - 1
+            out.append({"model": name, "gates": kind, "seeds": len(g["seeds"]), "top block": top,
+                        "region": g["region"][top], "1-α top": g["mean"][idx[top]],
+                        "seed min": g["min"][idx[top]], "seed max": g["max"][idx[top]],
+                        "seeds agree on top": len(set(g["top_per_seed"])) == 1, "runner-up block": second,
+                        "1-α runner-up": None if second is None else g["mean"][idx[second]],
+                        "1-α final block": g["mean"][idx[final]] if final in idx else None,
+                        "fixed cut block": layer,
+                        "cut's rank": (g["order"].index(int(layer)) + 1 if layer is not None and int(layer) in idx
+                                       else None),
+                        "moved": g["moved"]})
+    return pd.DataFrame(out).set_index(["model", "gates"]).round(4)
