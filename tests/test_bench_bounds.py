@@ -97,18 +97,3 @@ def test_quick_run_writes_every_stage(tmp_path, monkeypatch):
     assert out["machine"]["cpu"] and out["machine"]["threads"] >= 1
     assert out["gemm_rates"] and all(g["gflops"] > 0 for g in out["gemm_rates"])
     assert "load_at_start" in out and "load_at_end" in out
-
-
-def test_readme_bound_column_and_section(tmp_path):
-    from residshift.tools import report
-
-    assert "bench_bounds.py --json benchmarks/bench-bounds.json" in report.section_bounds(tmp_path)
-    row = {"stage": "lens", "model": "m", "unit": "u", "flops": 4e9, "bound_s": 1.0, "measured_s": 1.2,
-           "multiple": 1.2, "target": 1.5, "met": True, "rounds": [{"load": [1.0, 2.0]}]}
-    b = {"machine": {"cpu": "CPU X", "threads": 2, "cpu_count": 2}, "rounds": 1,
-         "stages": [row, {**row, "stage": "training step", "multiple": 1.7, "met": False}]}
-    (tmp_path / "bench-bounds.json").write_text(json.dumps(b))
-    text = report.section_bounds(tmp_path)
-    assert "CPU X" in text and "1 of 2 stages meet their target" in text and "**missed**" in text
-    assert report.bound_multiples(b) == {"03": "lens ×1.20", "06": "training step ×1.70",
-                                         "10": "training step ×1.70"}

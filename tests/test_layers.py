@@ -110,7 +110,7 @@ def test_the_readme_and_the_package_docstring_draw_this_order():
 
 def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     mod = PACKAGE / "tools" / "report.py"
-    assert {"analysis", "core", "study"} <= _imports(mod) and "tools" not in _imports(mod) - {"tools"}
+    assert {"analysis", "core", "claims"} <= _imports(mod) and "tools" not in _imports(mod) - {"tools"}
     assert "core" in _imports(PACKAGE / "study" / "plotting.py")
     probe = PACKAGE / "measure" / "_probe_for_test.py"
     try:

@@ -204,15 +204,3 @@ def test_render_prints_every_disagreement_and_the_verdict():
     text = V.render(_result())
     assert "item 5 acc: ours chose 0, lm-eval 1 (gold 1)" in text and "float tie" in text
     assert "TARGET MISSED on: piqa" in text and "lm-eval's own aggregate, piqa: acc 1.0000" in text
-
-
-def test_readme_section_reads_the_agreement_file(tmp_path):
-    from residshift.tools import report
-
-    assert "not produced yet" in report.section_lm_eval(tmp_path, tmp_path)
-    (tmp_path / "lm-eval-agreement.json").write_text(json.dumps(_result(), default=float))
-    text = report.section_lm_eval(tmp_path, tmp_path)
-    assert "| piqa | 2 | 2 / None | acc | 50.0% (1) | 0.500 | 1.000 | 2.0e-07 | 1 |" in text
-    assert "| piqa | 2 | 2 / None | acc_norm | 100.0% (2) |" in text
-    assert "**missed**" in text and "1 item(s) chosen differently, 1 of them float ties" in text
-    assert "identical on all 2 items, as strings (token splits not recorded)" in text
