@@ -2,9 +2,10 @@
 (study/attribution.py): the decomposition closes on tiny random models of every family we attribute
 (Llama-style, Gemma-3-style with sandwich norms and a soft-cap, GPT-2 LayerNorm, the study's GPT with
 a fixed cut at one block and at both adds, and a token gate), the rescaling term is what it says,
-bad input names the fix, and the printed lines' branches on synthetic tables."""
+bad input names the fix, and the who-removes table's branches on synthetic tables."""
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -157,7 +158,7 @@ def test_closure_check_refuses_a_wrong_layout():
 
 
 # ------------------------------------------------------------------------------------------
-# Notebook glue: tables, figure, printed lines (synthetic numbers)
+# Notebook glue: tables and figure (synthetic numbers)
 # ------------------------------------------------------------------------------------------
 
 
@@ -178,56 +179,62 @@ def _synthetic(model="m", *, attn, mlp, rescale, skip=None, n=20, sd=0.05, seed=
                                norm="rmsnorm", centre=True)
 
 
-def test_lines_attention_removes():
+def test_who_table_attention_removes():
     r = _synthetic(attn=[0.1, -2.0, 0.2], mlp=[0.1, -0.3, 0.1], rescale=[-0.1, -0.2, 0.0])
-    t = S.window_table({"m": r}, n_boot=200)
-    lines = S.who_lines(t, show=False)
-    assert "(CI below 0) is the attention of block 1" in lines[0]
-    assert "falls most across block 1" in lines[1] and "the attention's contribution is the more negative" in lines[1]
-    assert "across 1 of 3 blocks (1)" in lines[2] or "blocks (0, 1)" in lines[2]
-    assert "the attention's contribution is the more negative at" in lines[2]
+    w = S.who_table(S.window_table({"m": r}, n_boot=200)).loc["m"]
+    assert w["block"] == 1 and w["more negative"] == "attention" and w["largest negative"] == "attention"
+    assert w["attention"] == pytest.approx(-2.0, abs=0.05) and w["change"] == pytest.approx(-2.5, abs=0.1)
+    assert w["change lo"] < w["change"] < w["change hi"] < 0 and np.isnan(w["skip edit"])
+    assert (w["most negative sublayer"], w["at block"]) == ("attention", 1) and w["hi"] < 0
+    assert w["blocks falling"] in (1, 2) and w["attention more"] >= 1 and (w["n"], w["unit"]) == (20, "windows")
 
 
-def test_lines_mlp_and_rescaling_and_undecided():
+def test_who_table_mlp_and_rescaling_and_undecided():
     r = _synthetic(attn=[-0.5, 0.0], mlp=[-1.5, 0.0], rescale=[-5.0, 0.0])
-    lines = S.who_lines(S.window_table({"m": r}, n_boot=200), show=False)
-    assert "MLP of block 0" in lines[0]
-    assert "the MLP's contribution is the more negative" in lines[1] and "largest negative term there is the norm rescaling" in lines[1]
+    w = S.who_table(S.window_table({"m": r}, n_boot=200)).loc["m"]
+    assert (w["most negative sublayer"], w["at block"]) == ("MLP", 0)
+    assert w["more negative"] == "MLP" and w["largest negative"] == "norm rescaling"
     r = _synthetic(attn=[-1.0, 0.5], mlp=[-1.0, 0.5], rescale=[0.0, 0.0], sd=0.5)
     r.per_seq["mlp_input"] = r.per_seq["attn_input"].clone()  # the two sublayers equal window by window
-    lines = S.who_lines(S.window_table({"m": r}, n_boot=200), show=False)
-    assert "cannot be told apart" in lines[1]
+    assert S.who_table(S.window_table({"m": r}, n_boot=200)).loc["m", "more negative"] == "undecided"
     r = _synthetic(attn=[1.0, 0.5], mlp=[1.0, 0.5], rescale=[0.0, 0.0])
-    lines = S.who_lines(S.window_table({"m": r}, n_boot=200), show=False)
-    assert "at no block" in lines[2] and "never falls" in lines[1]
+    w = S.who_table(S.window_table({"m": r}, n_boot=200)).loc["m"]
+    assert w["blocks falling"] == 0 and w["change"] > 0 and w["largest negative"] == "none"
+    assert w["most negative sublayer"] == "none" and np.isnan(w["estimate"])
 
 
-def test_lines_skip_edit_and_seed_table():
+def test_who_table_skip_edit_and_seed_table():
     res = {("cut", s): _synthetic(attn=[0.1, 0.1], mlp=[0.1, 0.0], rescale=[0.0, 0.0], skip=[0.0, -3.0], seed=s)
            for s in range(3)}
     t = S.seed_table(res)
     assert set(t.unit) == {"seeds"} and set(t.n) == {3} and len(t.per_seed.iloc[0]) == 3
-    lines = S.who_lines(t, show=False)
-    assert "skip edit (alpha - 1) x of block 1" in lines[0] and "over 3 seeds" in lines[0]
-    assert "skip edit" in lines[1]
-    one = S.seed_table({("cut", 0): res[("cut", 0)]})  # one seed: no interval, the lines still print
+    w = S.who_table(t).loc["cut"]
+    assert (w["most negative sublayer"], w["at block"], w["block"]) == ("skip edit (alpha - 1) x", 1, 1)
+    assert w["largest negative"] == "skip edit (alpha - 1) x" and (w["n"], w["unit"]) == (3, "seeds")
+    one = S.seed_table({("cut", 0): res[("cut", 0)]})  # one seed: no interval, the row still fills
     assert np.isnan(one.lo).all()
-    assert "no sublayer contribution" in S.who_lines(one, show=False)[0]
-    assert "undecided" not in S.who_lines(one, show=False)[1] and "cannot be told apart" in S.who_lines(one, show=False)[1]
+    w = S.who_table(one).loc["cut"]
+    assert w["most negative sublayer"] == "none" and w["more negative"] == "undecided" and w["blocks falling"] == 0
 
 
 def test_a_most_negative_estimate_whose_ci_includes_0_is_not_named_as_the_remover():
-    """The first line names a sublayer only where its CI lies below 0; a larger but uncertain
-    estimate is named as such, and with none below 0 the line says so."""
+    """The table names a sublayer only where its CI lies below 0; with none below 0 it says none."""
     noisy = _synthetic(attn=[-0.3, 0.1], mlp=[0.1, -1.0], rescale=[0.0, 0.0], sd=0.05)
     noisy.per_seq["mlp_input"][:, 1] = torch.linspace(-7.0, 5.0, noisy.per_seq["mlp_input"].shape[0])  # mean -1, wide
-    line = S.who_lines(S.window_table({"m": noisy}, n_boot=200), show=False)[0]
-    assert "(CI below 0) is the attention of block 0" in line
-    assert "the MLP of block 1 has a more negative estimate" in line and "its CI includes 0" in line
+    w = S.who_table(S.window_table({"m": noisy}, n_boot=200)).loc["m"]
+    assert (w["most negative sublayer"], w["at block"]) == ("attention", 0)
     flat = _synthetic(attn=[0.5, 0.5], mlp=[0.5, 0.5], rescale=[0.0, 0.0], sd=0.01)
     flat.per_seq["attn_input"][:, 0] = torch.linspace(-5.1, 5.0, flat.per_seq["attn_input"].shape[0])  # mean -0.05
-    line = S.who_lines(S.window_table({"m": flat}, n_boot=200), show=False)[0]
-    assert line.startswith("m: no sublayer contribution") and "cannot be told apart from 0" in line
+    assert S.who_table(S.window_table({"m": flat}, n_boot=200)).loc["m", "most negative sublayer"] == "none"
+
+
+def test_who_table_from_a_figures_numbers_has_no_paired_difference():
+    r = _synthetic(attn=[0.1, -2.0, 0.2], mlp=[0.1, -0.3, 0.1], rescale=[-0.1, -0.2, 0.0])
+    t = S.window_table({"m": r}, n_boot=100)
+    fig, numbers = S.block_panel(t, title="x")
+    plt.close(fig)
+    w = S.who_table(S.table_from_numbers(numbers)).loc["m"]
+    assert w["block"] == 1 and w["more negative"] == "–" and np.isnan(w["attention more"])
 
 
 def test_panel_numbers_and_bad_tables():
@@ -239,7 +246,7 @@ def test_panel_numbers_and_bad_tables():
     with pytest.raises(S.AttributionStudyError, match="not in the table"):
         S.block_panel(t, ["other"])
     with pytest.raises(S.AttributionStudyError, match="lacks columns"):
-        S.who_lines(pd.DataFrame({"model": ["m"]}))
+        S.who_table(pd.DataFrame({"model": ["m"]}))
     with pytest.raises(S.AttributionStudyError, match="no seeds"):
         S.t_interval([])
     assert S.check_table({"m": r}).loc["m", "logit closure"] == 0.0

@@ -2,8 +2,8 @@
 budget trains on and the one-line refusal when the large corpus cannot be read), the hours budget from
 given speeds, a rung trained at smoke and resumed after an interruption (the same readings as an
 uninterrupted run), records (finished ones never retrained, foreign or garbled ones refused and left
-alone), the command line's one-line errors and its --plan, and notebook 10's sentences, closest rung and
-extrapolation on hand-made readings.
+alone), the command line's one-line errors and its --plan, and notebook 10's numbers and closest rung on
+hand-made readings (no budget is extrapolated).
 
 Every test writes under tmp_path (RESIDSHIFT_RESULTS / RESIDSHIFT_BUILD and the records folder); the
 smoke tokenizer and token caches are the shared ones (data/cache, as tests/conftest.py keeps them)."""
@@ -499,108 +499,26 @@ def test_closest_rung_prefers_the_largest_deep_switch_else_the_lowest_share():
     assert L.closest_rung([r for r in rows if not r["final"]]) is None
 
 
-def test_extrapolation_per_shape_from_the_finished_rungs():
-    rows = _readings()
-    ex = L.extrapolation(rows, REFS, _costs(rows))
-    targets = ["GPT-2 (S1 0.300)", "Pythia (S1 0.950)", f"the deep-switch threshold (S1 {scale.SHARE_THRESHOLD:g})"]
-    assert [(e["shape"], e["target"]) for e in ex] == [(s, t) for s in ("5x32", "6x32", "7x32") for t in targets]
-    by = {(e["shape"], e["S1_target"]): e for e in ex}
-    # 5x32: 0.9 at 1k, 0.8 at 4k: 0.1 lower per fourfold budget -> 0.5 at 1k x 4^4, 0.3 at 1k x 4^6
-    five = by[("5x32", 0.5)]
-    assert five["kind"] == "extrapolated" and five["tokens"] == pytest.approx(1000 * 4 ** 4)
-    assert five["hours_here"] == pytest.approx(1000 * 4 ** 4 / 10.0 / 3600) and five["tokens_per_s_here"] == 10.0
-    assert by[("5x32", 0.3)]["tokens"] == pytest.approx(1000 * 4 ** 6)
-    assert five["trend"]["n"] == 2 and five["trend"]["tokens"] == [1000, 4000]  # the mid-run reading left out
-    # S1 is read falling: a target above every measured S1 is already reached at the first budget
-    assert by[("5x32", 0.95)]["kind"] == "measured" and by[("5x32", 0.95)]["tokens"] == 1000
-    # 6x32: 0.45 at 4k is a measured budget for the 0.5 threshold
-    assert by[("6x32", 0.5)]["kind"] == "measured" and by[("6x32", 0.5)]["tokens"] == 4000
-    assert by[("6x32", 0.5)]["hours_here"] == pytest.approx(4000 / 20.0 / 3600)
-    # 7x32: no finished rung, no line
-    assert all(by[("7x32", y)]["tokens"] is None and by[("7x32", y)]["kind"] is None for y in (0.3, 0.95, 0.5))
-    assert by[("7x32", 0.5)]["tokens_per_s_here"] is None
-
-
-def test_ladder_lines_are_printed_from_the_numbers(P):
+def test_ladder_numbers_hold_the_readings_and_no_extrapolated_budget(P):
     rows = _readings()
     costs = _costs(rows)
-    numbers = L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P)
+    numbers = L.ladder_numbers(rows, REFS, costs, P)
     assert json.loads(json.dumps(numbers)) == numbers  # what figure 10's JSON holds
-    assert numbers["closest"]["rung"] == "6x32-r1" and len(numbers["rows"]) == 5
-    lines = L.ladder_lines(numbers)
-    slope = -0.1 / math.log10(4)
-    five = {e["S1_target"]: e for e in numbers["extrapolation"] if e["shape"] == "5x32"}
-    assert [five[y]["hours_here"] for y in (0.3, 0.5)] == pytest.approx([4096000 / 10 / 3600, 256000 / 10 / 3600])
-    hours = {y: L._hours(five[y]["hours_here"]) for y in (0.3, 0.5)}
-    assert lines[:11] == [
-        "5x32: early share S1 of the finished rungs 0.90 [0.85, 0.95] at 1k; 0.80 [0.75, 0.85] at 4k. At the "
-        "largest (4k tokens) the rule says near-bigram (C1.middle not reproduced); its next-token curve leaves the "
-        "unigram level at l/L = 0.50.",
-        "6x32: early share S1 of the finished rungs 0.70 [0.60, 0.80] at 1k; 0.45 [0.40, 0.49] at 4k; 0.55 (no "
-        "interval) at 16k. At the largest (16k tokens) the rule says inconclusive (C1.middle not reproduced; the "
-        "interval straddles 0.5); its next-token curve leaves the unigram level at l/L = 0.50.",
-        "7x32: no finished rung yet.",
-        "Pretrained references (notebook 03, logit lens): GPT-2 S1 0.300, deep switch; Pythia S1 0.950, "
-        "near-bigram.",
-        "Finished rungs with the deep switch: 6x32-r1.",
-        f"Extrapolation, not a measurement (2 finished rungs, S1 changing by {slope:+.3f} per tenfold budget): 5x32 "
-        f"would reach GPT-2 (S1 0.300) at about 4.1M tokens, about {hours[0.3]} on this "
-        "machine at 10 tokens/s.",
-        "5x32's S1 is at or below Pythia (S1 0.950) at a measured budget of 1k tokens.",  # S1 is read falling: already below
-        f"Extrapolation, not a measurement (2 finished rungs, S1 changing by {slope:+.3f} per tenfold budget): 5x32 "
-        f"would reach the deep-switch threshold (S1 0.5) at about 256k tokens, about "
-        f"{hours[0.5]} on this machine at 10 tokens/s.",
-        lines[8],  # 6x32 to GPT-2: checked below from its own numbers
-        lines[9],
-        "6x32's S1 is at or below the deep-switch threshold (S1 0.5) at a measured budget of 4k tokens.",
-    ]
-    assert lines[11:14] == [
-        f"7x32: no budget reaches {t} on the fitted line (fewer than 2 budgets measured)."
-        for t in ("GPT-2 (S1 0.300)", "Pythia (S1 0.950)", "the deep-switch threshold (S1 0.5)")]
-    six = next(e for e in numbers["extrapolation"] if e["shape"] == "6x32" and e["S1_target"] == 0.3)
-    assert six["kind"] == "extrapolated" and six["trend"]["n"] == 3 and six["trend"]["slope"] < 0
-    assert f"S1 changing by {six['trend']['slope']:+.3f} per tenfold budget" in lines[8] and "(3 finished rungs" in lines[8]
-    assert f"about {L._tok(six['tokens'])} tokens" in lines[8] and "at 20 tokens/s" in lines[8]
-    assert lines[9] == "6x32's S1 is at or below Pythia (S1 0.950) at a measured budget of 1k tokens."
-    # the closest rung and the mitigation's rung, from their numbers
-    rest = lines[14:]
-    assert any("6x32-r1 (S1 0.45" in x and numbers["closest"]["why"] in x for x in rest)
-    m = numbers["mitigation_rung"]
-    assert m["rung"] == "6x32-r1" and any(x.startswith("The mitigation runs on 6x32-r1 (S1 0.45 [") and f"one seed): {m['why']}" in x
-                                           for x in rest)
-    # no deep switch anywhere: said so
+    assert "extrapolation" not in numbers and not hasattr(L, "extrapolation") and not hasattr(L, "ladder_lines")
+    assert numbers["pretrained"] == REFS and len(numbers["rows"]) == 5  # the finished rungs' rows
+    assert [r["rung"] for r in numbers["readings"]] == [r["rung"] for r in rows]
+    assert all("row" not in r and {"top1_next_h1", "top1_next_hL", "departure_depth"} <= set(r)
+               for r in numbers["readings"])
+    assert numbers["closest"]["rung"] == "6x32-r1" and numbers["mitigation_rung"]["rung"] == "6x32-r1"
+    assert [c["rung"] for c in numbers["cost"]] == list(costs.index)
+    # no deep switch anywhere: the closest rung is the lowest share, said so
     plain = [r for r in rows if r["outcome"] != scale.DEEP_SWITCH]
-    numbers = L.ladder_numbers(plain, REFS, [], _costs(plain), P)
-    text = L.ladder_lines(numbers)
-    assert f"None of the {sum(r['final'] for r in plain)} finished rungs has the deep switch by the rule." in text
+    numbers = L.ladder_numbers(plain, REFS, _costs(plain), P)
     assert numbers["closest"]["rung"] == "6x32-r2" and numbers["closest"]["has_switch"] is False
-    assert any("6x32-r2 (S1 0.55" in x and "no finished rung has the deep switch" in x for x in text)
+    assert "no finished rung has the deep switch" in numbers["closest"]["why"]
 
 
-def test_a_rising_line_is_not_printed_as_falling(P):
-    rows = [_row("5x32-r0", 1000, 0.3, lo=0.2, hi=0.4, outcome=scale.DEEP_SWITCH, middle=V.REPRODUCED),
-            _row("5x32-r1", 4000, 0.4, lo=0.3, hi=0.45, outcome=scale.DEEP_SWITCH, middle=V.REPRODUCED)]
-    refs = [dict(REFS[1], S1=0.1)]
-    costs = _costs(rows)
-    numbers = L.ladder_numbers(rows, refs, L.extrapolation(rows, refs, costs), costs, P)
-    lines = L.ladder_lines(numbers)
-    away = next(x for x in lines if "Pythia" in x and "no budget" in x)
-    assert "moves away" in away and "slope +0.166" in away and "falling" not in " ".join(lines)
-
-
-def test_a_finished_rung_without_a_share_does_not_break_the_lines(P):
+def test_a_finished_rung_without_a_share_does_not_break_the_numbers(P):
     rows = _readings() + [_row("5x32-r2", 16000, None)]
-    costs = _costs(rows)
-    numbers = L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P)
-    assert any(line.startswith("5x32:") for line in L.ladder_lines(numbers))
-
-
-def test_without_a_quiet_middle_the_budgets_are_said_to_be_for_s1_alone(P):
-    rows = [_row("5x32-r0", 1000, 0.6, lo=0.55, hi=0.65), _row("5x32-r1", 4000, 0.4, lo=0.35, hi=0.45,
-                                                               outcome=scale.SWITCH_INCONCLUSIVE)]
-    costs = _costs(rows)
-    lines = L.ladder_lines(L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P))
-    assert any(x.startswith("These budgets are for S1 alone: no finished rung shows a quiet middle") for x in lines)
-    rows[1]["middle"] = V.REPRODUCED
-    lines = L.ladder_lines(L.ladder_numbers(rows, REFS, L.extrapolation(rows, REFS, costs), costs, P))
-    assert not any(x.startswith("These budgets are for S1 alone") for x in lines)
+    numbers = L.ladder_numbers(rows, REFS, _costs(rows), P)
+    assert json.loads(json.dumps(numbers)) == numbers and numbers["closest"]["rung"] == "6x32-r1"

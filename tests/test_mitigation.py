@@ -13,6 +13,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI: a shared CPU 
 
 import dataclasses  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import shutil  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
@@ -432,7 +433,7 @@ def test_an_interrupted_comparison_resumes_to_the_uninterrupted_one(smoke, P, tm
     assert M.for_notebook(P, log=lines.append) == partial
     assert lines[0].startswith(f"mitigation on {partial['rung']} (") and lines[0].endswith(
         ": 1 seeds; not finished (`make ladder` resumes it)")
-    assert M.mitigation_lines(partial) == [f"Mitigation on {partial['rung']} ({partial['choice']['why']}): 1 seeds."]
+    assert list(M.seed_table(partial).index) == [0]  # one seed: its row, no spread needed
     P.ladder_in_study = True
 
     armed[0] = False
@@ -590,54 +591,46 @@ def test_mitigation_panel_numbers_are_the_seed_tests_of_the_paired_differences(s
         for k in ("estimate", "lo", "hi", "sd", "mde"):
             assert got[k] == pytest.approx(t[k]), k
         assert got["per_seed"] == pytest.approx(t["per_seed"]) and got["verdict"] == t["verdict"]
-        assert got["why"] == t["why"]
+        assert got["why"] == t["why"] and "reach" not in got
+        assert got["seeds_for_paper_effect"] == math.ceil(((1.959964 + 0.841621) * t["sd"] / math.log(28.62 / 28.46)) ** 2)
+    table = M.seed_table(rec)
+    assert numbers["baseline_S1"] == pytest.approx(list(table["S1"]))
     assert json.loads(json.dumps(numbers)) == numbers
 
 
-def test_mitigation_lines_print_the_design_and_what_each_rule_can_reach(smoke, P):
+def test_seed_table_each_seeds_baseline_share_and_paired_changes(smoke, P):
     rec = smoke.rec
-    lines = M.mitigation_lines(rec)
-    plan = rec["plan"]
-    assert lines[0] == (
-        f"Mitigation on {rec['rung']} ({rec['choice']['why']}): {len(rec['seeds'])} seeds (a pilot of "
-        f"{plan['pilot_seeds']}, then {plan['n_seeds']} planned); the pilot's paired sd {plan['sd']:.4f} nats gives "
-        f"a minimum detectable effect of {plan['mde']:.4f} nats at the planned count ({plan['why']}).")
-    assert len(lines) == 3
-    _, x = M.arrays(rec)
-    for line, arm in zip(lines[1:], M.MITIGATIONS):
-        d = (x[arm] - x["baseline"]).mean(1)
-        r = V.seed_reach(len(d), float(np.std(d, ddof=1)), margin=V.LOSS_MARGIN)
-        assert line.startswith(f"{arm}: with the measured sd {np.std(d, ddof=1):.4f} nats over {len(d)} seeds")
-        assert f"at least {r['reproduced_from']:.3f} nats" in line
-        assert line.endswith("both outcomes are reachable." if r["reachable"] else f"{r['why']}.")
-    assert M.mitigation_lines(None) == ["No mitigation record yet: `make ladder` runs the comparison after the rungs."]
+    table = M.seed_table(rec)
+    seeds = sorted(int(s) for s in rec["seeds"])
+    assert list(table.index) == seeds and not hasattr(M, "mitigation_lines")
+    assert list(table.columns) == ["top1 next h_1", "top1 next h_L", "S1"] + [f"{a} - baseline" for a in M.MITIGATIONS]
+    d = _per_seed_diffs(rec)
+    for arm in M.MITIGATIONS:
+        assert list(table[f"{arm} - baseline"]) == pytest.approx(list(d[arm]))
+    for s in seeds:
+        t = np.asarray(rec["seeds"][str(s)]["baseline_lens"]["top1_next"])
+        assert table.loc[s, "top1 next h_1"] == pytest.approx(t[:, 1].mean())
+        assert table.loc[s, "S1"] == pytest.approx(t[:, 1].mean() / t[:, -1].mean())
 
 
-def test_the_scale_of_each_mitigation_verdict_is_printed_in_the_rules_words(smoke, P):
-    from residshift.study.findings import scale_lines
-
+def test_the_scale_of_each_mitigation_verdict_is_tabled_in_the_rules_words(smoke, P):
     _, scaled = M.verdict_rows(smoke.rec, P)
-    lines = scale_lines(scaled + [{"claim_id": "C1.early", "verdict": V.REPRODUCED}])  # unscaled rows: skipped
+    table = scale.scale_table(scaled + [{"claim_id": "C1.early", "verdict": V.REPRODUCED}])  # unscaled rows: skipped
+    assert len(table) == len(scaled) == 2
     s = scaled[0]["scale"]
-    assert all(x.startswith(f"Scale: ") and f"measured on {s['model']}, whose deep-switch measure reads "
-               f"{s['outcome']}" in x for x in lines[:-1])
-    assert sum(int(x.split()[1]) for x in lines[:-1]) == len(scaled)  # every scaled row is counted once
-    assert lines[-1].startswith("By the scale rule") and not s["counts_as_evidence"]
-    deep = [dict(d, scale=dict(d["scale"], counts_as_evidence=True, evidence=scale.EVIDENCE_FOR)) for d in scaled]
-    assert not any(x.startswith("By the scale rule") for x in scale_lines(deep))
+    assert all(list(r.values())[4:6] == [s["model"], s["outcome"]] for r in table)
+    assert not s["counts_as_evidence"] and all(r[scale.SCALE_COLUMNS[-2]] == "no" for r in table)
 
 
-def test_mitigation_lines_and_scale_lines_print_an_undefined_share(smoke, P, monkeypatch):
-    from residshift.study.findings import scale_lines
-
+def test_an_undefined_share_leaves_the_verdicts_and_their_scale_readable(smoke, P, monkeypatch):
     rec = smoke.rec
     sw = M.switch_row(rec, P)
     undefined = dataclasses.replace(sw, early_share=None, early_share_ci=(None, None), outcome=scale.SWITCH_INCONCLUSIVE,
                                     why="no interval")
     monkeypatch.setattr(M, "switch_row", lambda rec_, P_: undefined)
     _, scaled = M.verdict_rows(rec, P)
-    assert len(M.mitigation_lines(rec)) == 3
-    assert any("reads inconclusive (S1 –" in x for x in scale_lines(scaled))
+    assert len(scaled) == 2 and all(x["scale"]["early_share"] is None for x in scaled)
+    assert all(r[scale.SCALE_COLUMNS[6]].startswith("–") for r in scale.scale_table(scaled))
 
 
 def test_for_notebook_reads_the_record_and_trains_nothing_outside_the_study(smoke, P, tmp_path, monkeypatch):

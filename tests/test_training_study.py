@@ -138,6 +138,9 @@ def test_grid_records_the_load_per_run_and_its_throughput(grid_runs):
     assert t["load"]["runs"] == len(runs) and set(t["per_variant"]) == {v.name for v in study.grid(P)}
     assert t["gap"] == pytest.approx(t["between"] + t["within"])
     assert 0 < t["share_of_best"] <= 1
+    table = study.throughput_table(t)  # the notebook's view: numbers in columns, one row per variant and all runs
+    assert list(table.index) == [*t["per_variant"], "all runs"] and table.loc["all runs", "max"] == t["best"]
+    assert table.loc["all runs", "mean / best run"] == pytest.approx(t["share_of_best"])
 
 
 def test_both_perplexities_per_variant_over_seeds(grid_runs):
@@ -215,6 +218,23 @@ def test_c2_rows_use_the_training_rules(grid_runs):
     fig, numbers = study.cut_panel(finals, P)
     assert numbers["blocks"] == [1, 3] and np.asarray(numbers["alpha=0"]["per_seed"]).shape == (2, 2)
     plt.close(fig)
+    frame = study.verdict_frame(rows)  # one short row per verdict, numbers in columns
+    assert len(frame) == len(rows) and frame.index.names == ["claim", "variant"] and "marks" not in frame  # one model
+    assert list(frame["estimate"]) == pytest.approx([r.estimate for r in rows])
+    assert all(";" not in x and "[" not in x for x in frame["reason"])
+    mde = study.mde_table(rows)  # every seed test: sd, MDE and the seeds the paper's 0.0056 nats would need
+    assert len(mde) == sum(r.details.get("sd") is not None for r in rows) > 0
+    need = mde.filter(like="seeds for").iloc[:, 0]
+    assert list(need) == [int(np.ceil(((1.959964 + 0.841621) * sd / np.log(28.62 / 28.46)) ** 2)) for sd in mde["sd"]]
+
+
+def test_first_reason_is_the_top_level_clause_without_numbers():
+    why = ("not a mitigation: the loss is materially worse (+0.407 nats [0.36, 0.454]; t-interval [0.36, 0.454] "
+           "excludes 0); underpowered: MDE 0.2 > margin 0.05")
+    assert study._first_reason(why) == "not a mitigation: the loss is materially worse"
+    assert study._first_reason("seeds disagree: 2 of 5 on the claimed side; underpowered") == \
+        "seeds disagree: 2 of 5 on the claimed side"
+    assert study._first_reason("") == ""
 
 
 def test_best_cut_compare_and_c3_rows(grid_runs):
@@ -274,10 +294,17 @@ def test_lens_c1_and_misalignment(grid_runs):
     k = len(summary) // 2  # rows per arm
     assert len(per_seed) == 2 * 2 * k and all(len(r.per_seed) == 2 for r in summary)
     assert study.c1_seed_table(per_seed).shape[0] == 4
-    lines = study.c1_lines(summary, numbers, P, runs)
-    assert lines[0].startswith("validation loss, gemma minus nanogpt embedding") and len(lines) >= 3
+    recipes = study.recipe_table(numbers, P, runs)
+    assert list(recipes.index) == ["gemma", "nanogpt"] and set(recipes["seeds"]) == {2}
+    h1 = [numbers["gemma"][s]["input"][1] for s in ("0", "1")]
+    assert recipes.loc["gemma", "input top-1 at h_1"] == pytest.approx(np.mean(h1))
+    assert recipes.loc["gemma", "max over seeds"] == pytest.approx(max(h1))
+    assert recipes.loc["nanogpt", "val loss"] == pytest.approx(
+        np.mean([T.read_summary(runs[(study.contrast_name(P), s)])["val_loss"] for s in (0, 1)]))
+    switch = study.switch_table([study.baseline_switch(runs, P)])  # the scale the training verdicts speak for
+    assert len(switch) == 1 and switch["unit"].iloc[0] == "seeds" and switch["n"].iloc[0] == 2
+    assert switch["blocks"].iloc[0] == P.train_layers and {"S1", "S1 lo", "S1 hi", "outcome"} <= set(switch.columns)
     table = study.persistence_table(lenses, P)
-    assert len(study.persistence_lines(table)) == len(table)
     assert table.loc["alpha=0 @ block 3", "states"] == "none" and table.loc["learned", "states"] == "h_1..h_3"
     assert table.loc["alpha=0 @ block 1", "states"] == "h_2..h_3"
     mis = study.misalignment_rows(lenses, P)

@@ -615,7 +615,8 @@ def _table_class() -> type:
             out = {}
             for column in self.columns:  # values as written in a cell ('cpu', [0.0, 0.5])
                 show = repr if column == "value" else str
-                width = max((len(show(v)) for v in self[column]), default=0) if pad else 0
+                # padded to the widest value up to 24 characters: a long list does not widen every row
+                width = min(max((len(show(v)) for v in self[column]), default=0), 24) if pad else 0
                 out[column] = lambda v, show=show, width=width: show(v).ljust(width)  # text: left-aligned
             return out
 

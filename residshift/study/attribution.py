@@ -1,4 +1,4 @@
-"""Notebook 09: which sublayer removes the input token (glue, tables, figure, printed lines).
+"""Notebook 09: which sublayer removes the input token (glue, tables, figure).
 
 The measurement is :mod:`residshift.measure.attribution` (read its docstring for the
 decomposition ``delta_l = attn_l + mlp_l (+ skip_l) + rescale_l`` of the change of the centred,
@@ -12,8 +12,8 @@ pre-softcap lens logit across block ``l``). Here:
   :func:`seed_table` (trained: per-seed means over windows, mean and t-interval across seeds: the
   seed is the unit of replication), one long table format for both;
 - :func:`block_panel` (the figure; :func:`table_from_numbers` rebuilds its table from the numbers it
-  saved), :func:`check_table` (the decomposition's closure, measured) and :func:`who_lines` (the
-  sentences the notebook ends with, computed from a table only).
+  saved), :func:`check_table` (the decomposition's closure, measured) and :func:`who_table` (per
+  model, where the input token falls most and which part removes it there, from a table only).
 
 The figure's axes are linear, so the stacked bars of a block add up to its change (the dot): where one
 block's bars dwarf the rest (:data:`OWN_SCALE` times the median block), that block moves to a narrow
@@ -40,7 +40,7 @@ from matplotlib.ticker import MaxNLocator
 from scipy import stats as _sp
 
 from ..analysis import stats
-from ..analysis.stats import as_numpy, format_ci
+from ..analysis.stats import as_numpy
 from ..core.models import load_model
 from ..measure import attribution as A
 from . import training
@@ -346,13 +346,8 @@ def _row_numbers(r: pd.DataFrame) -> dict[str, list]:
 
 
 # ============================================================================================
-# The printed lines
+# Who removes the input token: one row per model
 # ============================================================================================
-
-
-def _ci(row) -> str:
-    lo, hi = _nan(row.lo), _nan(row.hi)
-    return format_ci(row.estimate, lo, hi if lo is not None else None) if lo is not None else f"{row.estimate:.2f} (no CI)"
 
 
 def _compare(diff) -> str:
@@ -363,73 +358,52 @@ def _compare(diff) -> str:
     return "attention" if hi < 0 else "MLP" if lo > 0 else "undecided"
 
 
-def who_lines(table: pd.DataFrame, *, models: Sequence[str] | None = None, show: bool = True) -> list[str]:
-    """Per model, from the table alone (input token):
+def who_table(table: pd.DataFrame, *, models: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per model, from the table alone (input token), numbers in their own columns:
 
-    1. the most negative single sublayer contribution (attention, MLP or skip edit) whose CI lies below
-       0, its block and CI (and a more negative estimate whose CI includes 0, named as such); where
-       none lies below 0, that the most negative estimate cannot be told apart from 0;
-    2. the block where the input token's lens logit falls most (``delta``), and there the
-       attention's, the MLP's (and the skip edit's) contribution and the norm rescaling, with which
-       of attention and MLP removes more (the CI of their paired difference excludes 0) or that they
-       cannot be told apart, and whether the largest negative term is the rescaling rather than a
-       sublayer;
-    3. over every block where the input logit falls (``delta`` CI below 0): at how many the attention
-       removes more, at how many the MLP, at how many neither can be told apart.
+    - ``block``: the block where the input token's lens logit falls most (the most negative ``delta``), with
+      ``change``, ``change lo``, ``change hi``; there the parts ``attention``, ``MLP``, ``skip edit`` (NaN
+      without gates) and ``rescaling``, ``largest negative`` (the most negative of those parts, or ``none``)
+      and ``more negative`` (``attention`` / ``MLP`` where the CI of their paired difference excludes 0,
+      else ``undecided``);
+    - ``most negative sublayer``: the sublayer contribution (attention, MLP or skip edit, any block) with the
+      most negative estimate whose CI lies below 0 (``none`` if no CI does), its ``at block``, ``estimate``,
+      ``lo``, ``hi``;
+    - ``blocks falling``: at how many blocks ``delta``'s CI lies below 0, and among those where the attention
+      (``attention more``) or the MLP (``MLP more``) removes more, or neither can be told apart
+      (``undecided``); where the table has no ``attn_minus_mlp`` rows (one rebuilt by
+      :func:`table_from_numbers`), ``more negative`` is ``–`` and the three counts NaN;
+    - ``n``, ``unit``: the windows or seeds behind the intervals.
     """
     table = _check(table)
     models = list(dict.fromkeys(table.model)) if models is None else list(models)
-    lines = []
+    out = []
     for model in models:
         t = table[(table.model == model) & (table.which == "input")]
         if t.empty:
             raise AttributionStudyError(f"no input-token rows for {model!r} in the table")
-        unit = f"{int(t.n.iloc[0])} {t.unit.iloc[0]}"
-        subl = t[t.term.isin(("attn", "mlp", "skip"))]
-        worst = subl.loc[subl.estimate.idxmin()]
-        below = subl[subl.hi.map(lambda h: _nan(h) is not None and h < 0)]  # CI below 0
-        where = f"(centred logit; mean and 95% CI over {unit})"
-        if below.empty:
-            lines.append(f"{model}: no sublayer contribution to the input token's lens logit has a CI below 0; the "
-                         f"most negative estimate, the {LABELS[worst.term]} of block {int(worst.block)}, "
-                         f"{_ci(worst)}, cannot be told apart from 0 {where}.")
-        else:
-            sure = below.loc[below.estimate.idxmin()]
-            also = ("" if sure.name == worst.name else
-                    f"; the {LABELS[worst.term]} of block {int(worst.block)} has a more negative estimate, "
-                    f"{_ci(worst)}, but its CI includes 0")
-            lines.append(f"{model}: the most negative sublayer contribution to the input token's lens logit (CI "
-                         f"below 0) is the {LABELS[sure.term]} of block {int(sure.block)}: {_ci(sure)} {where}{also}.")
-        delta = t[t.term == "delta"].set_index("block")
-        terms = {k: t[t.term == k].set_index("block") for k in ("attn", "mlp", "skip", "rescale", "attn_minus_mlp")}
+        terms = {k: t[t.term == k].set_index("block") for k in ("delta", "attn", "mlp", "skip", "rescale", "attn_minus_mlp")}
+        delta = terms["delta"]
         b = int(delta.estimate.idxmin())
-        parts = [f"attention {_ci(terms['attn'].loc[b])}", f"MLP {_ci(terms['mlp'].loc[b])}"]
-        if not terms["skip"].empty:
-            parts.append(f"skip edit {_ci(terms['skip'].loc[b])}")
-        parts.append(f"norm rescaling {_ci(terms['rescale'].loc[b])}")
-        who = _compare(terms["attn_minus_mlp"].loc[b])
-        verdict = {"attention": "the attention's contribution is the more negative (CI of attention - MLP below 0)",
-                   "MLP": "the MLP's contribution is the more negative (CI of attention - MLP above 0)",
-                   "undecided": "attention and MLP cannot be told apart (CI of the difference includes 0)"}[who]
-        at_b = {k: float(v.loc[b].estimate) for k, v in terms.items()
-                if k in ("attn", "mlp", "skip", "rescale") and not v.empty}
+        at_b = {k: float(terms[k].loc[b].estimate) for k in STACKED if not terms[k].empty}
         lowest = min(at_b, key=at_b.get)
-        tail = (f"; the largest negative term there is the norm rescaling: the stream grows and shrinks what it "
-                f"carried, more than any sublayer writes against the token" if lowest == "rescale" and at_b[lowest] < 0
-                else "")
-        fall = "falls" if float(delta.loc[b].estimate) < 0 else "changes least (it never falls on average)"
-        lines.append(f"{model}: the input token's lens logit {fall} most across block {b} ({_ci(delta.loc[b])}); "
-                     f"there {', '.join(parts)}: {verdict}{tail}.")
+        subl = t[t.term.isin(("attn", "mlp", "skip"))]
+        below = subl[subl.hi.map(lambda h: _nan(h) is not None and h < 0)]  # CI below 0
+        sure = below.loc[below.estimate.idxmin()] if not below.empty else None
         drops = [int(k) for k, r in delta.iterrows() if _nan(r.hi) is not None and r.hi < 0]
-        if not drops:
-            lines.append(f"{model}: at no block does the input token's lens logit fall with a CI below 0.")
-        else:
-            votes = [_compare(terms["attn_minus_mlp"].loc[k]) for k in drops]
-            lines.append(f"{model}: the input token's lens logit falls (CI below 0) across {len(drops)} of "
-                         f"{len(delta)} blocks ({', '.join(map(str, drops))}); the attention's contribution is the more "
-                         f"negative at {votes.count('attention')}, the MLP's at {votes.count('MLP')}, neither can "
-                         f"be told apart at {votes.count('undecided')}.")
-    if show:
-        for line in lines:
-            print(line)
-    return lines
+        paired = not terms["attn_minus_mlp"].empty  # a table rebuilt from a figure's numbers lacks the difference
+        votes = [_compare(terms["attn_minus_mlp"].loc[k]) for k in drops] if paired else []
+        out.append({
+            "model": model, "block": b, "change": float(delta.loc[b].estimate), "change lo": _nan(delta.loc[b].lo),
+            "change hi": _nan(delta.loc[b].hi), "attention": at_b["attn"], "MLP": at_b["mlp"],
+            "skip edit": at_b.get("skip", np.nan), "rescaling": at_b["rescale"],
+            "largest negative": LABELS[lowest] if at_b[lowest] < 0 else "none",
+            "more negative": _compare(terms["attn_minus_mlp"].loc[b]) if paired else "–",
+            "most negative sublayer": "none" if sure is None else LABELS[sure.term],
+            "at block": np.nan if sure is None else int(sure.block),
+            "estimate": np.nan if sure is None else float(sure.estimate),
+            "lo": np.nan if sure is None else _nan(sure.lo), "hi": np.nan if sure is None else _nan(sure.hi),
+            "blocks falling": len(drops), **{k: votes.count(v) if paired else np.nan for k, v in (
+                ("attention more", "attention"), ("MLP more", "MLP"), ("undecided", "undecided"))},
+            "n": int(t.n.iloc[0]), "unit": t.unit.iloc[0]})
+    return pd.DataFrame(out).set_index("model")

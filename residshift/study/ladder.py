@@ -406,7 +406,7 @@ def load_records(P, out: str | Path | None = None) -> dict[str, dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
-# Notebook 10: the measure at every reading, the figure, the cost and the extrapolation
+# Notebook 10: the measure at every reading, the figure and the cost
 # --------------------------------------------------------------------------------------------
 
 REFERENCE_FIGURES = REPO_ROOT / "figures"  # notebook 03's committed numbers: the pretrained references
@@ -485,36 +485,6 @@ def cost_table(recs: Mapping[str, Mapping[str, Any]]):
                      "readings": len(pts), "val_loss": s.get("val_loss"),
                      "cpu": (rec.get("machine") or {}).get("cpu"), "threads": rec.get("threads")})
     return pd.DataFrame(rows).set_index("rung")
-
-
-def extrapolation(rows: Sequence[Mapping[str, Any]], refs: Sequence[Mapping[str, Any]],
-                  costs, recs: Mapping[str, Mapping[str, Any]] | None = None, *, n_boot: int = 1000,
-                  seed: int = 0) -> list[dict[str, Any]]:
-    """Per shape: the trend of S1 over the finished rungs (``trend.fit_trend``) and the budget at which
-    the line reaches each pretrained model's S1 and the 0.5 threshold (``trend.budget_to_reach``), with
-    the hours it would take at the shape's measured tokens/s on this machine; given the records, each
-    extrapolated budget's 95% interval over the finished readings' windows (``trend.budget_interval``:
-    window noise only, one seed per rung)."""
-    from ..analysis import scale, trend
-
-    out = []
-    for shape in dict.fromkeys(r["shape"] for r in rows):
-        fin = sorted((r for r in rows if r["shape"] == shape and r["final"]), key=lambda r: r["tokens"])
-        t = trend.fit_trend([r["tokens"] for r in fin], [r["S1"] for r in fin])
-        speed = [costs.loc[r["rung"], "tokens_per_s"] for r in fin if costs.loc[r["rung"], "tokens_per_s"]]
-        tps = float(np.median(speed)) if speed else None
-        targets = [(f"{ref['model']} (S1 {ref['S1']:.3f})", ref["S1"]) for ref in refs]
-        targets.append((f"the deep-switch threshold (S1 {scale.SHARE_THRESHOLD:g})", scale.SHARE_THRESHOLD))
-        for what, y in targets:
-            b = trend.budget_to_reach(t, y, direction="down")  # S1 falling toward the pretrained models
-            hours = b["tokens"] / tps / 3600 if (b["tokens"] and tps) else None
-            if b["kind"] == "extrapolated" and recs is not None:
-                last = [np.asarray(recs[r["rung"]]["points"][-1]["top1_next"]) for r in fin]
-                b["interval"] = trend.budget_interval([r["tokens"] for r in fin], [a[:, 1] for a in last],
-                                                      [a[:, -1] for a in last], y, n_boot=n_boot, seed=seed)
-            out.append({**b, "shape": shape, "target": what, "S1_target": y, "hours_here": hours,
-                        "tokens_per_s_here": tps, "trend": t.as_dict()})
-    return out
 
 
 SHAPE_COLORS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e")
@@ -598,101 +568,19 @@ def _mitigation_rung(rows, costs, P) -> dict[str, Any] | None:
     return choose_rung(rows, costs, P)
 
 
-def ladder_numbers(rows, refs, extrap, costs, P) -> dict[str, Any]:
-    """What figure 10 and its sentences rest on (``figures/10-the-scale-ladder.json``)."""
+def ladder_numbers(rows, refs, costs, P) -> dict[str, Any]:
+    """What figure 10 rests on (``figures/10-the-scale-ladder.json``): every reading (S1, the next-token
+    top-1 at h_1 and h_L, the departure depth), the finished rungs' rows, the pretrained references, the
+    cost, the closest rung and the mitigation's rung. No budget is extrapolated: S1 falls with the budget
+    because the output's top-1 rises, not because the first block predicts less, so a line through S1
+    says nothing about when a rung would reach a pretrained model's."""
     return {"readings": [{k: v for k, v in r.items() if k != "row"} for r in rows],
             "rows": [r["row"] for r in rows if r["final"]],
-            "pretrained": refs, "extrapolation": extrap,
+            "pretrained": refs,
             "cost": json.loads(costs.reset_index().to_json(orient="records")),
             "closest": closest_rung(rows), "mitigation_rung": _mitigation_rung(rows, costs, P), "profile": P.profile,
             "design": {"shapes": P.ladder_shapes, "base_tokens": P.ladder_base_tokens, "rungs": P.ladder_rungs,
                        "seed": P.ladder_seed, "max_epochs": P.ladder_max_epochs, "lens_windows": P.ladder_lens_windows}}
-
-
-def verdicts_reproduced() -> str:
-    from ..analysis import verdicts
-
-    return verdicts.REPRODUCED
-
-
-def _f2(x: float | None) -> str:
-    return "undefined (no next-token top-1 at h_L)" if x is None else f"{x:.2f}"
-
-
-def _tok(n: float) -> str:
-    from ..analysis.trend import tokens_text
-
-    return tokens_text(n)
-
-
-def ladder_lines(numbers: Mapping[str, Any]) -> list[str]:
-    """The findings of notebook 10, each printed from ``numbers`` (:func:`ladder_numbers`)."""
-    from ..analysis import scale
-
-    rows = numbers["readings"]
-    lines = []
-    for shape in dict.fromkeys(r["shape"] for r in rows):
-        fin = sorted((r for r in rows if r["shape"] == shape and r["final"]), key=lambda r: r["tokens"])
-        if not fin:
-            lines.append(f"{shape}: no finished rung yet.")
-            continue
-        parts = [f"{_f2(r['S1'])} [{_f2(r['S1_lo'])}, {_f2(r['S1_hi'])}] at {_tok(r['tokens'])}"
-                 if r["S1_lo"] is not None else f"{_f2(r['S1'])} (no interval) at {_tok(r['tokens'])}" for r in fin]
-        last = fin[-1]
-        dep = last.get("departure_depth")
-        lines.append(f"{shape}: early share S1 of the finished rungs {'; '.join(parts)}. At the largest "
-                     f"({_tok(last['tokens'])} tokens) the rule says {last['outcome']} (C1.middle {last['middle']}"
-                     + (f"; {last['why']}" if last["why"] else "") + ")"
-                     + (f"; its next-token curve leaves the unigram level at l/L = {dep:.2f}." if dep is not None
-                        else "; its next-token curve never leaves the unigram level."))
-    refs = numbers["pretrained"]
-    lines.append("Pretrained references (notebook 03, logit lens): " + "; ".join(
-        f"{r['model']} S1 {r['S1']:.3f}, {r['outcome']}" for r in refs) + ".")
-    fin = [r for r in rows if r["final"]]
-    deep = sorted({r["rung"] for r in fin if r["outcome"] == scale.DEEP_SWITCH})
-    lines.append(f"Finished rungs with the deep switch: {', '.join(deep)}." if deep else
-                 f"None of the {len(fin)} finished rungs has the deep switch by the rule.")
-    for e in numbers["extrapolation"]:
-        t = e["trend"]
-        if e["kind"] == "measured":
-            lines.append(f"{e['shape']}'s S1 is at or below {e['target']} at a measured budget of "
-                         f"{_tok(e['tokens'])} tokens.")
-        elif e["kind"] == "extrapolated":
-            hrs = f", about {_hours(e['hours_here'])} on this machine at {e['tokens_per_s_here']:,.0f} tokens/s" \
-                if e["hours_here"] else ""
-            iv = e.get("interval")
-            band = "" if not iv else (
-                f" (95% over windows: {_tok(iv['lo']) if iv['lo'] else 'already'} to "
-                + (f"{_tok(iv['hi'])}" if iv["hi"] else f"never, in {iv['never']:.0%} of resamples")
-                + "; one seed per rung, so the spread between seeds is not in it)")
-            lines.append(f"Extrapolation, not a measurement ({t['n']} finished rungs, S1 changing by "
-                         f"{t['slope']:+.3f} per tenfold budget): {e['shape']} would reach {e['target']} at about "
-                         f"{_tok(e['tokens'])} tokens{band}{hrs}.")
-        else:
-            lines.append(f"{e['shape']}: no budget reaches {e['target']} on the fitted line ({e['why']}).")
-    if fin and not any(r["middle"] == verdicts_reproduced() for r in fin):
-        lines.append("These budgets are for S1 alone: no finished rung shows a quiet middle (C1.middle), the rule's "
-                     "other half, so none of them is a budget at which the deep switch is predicted.")
-    c = numbers.get("closest")
-    if c:
-        ci = next(((r["S1_lo"], r["S1_hi"]) for r in fin if r["rung"] == c["rung"]), (None, None))
-        lines.append(f"Closest to the paper's regime by the rule: {c['rung']} (S1 {c['S1']:.2f} "
-                     f"[{_f2(ci[0])}, {_f2(ci[1])}], one seed; {c['why']}).")
-    m = numbers.get("mitigation_rung")
-    if m and m.get("rung"):
-        left = "; larger candidates left out for their cost: " + ", ".join(
-            f"{x['rung']} ({_hours(x['pilot_hours'])} for the pilot)" for x in m["left_out"]) if m["left_out"] else ""
-        ci = next(((r["S1_lo"], r["S1_hi"]) for r in fin if r["rung"] == m["rung"]), (None, None))
-        lines.append(f"The mitigation runs on {m['rung']} (S1 {m['S1']:.2f} [{_f2(ci[0])}, {_f2(ci[1])}] on the "
-                     f"ladder's one seed): {m['why']}{left}.")
-    elif m:
-        lines.append(f"No rung for the mitigation: {m['why']}.")
-    return lines
-
-
-def _hours(h: float | None) -> str:
-    return ("unmeasured" if h is None else f"{h * 60:.2g} min" if h < 1 else f"{h:,.3g} h" if h < 1e4
-            else f"{h / 8766:.2g} years")
 
 
 TRAINING_VERDICTS = ("06-training-with-attenuation-verdicts", "07-learned-gates-and-benchmarks-verdicts",

@@ -26,7 +26,8 @@ train, and never recomputed after.
 
 **The verdicts** are the training half's own rules on these runs (``verdicts.c2_training_late_cut``,
 ``verdicts.c3_training_beats_baseline``), each with the scale clause of its baseline
-(``scale.with_scale``: the switch measure of this rung's baselines across the seeds).
+(``scale.with_scale``: the switch measure of this rung's baselines across the seeds); :func:`seed_table`
+shows each seed's baseline S1 beside its paired loss changes (the rung was chosen on one seed's S1).
 
 Records: ``benchmarks/ladder/<profile>/mitigation-<rung>.json`` (smoke: the build folder), rewritten
 atomically after every seed; a killed run resumes (the trainer resumes its runs; finished seeds are kept).
@@ -42,6 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..analysis import scale, stats, verdicts
+from ..claims import seeds_needed
 from ..core.cache import atomic_write_text, code_state
 from ..core.machine import cpu_facts
 from ..core.models import load_model
@@ -304,7 +306,9 @@ def verdict_rows(rec: Mapping[str, Any], P) -> tuple[list, list[dict[str, Any]]]
 
 def mitigation_panel(rec: Mapping[str, Any], P):
     """Per seed, each mitigation's paired change of the final validation loss (points, one per seed) with
-    the mean and its 95% t-interval across seeds; the materiality margin shaded; the pilot's MDE."""
+    the mean and its 95% t-interval across seeds; the materiality margin shaded; the pilot's MDE. The
+    numbers: per arm the seed test with the seeds a paired test would need to detect the paper's one
+    published effect (``claims.seeds_needed``, 0.0056 nats), and each seed's baseline S1."""
     import matplotlib.pyplot as plt
 
     seeds, x = arrays(rec)
@@ -321,7 +325,8 @@ def mitigation_panel(rec: Mapping[str, Any], P):
             ax.errorbar(t["estimate"], i, xerr=[[t["estimate"] - t["lo"]], [t["hi"] - t["estimate"]]], fmt="s",
                         color="#d95f02", capsize=3)
         numbers["arms"][arm] = {**{k: t[k] for k in ("estimate", "lo", "hi", "sd", "mde", "per_seed", "verdict", "why")},
-                                "reach": verdicts.seed_reach(len(seeds), t["sd"], margin=m) if t["sd"] else None}
+                                "seeds_for_paper_effect": seeds_needed(t["sd"]) if t["sd"] else None}
+    numbers["baseline_S1"] = [h1 / hL if hL > 0 else None for h1, hL in (_baseline_rates(rec, s) for s in seeds)]
     ax.set_yticks(range(len(MITIGATIONS)), [f"{a}\n- baseline" for a in MITIGATIONS])
     ax.set_xlabel("final validation loss change (nats; < 0: the mitigation helps)")
     plan = rec.get("plan") or {}
@@ -349,24 +354,23 @@ def for_notebook(P, *, log: Callable[[str], None] = print) -> dict[str, Any] | N
     return rec
 
 
-def mitigation_lines(rec: Mapping[str, Any] | None) -> list[str]:
-    """The comparison's design in sentences printed from the record: the rung and why, the seeds, the pilot's
-    spread and the planned MDE, and per mitigation which outcomes its rule can reach at this seed count with
-    the spread measured (``verdicts.seed_reach``). The verdicts themselves: ``tables.verdict_lines``; their
-    scale: ``findings.scale_lines``."""
-    if rec is None:
-        return ["No mitigation record yet: `make ladder` runs the comparison after the rungs."]
-    plan = rec.get("plan") or {}
+def _baseline_rates(rec: Mapping[str, Any], seed: int) -> tuple[float, float]:
+    """The next token's top-1 rate at h_1 and at h_L of one seed's baseline (mean over its lens windows)."""
+    t = np.asarray(rec["seeds"][str(seed)]["baseline_lens"]["top1_next"], dtype=np.float64)
+    return float(t[:, 1].mean()), float(t[:, -1].mean())
+
+
+def seed_table(rec: Mapping[str, Any]):
+    """One row per seed of the comparison, numbers in columns: the baseline's next-token top-1 at h_1 and
+    at h_L and their ratio S1 (the deep-switch measure of that seed alone: how far one seed, the ladder's,
+    speaks for the rung), and each mitigation's paired change of the final validation loss (mitigation
+    minus baseline, mean over the held-out windows; < 0: it helps)."""
+    import pandas as pd
+
     seeds, x = arrays(rec)
-    out = [f"Mitigation on {rec['rung']} ({rec['choice']['why']}): {len(seeds)} seeds"
-           + (f" (a pilot of {plan['pilot_seeds']}, then {plan['n_seeds']} planned); the pilot's paired sd "
-              f"{plan['sd']:.4f} nats gives a minimum detectable effect of {plan['mde']:.4f} nats at the planned count "
-              f"({plan['why']})." if plan.get("pilot_seeds") else ".")]
-    for arm in MITIGATIONS if len(seeds) >= verdicts.MIN_SEEDS else ():  # one seed: no spread to reason from
-        d = (x[arm] - x["baseline"]).mean(1)
-        r = verdicts.seed_reach(len(seeds), float(np.std(d, ddof=1)), margin=verdicts.LOSS_MARGIN)
-        out.append(f"{arm}: with the measured sd {np.std(d, ddof=1):.4f} nats over {len(seeds)} seeds, 'reproduced' "
-                   f"needs a mean improvement of at least {r['reproduced_from']:.3f} nats and 'not reproduced' a mean "
-                   f"above {-r['not_reproduced_below']:+.3f}"
-                   + ("; both outcomes are reachable." if r["reachable"] else f"; {r['why']}."))
-    return out
+    rows = []
+    for i, s in enumerate(seeds):
+        h1, hL = _baseline_rates(rec, s)
+        rows.append({"seed": s, "top1 next h_1": h1, "top1 next h_L": hL, "S1": h1 / hL if hL > 0 else np.nan,
+                     **{f"{arm} - baseline": float((x[arm][i] - x["baseline"][i]).mean()) for arm in MITIGATIONS}})
+    return pd.DataFrame(rows).set_index("seed")

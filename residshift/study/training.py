@@ -24,12 +24,13 @@ The notebooks orchestrate; what they compute or draw is a call into this module.
   load at its start and end, wall-clock times, threads, who trained it and how many at once),
   :func:`throughput_runs` (per run: tokens/s, training vs wall seconds, load), :func:`throughput_numbers`
   (per variant; the grid mean as a share of the best run; the gap split into between and within
-  variants; the correlation with load), :func:`throughput_lines`.
+  variants; the correlation with load), :func:`throughput_table` (per variant, a table).
 - **perplexity** (issue 35) — :func:`perplexity_runs` (both WikiText definitions of every trained model,
   ``evaluate.run_perplexities``), :func:`perplexity_table` (per variant, mean and SD over seeds),
   :func:`perplexity_numbers`.
-- **all** — :func:`verdict_table`, :func:`power_lines` (from ``study.attenuation``), :func:`verdict_lines`,
-  :func:`summary_table`, :func:`grid_cost`.
+- **all** — :func:`summary_table`, :func:`grid_cost`, :func:`mde_table` (each seed test's MDE and the seeds
+  the paper's 0.0056-nat effect would need), :func:`baseline_switch` and :func:`switch_table` (the deep-switch
+  measure the training verdicts speak for, notebook 10's rule).
 
 Verdicts use the rules of :mod:`residshift.analysis.verdicts` only (training setting). Every function
 that takes ``P`` (the resolved profile) reads only ``train_*`` keys plus ``device``/``seed``.
@@ -54,7 +55,6 @@ from ..analysis.stats import as_numpy
 from ..core.cache import atomic_write_text
 from ..core.gating import THETA_INIT
 from ..core.models import load_model
-from ..core.paths import figures_dir
 from ..measure import evaluate, lens
 from ..train import final, from_profile, trainer as T
 from ..core.models.gpt import MODES
@@ -71,10 +71,6 @@ GATED = ("learned", "learned-token", "scalars")  # a skip gate per block (alpha/
 C3_GATES = ("learned", "learned-token")  # the paper's gates: the C3-training rules judge these
 # Colours of edited variants beside the black baseline: none is plotting.PALETTE's input green or next orange.
 VARIANT_COLORS = ("#0173b2", "#cc78bc", "#5e3c99", "#56b4e9", "#e7298a", "#666666", "#000080", "#8c564b")
-PAPER_REF = ("paper (reference, docs/paper.md): ~124-150M-parameter GPTs on 10B FineWeb-Edu "
-             "tokens; alpha = 0 hurts, the layer matters, a late cut helps; learned gates concentrate on "
-             "the final layer")
-
 
 
 # ============================================================================================
@@ -420,6 +416,18 @@ def throughput_lines(t: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def throughput_table(t: Mapping[str, Any]) -> pd.DataFrame:
+    """:func:`throughput_numbers` as a table: per variant the mean, min and max tokens/s over its runs and
+    its mean as a share of the grid's best run; a last row for every run together (its max is the best run)."""
+    best = t["best"]
+    rows = {v: {"runs": p["runs"], "tokens/s mean": p["mean"], "min": p["min"], "max": p["max"],
+                "mean / best run": p["mean"] / best if best else np.nan} for v, p in t["per_variant"].items()}
+    rows["all runs"] = {"runs": t["runs"], "tokens/s mean": t["mean"],
+                        "min": min(p["min"] for p in t["per_variant"].values()), "max": best,
+                        "mean / best run": t["share_of_best"] if t["share_of_best"] is not None else np.nan}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("variant")
+
+
 def grid_cost(runs: Mapping[tuple[str, int], Path]) -> dict[str, float]:
     """What the grid cost to train (summed training seconds; a reused run counts its original time)."""
     secs = [T.read_summary(r)["train_seconds"] for r in runs.values()]
@@ -590,32 +598,6 @@ def c2_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
         if any(verdicts.is_late(l, L) for l in cuts):
             rows += verdicts.c2_training_late_cut(base, cuts, alpha_value=a, n_layers=L, **who)
     return rows
-
-
-def c2_lines(rows: Sequence, cuts: pd.DataFrame, finals: Mapping[tuple[str, int], dict], P) -> list[str]:
-    """What 06's numbers show, as sentences printed from them: the seeds' spread against the paired
-    changes, the authors' cut, the cut that hurt most and the one that helped most."""
-    S = seeds(P)
-    base = losses(finals, "baseline", S).mean(1)
-    sds = [float(np.std(v, ddof=1)) for v in cuts["per_seed"]] if len(S) > 1 else []
-    lines = [f"the baseline's final loss ranges {base.min():.3f}-{base.max():.3f} nats across its {len(S)} seeds "
-             f"(spread {np.ptp(base):.3f})"
-             + (f"; a cut's paired change varies across seeds with sd {min(sds):.3f}-{max(sds):.3f} nats: that "
-                "spread, not the windows', is what every verdict above is tested against" if sds else "")]
-    a0, b0 = AUTHORS_CUT
-    if (a0, b0) in cuts.index:
-        r = cuts.loc[(a0, b0)]
-        lines.append(f"the authors' cut (alpha = 0 at block {b0}, at {'both adds' if P.train_cut_site == 'sublayer' else 'the block'}): "
-                     f"{r['change']:+.4f} nats [{r['lo']:+.4f}, {r['hi']:+.4f}] vs the baseline, per seed "
-                     + ", ".join(f"{v:+.3f}" for v in r["per_seed"]))
-    worst, best = cuts["change"].idxmax(), cuts["change"].idxmin()
-    for what, k in (("largest harm", worst), ("smallest harm or largest gain", best)):
-        r = cuts.loc[k]
-        lines.append(f"{what}: alpha={k[0]:g} at block {k[1]}, {r['change']:+.4f} nats "
-                     f"[{r['lo']:+.4f}, {r['hi']:+.4f}]; {sum(v < 0 for v in r['per_seed'])} of {len(S)} seeds lower")
-    for line in lines:
-        print(line)
-    return lines
 
 
 # ============================================================================================
@@ -829,31 +811,6 @@ def c3_rows(finals: Mapping[tuple[str, int], dict], P) -> list:
     return rows
 
 
-def c3_lines(alphas: pd.DataFrame, compare: pd.DataFrame, P) -> list[str]:
-    """What 07's gate numbers show, printed from them: per gated variant where its gates started and
-    ended, which block they attenuate most, and its paired change vs the baseline per seed."""
-    lines = []
-    L = int(P.train_layers)
-    for v in dict.fromkeys(alphas.index.get_level_values("variant")):
-        t = alphas.xs(v, level="variant")
-        moved = float(t["movement"].max())
-        top = int(t["attenuation"].idxmax())
-        lines.append(f"{v}: attenuation 1 - alpha started at {t['start'].iloc[0]:.4f} and ended at "
-                     f"{t['attenuation'].min():.4f}-{t['attenuation'].max():.4f} across blocks (mean over seeds); "
-                     f"most attenuated: block {top}" + (" (the last)" if top == L - 1 else "")
-                     + f"; largest movement of any seed {moved:.4f}"
-                     + (f" (below the {verdicts.MIN_GATE_MOVEMENT:g} floor: did not move)"
-                        if moved < verdicts.MIN_GATE_MOVEMENT else ""))
-        if v in compare.index:
-            r = compare.loc[v]
-            lines.append(f"{v} vs baseline: {r['vs baseline']:+.4f} nats [{r['lo']:+.4f}, {r['hi']:+.4f}], per seed "
-                         + ", ".join(f"{x:+.3f}" for x in r["per seed"]) + f" ({r['seeds better']} of "
-                         f"{len(r['per seed'])} seeds lower)")
-    for line in lines:
-        print(line)
-    return lines
-
-
 def eval_config(P):
     """The harness settings for the trained models: their context, half-overlapping windows."""
     ctx = int(P.train_context)
@@ -1061,40 +1018,27 @@ def c1_seed_table(per_seed: Sequence) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-PRETRAINED_C1 = "03-alignment-curves-verdicts"  # notebook 03's verdicts: the pretrained contrast
-
-
-def c1_lines(summary: Sequence, numbers: Mapping[str, Any], P,
-             runs: Mapping[tuple[str, int], Path] | None = None) -> list[str]:
-    """What 08's C1 numbers show, printed from them: per embedding recipe, the input token's top-1
-    rate at h_1 against the unigram decoder (mean over seeds, each seed) and the across-seed
-    verdicts; with ``runs``, what the recipe costs in validation loss (paired by seed, t-interval
-    across seeds); then the pretrained contrast as notebook 03 saved it (when its verdicts exist)."""
-    lines = []
-    A = list(arms(P))
-    if runs is not None and len(A) == 2:
-        loss = {n: np.array([T.read_summary(runs[(n, s)])["val_loss"] for s in seeds(P)]) for n in A}
-        t = verdicts.seed_test(loss[A[0]] - loss[A[1]], sign=-1, margin=verdicts.LOSS_MARGIN)
-        ci = "" if t["lo"] is None else f" [{t['lo']:+.3f}, {t['hi']:+.3f}]"
-        lines.append(f"validation loss, {P.train_embedding} minus {P.train_contrast_embedding} embedding: "
-                     f"{t['estimate']:+.3f} nats{ci} across seeds, per seed "
-                     + ", ".join(f"{x:+.3f}" for x in t["per_seed"]))
+def recipe_table(numbers: Mapping[str, Any], P, runs: Mapping[tuple[str, int], Path] | None = None) -> pd.DataFrame:
+    """Per embedding recipe (``numbers`` = :func:`regimes_panel`'s), what gives a small model its early
+    input regime, one number per column: the input token's top-1 rate at h_1 (mean, min and max over
+    seeds) beside the unigram decoder's, the next token's top-1 rate at h_1 and at h_L and their ratio
+    S1 (mean over seeds of each seed's ratio); with ``runs``, the final validation loss (mean and sd over
+    seeds)."""
+    by_emb = {emb: name for name, emb in arms(P).items()}
+    rows = {}
     for emb, per in numbers.items():
-        h1 = [v["input"][1] for v in per.values()]
-        uni = float(np.mean([v["unigram_input"] for v in per.values()]))
-        v = {r.claim_id: r.verdict for r in summary if r.model.startswith(f"{model_name(P)}, {emb} embedding")}
-        lines.append(f"{emb} embedding: input top-1 at h_1 {np.mean(h1):.3f} (seeds " + ", ".join(f"{x:.3f}" for x in h1)
-                     + f") vs unigram {uni:.3f}; C1.early {v.get('C1.early', '–')}, C1.middle {v.get('C1.middle', '–')}, "
-                     f"C1.late {v.get('C1.late', '–')}")
-    path = figures_dir() / f"{PRETRAINED_C1}.json"
-    if path.is_file():
-        for r in verdicts.load_verdicts(path):
-            if r.claim_id == "C1.early" and r.variant == "logit lens":
-                lines.append(f"pretrained (notebook 03, logit lens): {r.model} C1.early {r.verdict} "
-                             f"({r.estimate:+.3f} over the unigram at h_1)")
-    for line in lines:
-        print(line)
-    return lines
+        h1 = np.array([v["input"][1] for v in per.values()])
+        n1 = np.array([v["next"][1] for v in per.values()])
+        nL = np.array([v["next"][-1] for v in per.values()])
+        row = {"seeds": len(per), "input top-1 at h_1": h1.mean(), "min over seeds": h1.min(),
+               "max over seeds": h1.max(), "unigram (input)": float(np.mean([v["unigram_input"] for v in per.values()])),
+               "next top-1 at h_1": n1.mean(), "next top-1 at h_L": nL.mean(),
+               "S1": float(np.mean(np.divide(n1, nL, out=np.full_like(n1, np.nan), where=nL > 0)))}
+        if runs is not None and emb in by_emb:
+            loss = np.array([T.read_summary(runs[(by_emb[emb], int(s))])["val_loss"] for s in per])
+            row.update({"val loss": loss.mean(), "val loss sd": float(np.std(loss, ddof=1)) if loss.size > 1 else np.nan})
+        rows[emb] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("embedding")
 
 
 def regimes_panel(lenses: Mapping[tuple[str, int], Any], unigrams: Mapping[tuple[str, int], dict], P):
@@ -1177,18 +1121,6 @@ def persistence_table(lenses: Mapping[tuple[str, int], Any], P) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("variant").round(4)
 
 
-def persistence_lines(table: pd.DataFrame) -> list[str]:
-    """:func:`persistence_table` as printed sentences: each variant's rank change and loss change."""
-    lines = []
-    for name, r in table.iterrows():
-        rank = (f"input rank over {r['states']} {r['rank change']:+.3f} {r['rank CI']} (per seed {r['rank per seed']})"
-                if r["states"] != "none" else "no state between the edit and the output")
-        lines.append(f"{name}: {rank}; loss {r['loss change']:+.4f} nats {r['loss CI']}")
-    for line in lines:
-        print(line)
-    return lines
-
-
 def misalignment_rows(lenses: Mapping[tuple[str, int], Any], P) -> list:
     """Per variant vs the baseline, seeds as the unit: ``verdicts.training_misalignment`` (gates:
     C3-training.misalignment; a fixed cut: C2-training.cut-misalignment; both ask that the loss on the
@@ -1258,9 +1190,62 @@ def baseline_switch(runs: Mapping[tuple[str, int], Path], P):
                                      source=f"{NAME08}-regimes")[-1]
 
 
-def scale_findings(rows: Sequence, runs: Mapping[tuple[str, int], Path], P) -> list[str]:
-    """The closing sentences on the scale the notebook's C2-C4 verdicts speak for (``findings.scale_lines``)."""
-    from ..analysis import scale
-    from .findings import scale_lines
+def mde_table(rows: Sequence) -> pd.DataFrame:
+    """The power of every verdict row tested across seeds (``details`` with ``sd`` and ``mde``): the seeds,
+    the seed-to-seed sd of the paired difference, the minimum detectable effect (two-sided 5%, power 0.8)
+    beside the rule's margin, and the seeds a paired test would need to detect the paper's one published
+    effect, WikiText perplexity 28.46 -> 28.62 = ln(28.62/28.46) nats (``claims.seeds_needed``)."""
+    from ..claims import PAPER_EFFECT, seeds_needed
 
-    return scale_lines(scale.with_scale(rows, baseline_switch(runs, P)))
+    out = []
+    for r in rows:
+        sd, mde = r.details.get("sd"), r.details.get("mde")
+        if sd is None or mde is None or r.details.get("unit") != "seed":
+            continue
+        out.append({"claim": r.claim_id, "model": r.model, "variant": r.variant, "seeds": r.n, "sd": sd, "MDE": mde,
+                    "margin": r.details.get("margin"),
+                    f"seeds for {PAPER_EFFECT:.4f} nats": seeds_needed(sd) if sd > 0 else np.nan})
+    return pd.DataFrame(out).set_index(["claim", "model", "variant"]) if out else pd.DataFrame()
+
+
+def switch_table(rows: Sequence) -> pd.DataFrame:
+    """Deep-switch measures (``scale.SwitchRow`` s, e.g. :func:`baseline_switch`) with their numbers in
+    columns: S1 and its interval, C1.middle, the rule's outcome and the departure depth."""
+    return pd.DataFrame([{"model": r.model, "unit": r.unit, "n": r.n, "blocks": r.n_layers, "S1": r.early_share,
+                          "S1 lo": r.early_share_ci[0], "S1 hi": r.early_share_ci[1], "C1.middle": r.middle,
+                          "outcome": r.outcome, "departure depth": r.departure_depth} for r in rows]).set_index("model")
+
+
+def _first_reason(why: str) -> str:
+    """The first clause of a verdict's reason: the text before its first top-level ';', without the
+    parenthesised or bracketed numbers (those are the table's columns)."""
+    out, depth = [], 0
+    for ch in why or "":
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            if ch == ";":
+                break
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
+def verdict_frame(rows: Sequence) -> pd.DataFrame:
+    """Verdict rows, short: per (claim, model, variant) the verdict, its first reason, the estimate and its
+    interval, the units, the MDE in their own columns, and the rule's marks (post hoc, not evidence; the
+    column is left out where no row has one, the model or the variant where every row has the same); the
+    rules themselves are in docs/claims.md and ``residshift.analysis.verdicts``."""
+    from .tables import marks
+
+    out = [{"claim": r.claim_id, "model": r.model, "variant": r.variant or "–", "verdict": r.verdict,
+            "reason": _first_reason(str(r.details.get("why") or "")), "estimate": r.estimate, "lo": r.ci[0],
+            "hi": r.ci[1], "n": r.n, "MDE": r.details.get("mde"), "marks": marks(r).strip()} for r in rows]
+    frame = pd.DataFrame(out)
+    if frame.empty:
+        return frame
+    if (frame["marks"] == "").all():
+        frame = frame.drop(columns="marks")
+    key = ["claim"] + [k for k in ("model", "variant") if frame[k].nunique() > 1]
+    return frame.drop(columns=[k for k in ("model", "variant") if k not in key]).set_index(key)
