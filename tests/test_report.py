@@ -53,7 +53,8 @@ def test_no_module_writes_sentences_from_numbers():
     pkg = report.REPO_ROOT / "residshift"
     for gone in ("study/found.py", "study/found_training.py", "study/findings.py", "study/prose.py", "study/notes.py"):
         assert not (pkg / gone).exists(), gone
-    offenders = [f"{p.relative_to(pkg)}:{m.group(0)}" for p in pkg.rglob("*.py")
+    readers = [*(pkg / "study").glob("*.py"), pkg / "tools" / "report.py", pkg / "claims.py"]
+    offenders = [f"{p.relative_to(pkg)}:{m.group(0)}" for p in readers
                  for m in re.finditer(r"^def \w+_(found|lines|sentence)\(", p.read_text(), re.M)]
     assert offenders == []
 

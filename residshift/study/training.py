@@ -384,38 +384,6 @@ def throughput_numbers(frame: pd.DataFrame) -> dict[str, Any]:
             "overhead_share": float(over.mean()) if len(over) else None}
 
 
-def throughput_lines(t: Mapping[str, Any]) -> list[str]:
-    """:func:`throughput_numbers` as printed sentences (every number from ``t``)."""
-    def pct(x):
-        return "n/a" if x is None else f"{100 * x:.0f}%"
-
-    br = t["best_run"]
-    lines = [f"the grid ran at {pct(t['share_of_best'])} of its best run on average ({t['mean']:,.0f} vs "
-             f"{t['best']:,.0f} tokens/s, {br['variant']} seed {br['seed']}; {t['runs']} runs)"]
-    if t["gap"] > 0:
-        lines.append(f"of the gap ({t['gap']:,.0f} tokens/s), the variant explains {pct(t['between_share'])} (even its "
-                     f"fastest seed is slower than the best run) and {pct(t['within_share'])} lies within a variant "
-                     f"(seeds of one variant: load, order); the variants hold {pct(t['variance_between_share'])} of "
-                     "the runs' variance of tokens/s")
-    lines.append("tokens/s per variant (mean, min-max over seeds): " + "; ".join(
-        f"{v} {p['mean']:,.0f} ({p['min']:,.0f}-{p['max']:,.0f})" for v, p in t["per_variant"].items()))
-    ld = t["load"]
-    if ld["runs"]:
-        r, rw = ld.get("r"), ld.get("r_within_variant")
-        lines.append(f"1-min load recorded for {ld['runs']} of {t['runs']} runs ({ld['min']:.1f}-{ld['max']:.1f}); "
-                     "correlation of tokens/s with it: " + ("n/a" if r is None else f"r = {r:+.2f}")
-                     + " across runs, " + ("n/a" if rw is None else f"r = {rw:+.2f}") + " within variants")
-    else:
-        lines.append("no run recorded the machine's load (host.json: runs trained before it existed); retrain to "
-                     "measure the load's share")
-    if t["overhead_share"] is not None:
-        lines.append(f"evaluations and checkpoints took {pct(t['overhead_share'])} of a run's seconds on average "
-                     "(outside tokens/s, which counts the optimiser steps only)")
-    for line in lines:
-        print(line)
-    return lines
-
-
 def throughput_table(t: Mapping[str, Any]) -> pd.DataFrame:
     """:func:`throughput_numbers` as a table: per variant the mean, min and max tokens/s over its runs and
     its mean as a share of the grid's best run; a last row for every run together (its max is the best run)."""
