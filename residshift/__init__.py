@@ -23,9 +23,9 @@ each other, and the notebooks never import the tools; ``tests/test_layers.py`` e
                 ``tokenizer``, ``data``, ``trainer``, ``final``
 - ``study``     composes the stages and writes the outputs: ``plotting`` (figures + manifest),
                 ``tables`` (verdict rows for readers; save_verdicts), ``tour``, ``alignment``,
-                ``attenuation``, ``training`` (each notebook group's glue and panels), ``notes``
+                ``attenuation``, ``training`` (each notebook group's glue and panels)
 - ``tools``     for the person running the study: ``cli`` (``python -m residshift``), ``runner``
-                (papermill), ``report`` (the README's headline and docs/results.md), ``book``,
+                (papermill), ``report`` (the tables of the README, docs/claims.md and docs/results.md), ``book``,
                 ``grid_launcher``, ``lens_command``, ``fetch`` (``make data``)
 
 ``from residshift import load_model`` is a shortcut for ``residshift.core.models.load_model``.
