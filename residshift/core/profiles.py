@@ -615,13 +615,18 @@ def _table_class() -> type:
             out = {}
             for column in self.columns:  # values as written in a cell ('cpu', [0.0, 0.5])
                 show = repr if column == "value" else str
-                # padded to the widest value up to 24 characters: a long list does not widen every row
-                width = min(max((len(show(v)) for v in self[column]), default=0), 24) if pad else 0
+                width = max((len(show(v)) for v in self[column]), default=0) if pad else 0
                 out[column] = lambda v, show=show, width=width: show(v).ljust(width)  # text: left-aligned
             return out
 
         def __repr__(self) -> str:
-            return self.to_string(index=False, formatters=self._formatters(pad=True), justify="left")
+            """One line a parameter: name, value as written in a cell, source; no column padding, so one long
+            value does not widen every line (the notebook shows the HTML table)."""
+            if not {"parameter", "value", "source"} <= set(self.columns) or self.empty:
+                return self.to_string(index=False, formatters=self._formatters(pad=True), justify="left")
+            width = max(len(str(k)) for k in self["parameter"])
+            return "\n".join(f"{k!s:<{width}}  {v!r}  ({src})"
+                             for k, v, src in zip(self["parameter"], self["value"], self["source"]))
 
         def _repr_html_(self) -> str:
             with pd.option_context("display.max_colwidth", None):  # to_html would cut at 50
