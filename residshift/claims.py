@@ -251,7 +251,7 @@ CLAIMS: tuple[Claim, ...] = (
         key="C1.regimes/pretrained", code="c495967e27ca", notebook="03",
         paper="decoding hidden states through the tied embedding shows three regimes: the input token in the early "
               "layers, nothing interpretable in the middle, the next token in the late layers",
-        subjects="SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-1.5B; logit lens; 344 WikiText-2 test windows",
+        subjects="SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-1.5B; logit lens; 344 windows of 128 tokens of WikiText-103 validation",
         statistic="per layer, the top-1 rate of the input (early) or next (late) token minus the unigram decoder's, "
                   "mean over windows",
         test="95% bootstrap intervals over windows against a 0.02 margin: early = a run of ceil(0.1 L) layers from "
