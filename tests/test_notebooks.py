@@ -226,15 +226,15 @@ def _findings(nb):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_findings_are_authored_and_hold_on_the_committed_numbers(path):
     """A notebook's findings are sentences in markdown, at most five, with numbers in them, and the cell
-    after them asserts those numbers on the committed figures/*.json: run here, it fails when a
-    regeneration contradicts a sentence."""
+    after them states those numbers to ``findings.check``, which reads them from the committed
+    figures/*.json: run here, it fails when a regeneration contradicts a sentence."""
     text, check = _findings(nbformat.read(path, as_version=4))
     body = text.split("\n", 1)[1] if "\n" in text else ""
     prose = re.sub(r"<details>.*?</details>", "", body, flags=re.S)
     n = len(SENTENCE_END.findall(prose.strip()))
     assert 1 <= n <= MAX_FINDINGS, f"{n} sentences under '{FINDINGS_HEAD}': at most {MAX_FINDINGS}"
     assert re.search(r"\d", prose), "findings state their numbers"
-    assert re.search(r"\bassert\b", check) and "claims.saved(" in check
+    assert f'findings.check("{path.name[:2]}", {{' in check, "the check cell states its numbers: findings.check(NN, {...})"
     exec(compile(check, f"{path.name}:findings-check", "exec"), {"__name__": "findings_check"})
 
 
