@@ -105,14 +105,67 @@ def _strip(node: ast.AST) -> ast.AST:
     return node
 
 
+FOLLOWED = ("residshift.analysis", "residshift.claims")  # where fingerprint() follows a rule's calls
+SHORT_TEXT = 24  # a string constant up to this long is a parameter (a metric's name); longer is prose
+
+
+def _resolve(name: str) -> Any:
+    module, attr = name.split(":")
+    obj = getattr(importlib.import_module(f"residshift.{module}"), attr)
+    return inspect.unwrap(obj) if callable(obj) else obj
+
+
+def _parameter(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= SHORT_TEXT
+    if isinstance(value, (tuple, frozenset)):
+        return all(_parameter(v) for v in value)
+    return isinstance(value, (bool, int, float)) or value is None
+
+
+def _uses(fn: Any) -> list[str]:
+    """The functions (of :data:`FOLLOWED` modules) and parameter constants ``fn``'s code names."""
+    out = []
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(fn)))):
+        target = None
+        if isinstance(node, ast.Name) and node.id in fn.__globals__:
+            target, owner, attr = fn.__globals__[node.id], fn.__module__, node.id
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and inspect.ismodule(
+                fn.__globals__.get(node.value.id)):
+            owner, attr = fn.__globals__[node.value.id].__name__, node.attr
+            target = getattr(fn.__globals__[node.value.id], attr, None)
+        if target is None:
+            continue
+        target = inspect.unwrap(target) if callable(target) else target
+        if inspect.isfunction(target) and target.__module__.startswith(FOLLOWED):
+            out.append(f"{target.__module__.removeprefix('residshift.')}:{target.__name__}")
+        elif not callable(target) and not inspect.ismodule(target) and owner.startswith(FOLLOWED) and _parameter(target):
+            out.append(f"{owner.removeprefix('residshift.')}:{attr}")
+    return out
+
+
+def rule_closure(names: tuple[str, ...]) -> list[str]:
+    """``names`` and everything they call or read within :data:`FOLLOWED`, transitively, sorted."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        obj = _resolve(name)
+        if inspect.isfunction(obj):
+            todo += _uses(obj)
+    return sorted(seen)
+
+
 def fingerprint(names: tuple[str, ...]) -> str:
-    """sha256 (12 hex digits) of each named function's code (no docstrings, no comments, no layout) and
-    each named constant's value: a docstring or comment edit changes nothing, arithmetic does."""
+    """sha256 (12 hex digits) over the rule's closure (:func:`rule_closure`): each function's code without
+    docstrings, comments or layout, each parameter constant's value. A docstring, comment or rule-text
+    edit changes nothing; arithmetic or a threshold anywhere the rule reaches does."""
     h = hashlib.sha256()
-    for name in names:
-        module, attr = name.split(":")
-        obj = getattr(importlib.import_module(f"residshift.{module}"), attr)
-        obj = inspect.unwrap(obj) if callable(obj) else obj
+    for name in rule_closure(names):
+        obj = _resolve(name)
         if inspect.isfunction(obj):
             tree = _strip(ast.parse(textwrap.dedent(inspect.getsource(obj))))
             h.update(f"{name}={ast.dump(tree, annotate_fields=False)}\n".encode())
@@ -150,30 +203,14 @@ def _from_rows(source: str, claim_id: str, variants: dict[tuple[str, str | None]
     return [_row_outcome(rows[k], label) for k, label in variants.items()]
 
 
-def conjunction(*verdicts: str) -> str:
-    """Reproduced when every part is, not reproduced when any part is not, inconclusive otherwise."""
-    if "not reproduced" in verdicts:
-        return "not reproduced"
-    return "reproduced" if all(v == "reproduced" for v in verdicts) else "inconclusive"
-
-
-def band_outcome(lo: float, hi: float, band: tuple[float, float]) -> str:
-    """A depth's interval against the band: inside it reproduced, clear of it not reproduced."""
-    if band[0] <= lo and hi <= band[1]:
-        return "reproduced"
-    if hi < band[0] or lo > band[1]:
-        return "not reproduced"
-    return "inconclusive"
-
-
 def _switch(source: str) -> list[Outcome]:
-    from .analysis.verdicts.rules import DEPTH_BAND
+    from .analysis.verdicts.rules import DEPTH_BAND, band_verdict
 
     out = []
     for name, label in SUBJECT.items():
         entry = next(m for m in saved(source)[f"{name} · logit lens"] if m["metric"] == "top1")
         c = entry["crossing"]
-        out.append(Outcome(label, band_outcome(c["relative_lo"], c["relative_hi"], DEPTH_BAND), c["relative"],
+        out.append(Outcome(label, band_verdict(c["relative_lo"], c["relative_hi"], DEPTH_BAND), c["relative"],
                            c["relative_lo"], c["relative_hi"], None, "relative depth"))
     return out
 
@@ -181,7 +218,9 @@ def _switch(source: str) -> list[Outcome]:
 def _concentrates(source: str, prefix: str, variants: dict[tuple[str, str | None], str]) -> list[Outcome]:
     share = _from_rows(source, f"{prefix}.concentrates", variants)
     material = _from_rows(source, f"{prefix}.concentrates.material", variants)
-    return [Outcome(s.subject, conjunction(s.verdict, m.verdict), m.estimate, None, None, m.n, "1 - alpha_L")
+    from .analysis.verdicts.c1 import _joint  # C1's combination: reproduced if all parts are, not if any is not
+
+    return [Outcome(s.subject, _joint([s.verdict, m.verdict]), m.estimate, None, None, m.n, "1 - alpha_L")
             for s, m in zip(share, material)]
 
 
@@ -238,7 +277,7 @@ _C1 = (_V + "c1:c1_regimes", _V + "c1:_extent", _V + "c1:_pre_registered", _V + 
        _V + "rules:c1_middle_candidates", _V + "rules:c1_min_run", _V + "rules:bonferroni_level",
        _V + "rules:C1_MARGIN", _V + "rules:C1_MIN_RUN", _V + "rules:C1_EXTENT_FRACTION", _V + "rules:LEVEL")
 _CONC = (_V + "c3:c3_concentration", _V + "rules:MIN_GATE_MOVEMENT", _V + "rules:MIN_ATTENUATION",
-         _V + "rules:CONCENTRATION_RATIO", "claims:conjunction", "claims:_concentrates")
+         _V + "rules:CONCENTRATION_RATIO", _V + "c1:_joint", "claims:_concentrates")
 _SEEDS = (_V + "training:seed_test", _V + "training:_signflip_ok", _V + "rules:LOSS_MARGIN", _V + "rules:TEST_ALPHA")
 R = Revision
 _W = R("479cc38", "C1's post-hoc labels; C1.late and the tuned-lens rows marked 'not evidence'; the lens windows "
@@ -248,7 +287,7 @@ _SEEDS_UNIT = R("905dea3", "seeds as the unit: a paired t-test across seeds with
                 "confounded with a retrained grid (feb536a); not separable")
 CLAIMS: tuple[Claim, ...] = (
     Claim(
-        key="C1.regimes/pretrained", code="c495967e27ca", notebook="03",
+        key="C1.regimes/pretrained", code="35b19951c8d9", notebook="03",
         paper="decoding hidden states through the tied embedding shows three regimes: the input token in the early "
               "layers, nothing interpretable in the middle, the next token in the late layers",
         subjects="SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-1.5B; logit lens; 344 windows of 128 tokens of WikiText-103 validation",
@@ -266,7 +305,7 @@ CLAIMS: tuple[Claim, ...] = (
             _W,
         )),
     Claim(
-        key="C1.switch/pretrained", code="c1d5bec16bda", notebook="03",
+        key="C1.switch/pretrained", code="65e4944e1d86", notebook="03",
         paper="the representation switches from input alignment to output alignment deep in the model (Gemma-2-2B: "
               "about layer 17 of 26, 0.65 of depth [paper])",
         subjects="SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder-1.5B; logit lens; 344 windows",
@@ -276,7 +315,7 @@ CLAIMS: tuple[Claim, ...] = (
              "clear of it = not reproduced",
         level="95%", correction="none (one primary metric, top-1; prob and log-rank are reported beside it)",
         smallest_effect="the band's edges, 0.15 of depth either side of 0.65",
-        rule=("claims:band_outcome", "claims:_switch", "analysis.stats:crossing_point", _V + "rules:DEPTH_BAND"),
+        rule=(_V + "rules:band_verdict", "claims:_switch", "analysis.stats:crossing_point", _V + "rules:DEPTH_BAND"),
         source="03-alignment-curves-shift-depth", fixed='0cdff66 (the depth reported, not judged)',
         revisions=(
             R("72b11bf", "the depth judged: the half-way emergence of the next-token curve against the band 0.5-0.8, chosen after the crossing and emergence of every metric were committed (dd853f5)", True, "first judged; the crossing (then 0.03 SmolLM2, 0.29 Gemma-3) would have been not reproduced"),
@@ -285,7 +324,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("registry", "back to the crossing, the paper's words ('switch from input alignment to output alignment'); the emergence is reported beside it as an estimate; the preprocessing check becomes a sensitivity estimate (its 12 windows cannot decide), not a clause", True, "every model ? -> ✗"),
         )),
     Claim(
-        key="C1.regimes/trained", code="8790580f5f73", notebook="08",
+        key="C1.regimes/trained", code="78b74ba9f8a6", notebook="08",
         paper="the three regimes of C1, in the small GPT-2-style models the paper trains",
         subjects="our GPT, 6 blocks x 128, trained on WikiText-2 (5 seeds), the chosen and the nanoGPT embedding",
         statistic="as C1.regimes/pretrained, per seed; seeds as the unit",
@@ -301,7 +340,7 @@ CLAIMS: tuple[Claim, ...] = (
             _W,
         )),
     Claim(
-        key="C2.late-cut/frozen", code="af8b894b28fa", notebook="04",
+        key="C2.late-cut/frozen", code="2b1bb75d1d45", notebook="04",
         paper="attenuating the residual path of one late layer (x_(l+1) = alpha x_l + F_l(LN(x_l))) improves the model",
         subjects="SmolLM2-135M and Gemma-3-270M, frozen; WikiText-103 validation windows",
         statistic="mean change of next-token loss (nats) when block l's skip path is scaled by alpha",
@@ -318,7 +357,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("6dd3d8a", "reproduced also needs a material improvement (at least 0.005 nats)", True, "none"),
         )),
     Claim(
-        key="C2.layer-sensitive/frozen", code="722254cde12c", notebook="04",
+        key="C2.layer-sensitive/frozen", code="39389060375c", notebook="04",
         paper="where the attenuation is applied matters: the effect depends strongly on the layer",
         subjects="SmolLM2-135M and Gemma-3-270M, frozen",
         statistic="the largest contrast between two late blocks of the loss change at alpha = 0.5 (nats)",
@@ -333,7 +372,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("6dd3d8a", "late blocks only; a permutation null; the Bonferroni interval of the largest contrast against 0.1 nats", True, "none (estimates 5.84 -> 2.19 and 2.23 -> 0.774 nats)"),
         )),
     Claim(
-        key="C2.late-cut/trained", code="1c89e7ad86b2", notebook="06",
+        key="C2.late-cut/trained", code="a68bfc4b2b2c", notebook="06",
         paper="training with the last block's residual path attenuated lowers the validation loss",
         subjects="our GPT 6x128 on WikiText-2, block 5 cut at alpha = 0, 0.5, 0.75, 0.9; 5 paired seeds each",
         statistic="final validation loss, cut minus baseline of the same seed (nats), mean over seeds",
@@ -347,7 +386,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("905dea3", "seeds as the unit: a one-sided t-test across seeds per fixed late candidate, Holm across them, material at 0.005 nats", True, "confounded with a retrained grid (feb536a): alpha = 0.5 ? -> ✗; later retrains (89eab9a) moved it back to ?, a change of data, not of rule"),
         )),
     Claim(
-        key="C3.concentrates/frozen", code="cf0154225adc", notebook="05",
+        key="C3.concentrates/frozen", code="85ebea407038", notebook="05",
         paper="a learned gate puts the attenuation on the final layer",
         subjects="SmolLM2-135M and Gemma-3-270M, per-layer scalar gates fitted with the model frozen (2 fits)",
         statistic="the final block's attenuation 1 - alpha_L, and its ratio to the largest other block's",
@@ -363,7 +402,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("registry", "the primary claim is both parts together", True, "SmolLM2 ✓ (the ratio alone) -> ✗ (its 1 - alpha_L is 0.016)"),
         )),
     Claim(
-        key="C3.beats-baseline/frozen", code="986d6b454c68", notebook="05",
+        key="C3.beats-baseline/frozen", code="82302d33ff6f", notebook="05",
         paper="the learned gates lower the loss of the model they are fitted to",
         subjects="SmolLM2-135M and Gemma-3-270M, scalar gates, frozen model",
         statistic="held-out loss change, gated minus unmodified (nats), over windows, averaged over fits",
@@ -377,7 +416,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("6dd3d8a", "reproduced also needs a material improvement (at least 0.005 nats)", True, "none"),
         )),
     Claim(
-        key="C3.concentrates/trained", code="cf0154225adc", notebook="07",
+        key="C3.concentrates/trained", code="85ebea407038", notebook="07",
         paper="gates learned during training put the attenuation on the final layer",
         subjects="our GPT 6x128, per-layer and token-dependent gates learned during training, 5 seeds",
         statistic="as C3.concentrates/frozen, per seed", test="as C3.concentrates/frozen, in every seed",
@@ -389,7 +428,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("registry", "the primary claim is both parts together", True, "the per-layer gate ? -> ✗ (its 1 - alpha_L is 0.010)"),
         )),
     Claim(
-        key="C3.beats-baseline/trained", code="4fa680e93e1b", notebook="07",
+        key="C3.beats-baseline/trained", code="73fdf174c130", notebook="07",
         paper="training with learned gates lowers the validation loss",
         subjects="our GPT 6x128, per-layer and token gates, 5 paired seeds",
         statistic="final validation loss, gated minus baseline of the same seed (nats), mean over seeds",
@@ -403,7 +442,7 @@ CLAIMS: tuple[Claim, ...] = (
             R("bc534aa", "a decided verdict also needs the exact sign-flip test (at its floor 2^(1-S) with 5 seeds)", True, "none"),
         )),
     Claim(
-        key="C4.benchmarks/trained", code="f172869c16b3", notebook="07",
+        key="C4.benchmarks/trained", code="125e8893a2ed", notebook="07",
         paper="the mitigations keep (or improve) downstream accuracy",
         subjects="our GPT 6x128: the fixed cut alpha = 0.9 at block 5, the per-layer and the token gate; LAMBADA, "
                  "PIQA, ARC-easy, ARC-challenge",
@@ -420,5 +459,5 @@ CLAIMS: tuple[Claim, ...] = (
 
 CLAIM = {c.key: c for c in CLAIMS}
 
-__all__ = ["CLAIM", "CLAIMS", "Claim", "Outcome", "Revision", "conjunction", "band_outcome", "fingerprint", "outcomes",
-           "saved", "seeds_needed"]
+__all__ = ["CLAIM", "CLAIMS", "Claim", "Outcome", "Revision", "fingerprint", "outcomes", "rule_closure", "saved",
+           "seeds_needed"]

@@ -17,22 +17,28 @@ def test_a_rule_cannot_change_without_a_registry_entry(claim):
         f"residshift/claims.py (commit, what changed, whether after its numbers, what it flipped) and set code={now!r}")
 
 
-def test_a_docstring_or_comment_changes_no_fingerprint(tmp_path, monkeypatch):
-    import importlib
+def _probe(tmp_path, monkeypatch, text: str) -> str:
+    """``text`` as the module residshift.analysis._fp_probe; its fingerprint of ``rule``."""
+    import importlib.util
     import sys
 
-    src = 'K = 2\n\ndef rule(x):\n    """words"""\n    return x > K  # a comment\n'
-    edited = 'K = 2\n\ndef rule(x):\n    """other words,\n    longer"""\n    # a new comment\n    return x > K\n'
-    changed = 'K = 2\n\ndef rule(x):\n    return x >= K\n'
-    monkeypatch.syspath_prepend(str(tmp_path))
-    prints = []
-    for text in (src, edited, changed):
-        (tmp_path / "fp_probe.py").write_text(text)
-        sys.modules.pop("fp_probe", None)
-        importlib.invalidate_caches()
-        monkeypatch.setitem(sys.modules, "residshift.fp_probe", importlib.import_module("fp_probe"))
-        prints.append(C.fingerprint(("fp_probe:rule", "fp_probe:K")))
-    assert prints[0] == prints[1] != prints[2]
+    path = tmp_path / "fp_probe.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("residshift.analysis._fp_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "residshift.analysis._fp_probe", module)
+    spec.loader.exec_module(module)
+    return C.fingerprint(("analysis._fp_probe:rule",))
+
+
+def test_a_fingerprint_follows_the_code_a_rule_calls_and_ignores_its_words(tmp_path, monkeypatch):
+    base = 'K = 2\nWHY = "a long sentence that explains the rule"\n\ndef helper(x):\n    return x > K\n\n' \
+           'def rule(x):\n    """words"""\n    return helper(x), WHY  # a comment\n'
+    same = base.replace('"""words"""', '"""other words,\n    longer"""').replace("explains", "states")
+    prints = [_probe(tmp_path, monkeypatch, t) for t in
+              (base, same, base.replace("x > K", "x >= K"), base.replace("K = 2", "K = 3"))]
+    assert prints[0] == prints[1]  # a docstring, a comment, the rule's text: no change
+    assert len({prints[0], prints[2], prints[3]}) == 3  # the helper's arithmetic, the threshold: a change
 
 
 def test_the_registry_is_short_and_every_claim_reads_its_numbers():
@@ -67,14 +73,15 @@ def test_the_revisions_issue_49_lists_are_in_the_registry():
     assert "447766a" in (REPO_ROOT / "docs" / "claims.md").read_text()  # the withdrawn plausible effect
 
 
-def test_conjunction_and_band_reach_every_outcome():
-    assert C.conjunction("reproduced", "reproduced") == "reproduced"
-    assert C.conjunction("reproduced", "not reproduced") == "not reproduced"
-    assert C.conjunction("reproduced", "inconclusive") == "inconclusive"
-    band = (0.5, 0.8)
-    assert C.band_outcome(0.6, 0.7, band) == "reproduced"
-    assert C.band_outcome(0.2, 0.3, band) == "not reproduced"
-    assert C.band_outcome(0.45, 0.55, band) == "inconclusive"
+def test_the_switch_and_concentration_claims_can_come_out_every_way():
+    from residshift.analysis.verdicts import DEPTH_BAND, band_verdict
+    from residshift.analysis.verdicts.c1 import _joint
+
+    assert [_joint(p) for p in (["reproduced"] * 2, ["reproduced", "not reproduced"], ["reproduced", "inconclusive"])] \
+        == ["reproduced", "not reproduced", "inconclusive"]
+    # the crossing's interval: inside the band, clear below it (as committed: 0.20-0.31), across its edge
+    assert [band_verdict(lo, hi, DEPTH_BAND) for lo, hi in ((0.6, 0.7), (0.2, 0.31), (0.45, 0.55))] \
+        == ["reproduced", "not reproduced", "inconclusive"]
 
 
 def test_seeds_needed_for_the_papers_effect():

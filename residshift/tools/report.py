@@ -16,6 +16,7 @@ from .. import claims as C
 from ..analysis.verdicts import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, is_evidence, is_verdict_layout, rows_from_json
 from ..core.cache import atomic_write_text
 from ..core.paths import REPO_ROOT
+from ..study.tables import number
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 HEAD_START, HEAD_END = "<!-- headline:start -->", "<!-- headline:end -->"
@@ -33,18 +34,9 @@ class ReportError(RuntimeError):
     pass
 
 
-def _num(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, (int, float)):
-        return f"{x:.{digits}g}" if abs(x) >= 100 else f"{x:.{digits}f}"
-    return str(x)
-
-
-def _ci(est: Any, lo: Any, hi: Any, digits: int = 3) -> str:
-    if est is None:
-        return "–"
-    return _num(est, digits) + ("" if lo is None or hi is None else f" [{_num(lo, digits)}, {_num(hi, digits)}]")
+def _ci(est: Any, lo: Any, hi: Any) -> str:
+    """An estimate and its interval in 3 significant digits (``tables.number``, as every verdict view)."""
+    return number(est) + ("" if est is None or lo is None or hi is None else f" [{number(lo)}, {number(hi)}]")
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -78,7 +70,7 @@ def _outcome_rows(c: C.Claim) -> list[list[str]]:
     for o in C.outcomes(c):
         need = C.seeds_needed(o.sd) if o.sd else None
         rows.append([o.subject, o.mark + " " + o.verdict, _ci(o.estimate, o.lo, o.hi), o.unit or "–",
-                     _num(o.n, 0) if o.n is not None else "–", _num(o.mde), "–" if need is None else f"{need:,}"])
+                     number(o.n), number(o.mde), "–" if need is None else f"{need:,}"])
     return rows
 
 
@@ -115,7 +107,7 @@ def _depth_table(fig: Path) -> str:
     for key, metrics in json.loads(path.read_text()).items():
         for m in metrics:
             rows.append([key, m["metric"]] + [
-                _ci(m[t]["relative"], m[t]["relative_lo"], m[t]["relative_hi"], 2) if m.get(t) else "–"
+                _ci(m[t]["relative"], m[t]["relative_lo"], m[t]["relative_hi"]) if m.get(t) else "–"
                 for t in ("fade", "crossing", "emergence")])
     return _table(["model · decoder", "metric", "input fade", "crossing (primary)", "next-token emergence"], rows)
 
@@ -128,7 +120,7 @@ def _verdict_tables(fig: Path) -> str:
             parts.append(f"`{path.name}`: an older layout; rerun its notebook.")
             continue
         rows = [[r.claim_id, r.model, r.variant or "–", verdict_mark(r) + " " + r.verdict,
-                 _ci(r.estimate, *(r.ci or (None, None)), 4), _num(r.n, 0) if r.n is not None else "–",
+                 _ci(r.estimate, *(r.ci or (None, None))), number(r.n),
                  str(r.details.get("why") or "")[:160]] for r in rows_from_json(data, str(path))]
         parts += [f"### `{path.name}`", "",
                   _table(["claim id", "model", "variant", "verdict", "estimate [CI]", "n", "why"], rows), ""]
