@@ -224,6 +224,21 @@ def _concentrates(source: str, prefix: str, variants: dict[tuple[str, str | None
             for s, m in zip(share, material)]
 
 
+def scale(claim: Claim) -> str:
+    """For a claim on trained models, the scale its verdicts speak for, as notebook 10's scale rule read the
+    baselines (``figures/10-the-scale-ladder-scale.json``): outcome and S1 [CI]; "" for pretrained models."""
+    if not claim.key.endswith("/trained"):
+        return ""
+    seen = {(s["outcome"], round(s["early_share"], 2), round(s["early_share_ci"][0], 2), round(s["early_share_ci"][1], 2),
+             s["counts_as_evidence"])
+            for r in saved("10-the-scale-ladder-scale") if r.get("source", "").startswith(claim.source[:2])
+            and (s := r.get("scale")) and "6x128" in s.get("model", "")}
+    if len(seen) != 1:
+        raise ValueError(f"{claim.key}: expected one scale reading of its baselines, found {sorted(seen)}")
+    outcome, s1, lo, hi, evidence = seen.pop()
+    return f"{outcome}, S1 {s1} [{lo}, {hi}]" + ("" if evidence else "; not counted as evidence")
+
+
 def outcomes(claim: Claim) -> list[Outcome]:
     """The claim's outcome for each of its subjects, read from the committed numbers."""
     return READERS[claim.key]()

@@ -94,3 +94,11 @@ def test_seeds_needed_for_the_papers_effect():
 def test_saved_names_the_fix_when_a_file_is_missing():
     with pytest.raises(FileNotFoundError, match="make study"):
         C.saved("99-no-such-figure")
+
+
+def test_every_training_claim_says_the_scale_it_speaks_for():
+    for c in C.CLAIMS:
+        text = C.scale(c)
+        assert bool(text) == c.key.endswith("/trained"), c.key
+        if text:  # as committed: the 6x128 baselines are near-bigram, so no training row is evidence
+            assert text.startswith("near-bigram, S1 0.74") and text.endswith("not counted as evidence"), text

@@ -82,6 +82,8 @@ MODELS = ("smollm2-135m", "gemma3-270m", "qwen25-coder-1.5b")
 def test_finding_1_the_input_token_is_lost_after_block_0_or_1():
     fades = [_depth(m, "fade")["relative"] for m in MODELS]
     assert f"{min(fades):.2f}–{max(fades):.2f}" == "0.02–0.05"
+    assert max(max(_depth(m, "fade")["relative_hi"] - _depth(m, "fade")["relative"],
+                   _depth(m, "fade")["relative"] - _depth(m, "fade")["relative_lo"]) for m in MODELS) <= 0.002
     _says("falls half-way to its floor by 0.02–0.05 of depth")
     early = {r["model"]: r["verdict"] for r in C.saved("03-alignment-curves-verdicts")
              if r["claim_id"] == "C1.early" and r["variant"] == "logit lens"}
@@ -89,31 +91,38 @@ def test_finding_1_the_input_token_is_lost_after_block_0_or_1():
 
 
 def test_finding_2_crossing_early_emergence_late():
-    cross = [round(_depth(m, "crossing")["relative"], 2) for m in MODELS]
-    assert cross == [0.03, 0.29, 0.21], cross
-    _says("at 0.03 (SmolLM2), 0.29 (Gemma-3) and 0.21 (Qwen) of depth")
+    cross = [tuple(round(_depth(m, "crossing")[k], 2) for k in ("relative", "relative_lo", "relative_hi"))
+             for m in MODELS]
+    assert cross == [(0.03, 0.03, 0.03), (0.29, 0.26, 0.31), (0.21, 0.20, 0.22)], cross
+    _says("at 0.03 [0.03, 0.03] (SmolLM2), 0.29 [0.26, 0.31] (Gemma-3) and 0.21 [0.20, 0.22] (Qwen) of depth")
     assert all(o.verdict == "not reproduced" for o in C.outcomes(C.CLAIM["C1.switch/pretrained"]))
     top1 = [_depth(m, "emergence")["relative"] for m in MODELS]
     every = [_depth(m, "emergence", k)["relative"] for m in MODELS for k in ("top1", "prob", "logrank")]
     assert f"{min(top1):.2f}–{max(top1):.2f}" == "0.79–0.83"
     assert f"{min(every):.2f}–{max(every):.2f}" == "0.63–0.83"
-    _says("0.79–0.83 of depth (0.63–0.83 over the three metrics we read)")
+    lo, hi = (min(_depth(m, "emergence")["relative_lo"] for m in MODELS), max(_depth(m, "emergence")["relative_hi"] for m in MODELS))
+    assert (round(lo, 2), round(hi, 2)) == (0.78, 0.84)
+    _says("0.79–0.83 of depth (every interval within 0.78–0.84; 0.63–0.83 over the three metrics we read)")
 
 
 def test_finding_3_no_late_cut_helps_a_frozen_model():
     best = C.saved("04-attenuation-sweep-best-cut")
-    assert [round(best[m]["late"]["mean"], 3) for m in ("smollm2-135m", "gemma3-270m")] == [0.007, 0.017]
+    assert [tuple(round(best[m]["late"][k], 3) for k in ("mean", "lo", "hi")) for m in ("smollm2-135m", "gemma3-270m")] \
+        == [(0.007, 0.003, 0.011), (0.017, 0.013, 0.022)]
+    _says("+0.007 nats [0.003, 0.011] on SmolLM2 (block 24) and +0.017 [0.013, 0.022] on Gemma-3 (block 17)")
     assert (best["smollm2-135m"]["late"]["layer"], best["gemma3-270m"]["late"]["layer"]) == (24, 17)
     assert all(o.verdict == "not reproduced" for o in C.outcomes(C.CLAIM["C2.late-cut/frozen"]))
     a0 = C.saved("04-attenuation-sweep-alpha0")
     rest = [r["dloss"] for r in a0 if not (r["model"] == "smollm2-135m" and r["block"] == 0)]
     assert f"{min(rest):.1f}–{max(rest):.1f}" == "4.3–26.4"
+    assert round(min(r["lo"] for r in a0 if not (r["model"] == "smollm2-135m" and r["block"] == 0)), 1) == 4.2
+    assert min(r["lo"] for r in a0 if not (r["model"] == "smollm2-135m" and r["block"] == 0)) > 4.1
     b0 = next(r for r in a0 if r["model"] == "smollm2-135m" and r["block"] == 0)
     assert round(b0["dloss"], 3) == 0.005 and b0["lo"] < 0 < b0["hi"]
     g = best["gemma3-270m"]["overall"]
     assert (g["layer"], g["alpha"], g["status"]) == (1, 0.9, "confirmed")
     assert [f"{x:.3f}" for x in (g["mean"], g["lo"], g["hi"])] == ["-0.005", "-0.010", "-0.001"]
-    _says("4.3–26.4 nats at every block except SmolLM2's block 0 (+0.005, interval spans 0)")
+    _says("4.3–26.4 nats (every interval above 4.1) at every block except SmolLM2's block 0 (+0.005, interval spans 0)")
     _says("α = 0.9 at Gemma-3's block 1, −0.005 nats [−0.010, −0.001]")
 
 
@@ -122,11 +131,12 @@ def test_finding_4_training():
     hurts = [r for r in rows if r["claim_id"] == "C2-training.alpha0-hurts"]
     assert {r["verdict"] for r in hurts} == {"reproduced"} and len(hurts) == 4
     est = [r["estimate"] for r in hurts]
-    assert f"{min(est):.2f}–{max(est):.2f}" == "0.42–1.12"
+    assert f"{min(est):.2f}–{max(est):.2f}" == "0.42–1.12" and 0.16 < min(r["ci"][0] for r in hurts) < 0.17
     mild = [r for r in rows if r["claim_id"] == "C2-training.late-cut" and r["variant"] != "block 5, alpha=0"]
     gates = [r for r in C.saved("07-learned-gates-and-benchmarks-verdicts") if r["claim_id"] == "C3-training.beats-baseline"]
     assert f"{min(r['estimate'] for r in mild):+.3f} to {max(r['estimate'] for r in mild):+.3f}" == "-0.003 to +0.037"
-    assert [f"{r['estimate']:+.3f}" for r in gates] == ["+0.012", "+0.061"]
+    assert [f"{r['estimate']:+.3f} [{r['ci'][0]:+.3f}, {r['ci'][1]:+.3f}]" for r in gates] == \
+        ["+0.012 [-0.089, +0.112]", "+0.061 [-0.024, +0.146]"]
     assert all(r["ci"][0] < 0 < r["ci"][1] for r in mild + gates)
     mdes = [r["details"]["mde"] for r in mild + gates]
     assert f"{min(mdes):.2f}–{max(mdes):.2f}" == "0.10–0.16"
@@ -134,7 +144,8 @@ def test_finding_4_training():
     need = [C.seeds_needed(r["details"]["sd"]) for r in mild + gates]
     assert (round(min(need), -2), round(max(need), -2)) == (600, 1600), need
     _says("raises the final validation loss by 0.42–1.12 nats")
-    _says("changes it by −0.003 to +0.037 nats, and the learned gates by +0.012 and +0.061")
+    _says("every interval above 0.16")
+    _says("+0.037 nats, and the learned gates by +0.012 [−0.089, +0.112] and +0.061 [−0.024, +0.146]")
     _says("Their MDEs are 0.10–0.16 nats, 18–28 times")
     _says("600–1,600 seeds")
 
@@ -143,18 +154,22 @@ def test_finding_5_the_trained_models_are_near_bigram():
     ladder = C.saved("10-the-scale-ladder")
     assert C.saved("06-training-with-attenuation-grid")["tokens_per_run"] == 358_400
     r0 = next(r for r in ladder["rows"] if r["model"] == "6x128-r0 at 358,400 tokens")
-    assert round(r0["early_share"], 2) == 0.72 and r0["outcome"] == "near-bigram"
+    assert [round(x, 2) for x in (r0["early_share"], *r0["early_share_ci"])] == [0.72, 0.68, 0.75]
+    assert r0["outcome"] == "near-bigram"
     gemma = next(p for p in ladder["pretrained"] if p["model"] == "gemma3-270m")
-    assert round(gemma["S1"], 2) == 0.04
+    assert [round(gemma[k], 2) for k in ("S1", "S1_lo", "S1_hi")] == [0.04, 0.03, 0.05]
     assert len(ladder["rows"]) == 9 and {r["middle"] for r in ladder["rows"]} == {"not reproduced"}
     assert {r["departure_layer"] for r in ladder["rows"]} <= {1, 2}
     assert max(int(r["model"].split(" at ")[1].split()[0].replace(",", "")) for r in ladder["rows"]) == 5_734_400
-    _says("already makes 0.72 of its final next-token top-1 after block 0 (Gemma-3-270M: 0.04)")
+    _says("already makes 0.72 [0.68, 0.75] of its final next-token top-1 after block 0 (Gemma-3-270M: 0.04 [0.03, 0.05])")
 
 
 def test_the_how_long_sentence_reads_runs_json():
     runs = json.loads((report.REPO_ROOT / "figures" / "RUNS.json").read_text())["default"]
     cold = {nb: (e.get("cold_run") or e) for nb, e in runs.items()}
+    assert round(sum(e["wall_s"] for e in cold.values()) / 60) == 139
+    assert all((e.get("invocation") or {}).get("from_empty_caches") for e in cold.values())
     assert round(cold["03-alignment-curves"]["wall_s"] / 60) == 61
     assert round(cold["06-training-with-attenuation"]["wall_s"] / 60) == 47
+    assert "take about 139 minutes" in " ".join(README.split())
     assert "notebook 03 (61 min) and 06 (47 min)" in " ".join(README.split())
