@@ -102,3 +102,10 @@ def test_every_training_claim_says_the_scale_it_speaks_for():
         assert bool(text) == c.key.endswith("/trained"), c.key
         if text:  # as committed: the 6x128 baselines are near-bigram, so no training row is evidence
             assert text.startswith("near-bigram, S1 0.74") and text.endswith("not counted as evidence"), text
+
+
+def test_a_damaged_numbers_file_names_the_fix(tmp_path, monkeypatch):
+    (tmp_path / "03-x.json").write_text('{"cut": ')
+    monkeypatch.setattr(C, "FIGURES", tmp_path)
+    with pytest.raises(ValueError, match="damaged .*git checkout"):
+        C.saved("03-x")
