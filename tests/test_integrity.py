@@ -1,6 +1,7 @@
 """Nothing lost and nothing silently wrong (issue 32): verified torch files (``cache.save_verified`` /
 ``load_verified``), damaged cache entries recomputed with a warning naming the file, damaged
-checkpoints refused naming the file and the fix, legacy files adopted, a kill at any point of a
+checkpoints refused naming the file and the fix, files without a digest never adopted and nothing but
+tensors, plain values, numpy arrays and storable classes unpickled (issue 50), a kill at any point of a
 save leaving a loadable file, and the digest manifest of trained model folders."""
 import os
 import struct
@@ -53,28 +54,46 @@ def test_a_changed_float_garbled_bytes_or_a_garbled_digest_file_are_damaged(tmp_
         cache.load_verified(path)
 
 
-def test_legacy_file_without_digest_is_loaded_and_adopted_so_later_damage_is_found(tmp_path):
-    path = tmp_path / "old.pt"
-    cache.atomic_torch_save({"x": torch.tensor([1.5, 2.5])}, path)  # as older versions wrote
-    assert not (tmp_path / "old.pt.sha256").exists()
-    assert torch.equal(cache.load_verified(path)["x"], torch.tensor([1.5, 2.5]))
-    assert (tmp_path / "old.pt.sha256").read_text().split()[0] == cache._sha256_file(path)  # adopted
-    _replace_once(path, _f32(2.5), _f32(9.0))
-    with pytest.raises(cache.DamagedFileError, match="sha256 mismatch"):
+class _Planted:
+    """A harmless payload: unpickling it (weights_only=False) would create the file ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def test_a_planted_pickle_never_runs_with_or_without_a_digest(tmp_path):
+    marker = tmp_path / "ran"
+    path = cache.save_verified({"x": _Planted(marker)}, tmp_path / "a.pt")  # its digest is right
+    with pytest.raises(cache.DamagedFileError, match=r"a\.pt is damaged \(cannot be read: .*Unsupported global"):
         cache.load_verified(path)
-    # a legacy file that cannot be read is damaged, and is not adopted
-    (tmp_path / "cut.pt").write_bytes(path.read_bytes()[:300])
-    with pytest.raises(cache.DamagedFileError, match=r"cut\.pt is damaged \(cannot be read"):
-        cache.load_verified(tmp_path / "cut.pt")
-    assert not (tmp_path / "cut.pt.sha256").exists()
+    (tmp_path / "a.pt.sha256").unlink()
+    with pytest.raises(cache.DamagedFileError, match=r"a\.pt is damaged \(it has no digest file a\.pt\.sha256"):
+        cache.load_verified(path)
+    assert not marker.exists() and not (tmp_path / "a.pt.sha256").exists()  # never ran, never adopted
 
 
-def test_adoption_never_replaces_a_digest_file_written_meanwhile(tmp_path):
-    path = cache.save_verified([1, 2], tmp_path / "a.pt")
-    listed = (tmp_path / "a.pt.sha256").read_text()
-    cache._adopt(path, "0" * 64)
-    assert (tmp_path / "a.pt.sha256").read_text() == listed
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "a.pt.sha256"]
+def test_a_file_without_a_digest_is_never_adopted(tmp_path):
+    path = tmp_path / "old.pt"
+    cache.atomic_torch_save({"x": torch.tensor([1.5, 2.5])}, path)  # as older versions (or someone else) wrote it
+    for _ in range(2):
+        with pytest.raises(cache.DamagedFileError, match="has no digest file old.pt.sha256"):
+            cache.load_verified(path)
+    assert not (tmp_path / "old.pt.sha256").exists()
+
+
+def test_numpy_arrays_and_storable_classes_load_with_weights_only(tmp_path):
+    import numpy as np
+
+    from residshift.measure.lens import LensResult
+
+    obj = {"a": np.arange(3, dtype=np.int32), "b": np.array([True, False]), "c": np.float64(2.5),
+           "r": LensResult("m", 2, ["x"], {"x": torch.ones(1, 3)}, {}, {"cur": np.zeros(2)})}
+    back = cache.load_verified(cache.save_verified(obj, tmp_path / "a.pt"))
+    assert back["a"].tolist() == [0, 1, 2] and back["b"].dtype == bool and back["c"] == 2.5
+    assert isinstance(back["r"], LensResult) and torch.equal(back["r"].per_seq["x"], torch.ones(1, 3))
 
 
 def _save_killed_at(monkeypatch, obj, path, rename: int):
@@ -95,14 +114,10 @@ def _save_killed_at(monkeypatch, obj, path, rename: int):
     assert [Path(p).name for p in calls] == ["a.pt.sha256", "a.pt", "a.pt.sha256"][:rename]
 
 
-@pytest.mark.parametrize("legacy", [False, True])
 @pytest.mark.parametrize("rename, expect", [(1, "old"), (2, "old"), (3, "new")])
-def test_a_kill_at_any_point_of_a_save_leaves_a_file_that_loads(tmp_path, monkeypatch, rename, expect, legacy):
+def test_a_kill_at_any_point_of_a_save_leaves_a_file_that_loads(tmp_path, monkeypatch, rename, expect):
     path = tmp_path / "a.pt"
-    if legacy:
-        cache.atomic_torch_save("old", path)
-    else:
-        cache.save_verified("old", path)
+    cache.save_verified("old", path)
     _save_killed_at(monkeypatch, "new", path, rename)
     assert cache.load_verified(path) == expect
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
@@ -170,17 +185,21 @@ def test_a_truncated_cache_entry_is_a_miss_naming_the_file(tmp_path, monkeypatch
     assert sorted(p.name for p in path.parent.iterdir()) == []  # the damaged entry is gone, all of it
     compute2, calls, path = _entry(tmp_path, monkeypatch)  # stored again
     path.write_bytes(path.read_bytes()[:100])
-    (path.parent / (path.name + ".sha256")).unlink()  # even without its digest (cannot be read)
-    with pytest.warns(cache.DamagedFileWarning, match=rf"{path} is damaged \(cannot be read"):
+    (path.parent / (path.name + ".sha256")).unlink()  # without its digest: never read at all
+    with pytest.warns(cache.DamagedFileWarning, match=rf"{path} is damaged \(it has no digest file"):
         value = cache.cached("toy", {"n": 1}, compute2, code=compute2)
     assert torch.equal(value["loss"], torch.tensor([1.5, 2.5, 3.25])) and len(calls) == 2
 
 
-def test_a_legacy_cache_entry_is_reused_and_adopted(tmp_path, monkeypatch):
+def test_a_cache_entry_without_its_digest_is_computed_again_and_never_run(tmp_path, monkeypatch):
     compute, calls, path = _entry(tmp_path, monkeypatch)
-    (path.parent / (path.name + ".sha256")).unlink()  # as an older version left it
-    assert torch.equal(cache.cached("toy", {"n": 1}, compute, code=compute)["loss"], torch.tensor([1.5, 2.5, 3.25]))
-    assert len(calls) == 1 and (path.parent / (path.name + ".sha256")).is_file()
+    marker = tmp_path / "ran"
+    torch.save({"loss": _Planted(marker)}, path)  # a planted entry, as a handed-over results folder may hold
+    (path.parent / (path.name + ".sha256")).unlink()
+    with pytest.warns(cache.DamagedFileWarning, match="has no digest file"):
+        value = cache.cached("toy", {"n": 1}, compute, code=compute)
+    assert torch.equal(value["loss"], torch.tensor([1.5, 2.5, 3.25])) and len(calls) == 2
+    assert not marker.exists() and cache.load_verified(path)["loss"].shape == (3,)  # replaced by our own
 
 
 # ------------------------------------------------------------------------------------------
@@ -225,18 +244,17 @@ def test_a_truncated_fit_checkpoint_is_refused(tmp_path):
     ck.write_bytes(ck.read_bytes()[:2000])
     with pytest.raises(F.FitError, match=rf"checkpoint {ck} is damaged .*delete it to start the fit over"):
         _fit(tmp_path, steps=6)
-    (tmp_path / "ck.pt.sha256").unlink()  # without its digest file: unreadable all the same
-    with pytest.raises(F.FitError, match=r"is damaged \(cannot be read.*delete it to start the fit over"):
+    (tmp_path / "ck.pt.sha256").unlink()  # without its digest file: refused all the same
+    with pytest.raises(F.FitError, match=r"is damaged \(it has no digest file.*delete it to start the fit over"):
         _fit(tmp_path, steps=6)
 
 
-def test_a_legacy_fit_checkpoint_resumes_and_is_adopted(tmp_path):
-    full, _ = _fit(tmp_path / "full", steps=6)
+def test_a_fit_checkpoint_without_its_digest_is_refused_not_resumed(tmp_path):
     _fit(tmp_path, steps=6, stop_after=3)
-    (tmp_path / "ck.pt.sha256").unlink()  # a checkpoint written before digests existed
-    net, r = _fit(tmp_path, steps=6)
-    assert r.finished and torch.equal(net.weight, full.weight)
-    assert (tmp_path / "ck.pt.sha256").is_file()  # adopted when it was read, rewritten since
+    (tmp_path / "ck.pt.sha256").unlink()  # a checkpoint from elsewhere, or older than digests
+    with pytest.raises(F.FitError, match=r"ck\.pt is damaged \(it has no digest file.*delete it to start the fit over"):
+        _fit(tmp_path, steps=6)
+    assert not (tmp_path / "ck.pt.sha256").exists()
 
 
 # ------------------------------------------------------------------------------------------

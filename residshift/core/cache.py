@@ -7,20 +7,23 @@ The key is the sha256 of the configuration as canonical JSON, a schema version a
 modules and of every residshift module they import, directly or not (found statically with
 ``ast``; blank lines and comment lines do not count). So a changed configuration never reuses a
 stale result, and neither does a fix to the code that computed it. Each entry is
-``results/<kind>/<key>.pt`` (torch.save of any picklable object of tensors, numbers, lists and
-dicts), ``<key>.pt.sha256`` (its sha256, ``sha256sum`` format) and ``<key>.json`` holding the
-configuration and the code fingerprint (with the modules it covers), for a reader who wants to
-know what produced a file.
+``results/<kind>/<key>.pt`` (torch.save of tensors, numbers, strings, lists, dicts, numpy arrays and
+:func:`storable` classes), ``<key>.pt.sha256`` (its sha256, ``sha256sum`` format) and ``<key>.json``
+holding the configuration, the code fingerprint (with the modules it covers) and the corpus files
+read, for a reader who wants to know what produced a file.
 
 Nothing lost and nothing silently wrong: every file is written to a temporary name and renamed
 into place (:func:`atomic_path`, :func:`atomic_dir`), and torch files of results and checkpoints
 go through :func:`save_verified` / :func:`load_verified`, which check the sha256 written with the
-file on every load. A cache entry whose bytes changed, or that cannot be read (truncated,
-garbled), is a miss: :func:`cached` deletes it, warns (:class:`DamagedFileWarning`, naming the
-file and why; notebooks show it) and recomputes it; :func:`load` returns None with the same
-warning. Checkpoints instead refuse with an error naming the file and the fix (``core.fitting``,
-``train.trainer``). An entry written before the digests existed loads unchecked once and is then
-adopted (its digest is written). Trained model folders carry a ``SHA256SUMS`` manifest
+file on every load and unpickle with ``weights_only=True`` (tensors, plain values, numpy arrays and
+:func:`storable` classes only), so a file handed over by someone else cannot run code. A cache entry
+whose bytes changed, that has no digest file, or that cannot be read (truncated, garbled), is a
+miss: :func:`cached` deletes it, warns (:class:`DamagedFileWarning`, naming the file and why;
+notebooks show it) and recomputes it; :func:`load` returns None with the same warning. Checkpoints
+instead refuse with an error naming the file and the fix (``core.fitting``, ``train.trainer``).
+The corpus files a result read (``name/split`` -> sha256, recorded by ``core.data`` as it reads
+them, :func:`note_corpus`) are listed in the entry's ``.json``; an entry whose corpora changed since
+is a miss too (:class:`StaleResultWarning`). Trained model folders carry a ``SHA256SUMS`` manifest
 (:func:`write_manifest`, :func:`verify_manifest`).
 
 ``code=`` is required: each computation declares, where it is cached, the code that computes it
@@ -60,6 +63,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
+from numpy._core.multiarray import _reconstruct as _numpy_reconstruct, scalar as _numpy_scalar
 
 from .paths import REPO_ROOT, results_dir
 
@@ -291,6 +295,10 @@ class DamagedFileWarning(UserWarning):
     """A damaged cached result was deleted and is being recomputed (the message names the file)."""
 
 
+class StaleResultWarning(UserWarning):
+    """A cached result was computed from corpus files that have changed since; it is recomputed."""
+
+
 def digest_path(path: Path) -> Path:
     """The digest file of ``path``: ``<path>.sha256`` beside it."""
     path = Path(path)
@@ -370,58 +378,56 @@ def save_verified(obj: Any, path: Path) -> Path:
     return path
 
 
-def load_verified(path: Path, *, map_location: Any = None, adopt: bool = True) -> Any:
+# What a verified file may hold: torch.load(weights_only=True) unpickles tensors, numbers, strings,
+# lists, tuples and dicts; numpy arrays and the project's result classes (:func:`storable`) are allowed
+# by name. Nothing else is ever called while a file is read, so a planted pickle cannot run code.
+_SAFE: list[Any] = [np.ndarray, np.dtype, _numpy_reconstruct, _numpy_scalar]
+
+
+def storable(cls: type) -> type:
+    """Class decorator: instances of ``cls`` (a dataclass of plain fields) may be stored in a verified
+    file and read back with ``weights_only=True`` (it is rebuilt from its fields; no code of the file runs)."""
+    _SAFE.append(cls)
+    return cls
+
+
+def _safe_globals() -> list[Any]:
+    dtypes = [t for t in vars(np.dtypes).values() if isinstance(t, type) and issubclass(t, np.dtype)]
+    return [*_SAFE, *dtypes]
+
+
+def load_verified(path: Path, *, map_location: Any = None) -> Any:
     """``torch.load`` of a file written by :func:`save_verified`, after checking its sha256.
 
     The file is opened once; its bytes are hashed and must be one of the digests its ``.sha256``
     file lists, then ``torch.load`` reads the same open file (so a file renamed over it meanwhile
-    is not mixed in; ``weights_only=False``: our own files hold arbitrary objects). Raises
-    :class:`DamagedFileError` (naming the file and why) when the digest differs, the digest file
-    is garbled, or the bytes cannot be unpickled (truncated, foreign); raises FileNotFoundError
-    when ``path`` does not exist.
-
-    A file with no digest file (written before residshift verified its files) is loaded without a
-    check and, when it loads and ``adopt`` is true, adopted: its digest is written beside it (only
-    if no digest file appeared meanwhile; silently skipped where the folder is read-only), so any
-    later change to it is detected. A legacy file that cannot be unpickled is damaged as above.
+    is not mixed in) with ``weights_only=True``: only tensors, plain values, numpy arrays and
+    :func:`storable` classes are rebuilt, so a file handed over by someone else cannot run code.
+    Raises :class:`DamagedFileError` (naming the file and why) when the digest file is missing
+    (a digest proves the file is the one written; a file without one is never adopted), differs,
+    is garbled, or the bytes cannot be read (truncated, foreign, or holding other objects);
+    raises FileNotFoundError when ``path`` does not exist.
     """
     path = Path(path)
     with open(path, "rb") as f:
         listed = _listed_digests(path)
+        if listed is None:
+            raise DamagedFileError(path, f"it has no digest file {digest_path(path).name}: residshift did not "
+                                         "write it, or a write was killed")
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-        if listed is not None and digest not in listed:
+        if digest not in listed:
             listed_short = ", ".join(sorted(d[:12] for d in listed))
             raise DamagedFileError(path, f"sha256 mismatch: the file changed after it was written; its "
                                          f"sha256 starts {digest[:12]}, {digest_path(path).name} lists {listed_short}")
         f.seek(0)
         try:
-            obj = torch.load(f, weights_only=False, map_location=map_location)
-        except Exception as err:  # truncated, garbled or not a torch file
+            with torch.serialization.safe_globals(_safe_globals()):
+                return torch.load(f, weights_only=True, map_location=map_location)
+        except Exception as err:  # truncated, garbled, not a torch file, or objects we do not rebuild
             first = (str(err).splitlines() or [""])[0]
+            if "Weights only load failed" in first:
+                first = next((ln.strip() for ln in str(err).splitlines() if "Unsupported global" in ln), first)
             raise DamagedFileError(path, f"cannot be read: {type(err).__name__}: {first}") from err
-    if listed is None and adopt:
-        _adopt(path, digest)
-    return obj
-
-
-def _adopt(path: Path, digest: str) -> None:
-    """Write ``path``'s digest file unless one exists: a temporary file hard-linked into place,
-    which fails rather than replaces, so a digest written meanwhile by a real save wins. Any
-    OSError (a read-only folder) leaves the file unadopted."""
-    side = digest_path(path)
-    try:
-        fd, name = tempfile.mkstemp(prefix=f".{side.name}.", suffix=".tmp", dir=side.parent)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as f:
-            f.write(_digest_lines([digest], path.name))
-        os.link(name, side)
-    except OSError:  # FileExistsError: another digest file is in place; else a read-only folder
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
 
 
 def discard_verified(path: Path) -> None:
@@ -776,25 +782,78 @@ def _load(path: Path, then: str) -> Any | None:
     return value
 
 
-def _store(path: Path, config: dict[str, Any], value: Any, fingerprint: str, modules: list[str]) -> Path:
+def _store(path: Path, config: dict[str, Any], value: Any, fingerprint: str, modules: list[str],
+           read: dict[str, str]) -> Path:
     save_verified(value, path)
     sidecar = {"config": _canonical(config), "code": {"fingerprint": fingerprint, "modules": modules},
+               "corpora": dict(sorted(read.items())),
                "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     atomic_write_text(path.with_suffix(".json"), json.dumps(sidecar, indent=2))
     return path
 
 
+# The corpus files a computation reads: ``data`` calls :func:`note_corpus` with each file's sha256 as it is
+# read; every computation in progress (nested :func:`cached` calls) records it, and the entry keeps the list.
+# A stored entry is reused only while every corpus file it read still has the digest it had.
+_READING: list[dict[str, str]] = []
+
+
+def note_corpus(label: str, digest: str) -> None:
+    """Record that the computations in progress read corpus ``label`` (``name/split``) with ``digest``."""
+    for frame in _READING:
+        frame[label] = digest
+
+
+def _corpora_read(path: Path) -> dict[str, str] | None:
+    """The corpora an entry was computed from (its ``.json``), or None for an entry that does not say."""
+    try:
+        read = json.loads(path.with_suffix(".json").read_text()).get("corpora")
+    except (OSError, ValueError):
+        return None
+    return read if isinstance(read, dict) else None
+
+
+def _still_current(read: dict[str, str]) -> str | None:
+    """None when every corpus in ``read`` still has its digest; else the first that changed, in words."""
+    from . import data  # lazy: data imports this module
+
+    for label, digest in read.items():
+        now = data.current_digest(label)
+        if now != digest:
+            return f"{label} had sha256 {digest[:12]}, now {now[:12] if now else 'missing'}"
+    return None
+
+
 def load(kind: str, config: dict[str, Any], *, code: Any = None) -> Any | None:
     """The stored result of ``(kind, config)`` computed by ``code``, or None (also for a damaged
-    entry, which is deleted with a DamagedFileWarning naming it)."""
+    entry, which is deleted with a DamagedFileWarning naming it, and for one computed from other
+    corpus bytes than the files now hold)."""
     _check_kind(kind)
-    return _load(_path(kind, config, _resolve_code(code, kind)[0]), "load() returns None for it")
+    return _hit(_path(kind, config, _resolve_code(code, kind)[0]), "load() returns None for it")
 
 
-def store(kind: str, config: dict[str, Any], value: Any, *, code: Any = None) -> Path:
+def _hit(path: Path, then: str) -> Any | None:
+    value = _load(path, then)
+    if value is None:
+        return None
+    read = _corpora_read(path)
+    changed = "it does not list the corpora it read" if read is None else _still_current(read)
+    if changed:
+        warnings.warn(f"cached result {path} was computed from other corpus bytes ({changed}); {then}",
+                      StaleResultWarning, stacklevel=3)
+        return None
+    for label, digest in read.items():  # an outer computation read them too, through this result
+        note_corpus(label, digest)
+    return value
+
+
+def store(kind: str, config: dict[str, Any], value: Any, *, code: Any = None,
+          corpora: dict[str, str] | None = None) -> Path:
+    """Store ``value`` as the result of ``(kind, config)``; ``corpora``: the corpus files it read
+    (``name/split`` -> sha256), which must hold the same bytes for :func:`load` to return it."""
     _check_kind(kind)
     fingerprint, modules = _resolve_code(code, kind)
-    return _store(_path(kind, config, fingerprint), config, value, fingerprint, modules)
+    return _store(_path(kind, config, fingerprint), config, value, fingerprint, modules, corpora or {})
 
 
 def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, code: Any = None,
@@ -803,17 +862,22 @@ def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, cod
 
     ``code``: what computes the result (see the module docstring) (required).
     A damaged entry is a miss: it is deleted, a DamagedFileWarning names it, and the recomputed
-    result replaces it.
+    result replaces it. So is an entry computed from corpus files whose bytes have changed since
+    (a StaleResultWarning names the file): the corpora a result reads are part of its identity.
     """
     _check_kind(kind)
     fingerprint, modules = _resolve_code(code, kind)
     path = _path(kind, config, fingerprint)
     if not refresh:
-        hit = _load(path, "recomputing it (the new result replaces it)")
+        hit = _hit(path, "recomputing it (the new result replaces it)")
         if hit is not None:
             return hit
-    value = compute()
-    _store(path, config, value, fingerprint, modules)
+    _READING.append({})
+    try:
+        value = compute()
+    finally:
+        read = _READING.pop()
+    _store(path, config, value, fingerprint, modules, read)
     return value
 
 

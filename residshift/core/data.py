@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .cache import atomic_save_npy
-from .paths import REPO_ROOT, cache_dir
+from .cache import atomic_save_npy, note_corpus
+from .paths import REPO_ROOT, cache_dir, figures_dir
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -112,6 +113,30 @@ CORPORA: dict[str, Corpus] = {
 
 _PIQA_LABELS = "piqa/valid-labels.lst"
 
+# sha256 of the curated copies of every file (data/README.md documents their provenance): the bytes
+# the committed figures were computed from.
+REFERENCE_SHA256 = {
+    "wikitext-2/wiki.train.tokens": "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
+    "wikitext-2/wiki.valid.tokens": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
+    "wikitext-2/wiki.test.tokens": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+    "wikitext-103/wiki.valid.tokens": "9aee9f52d6e77de6c7751fc5e7c44287db3ec0eaf15477098acc6b93c1c4250b",
+    "wikitext-103/wiki.test.tokens": "56db52eb157b1ab5c89646eef70510c1eca6e12a3bfdb99f0d6b05b4eacb75b9",
+    "lambada/lambada_test.jsonl": "4aa8d02cd17c719165fc8a7887fddd641f43fcafa4b1c806ca8abc31fabdb226",
+    "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    "piqa/valid.jsonl": "93503cc97c679e459b065c3d13e848282e44b2a25213985bed3e5d458abef72d",
+    "piqa/valid-labels.lst": "b4192dc3a2a0363d9d60ccf79800cbbe2f32ebb17726efdde6970e0b8131bceb",
+    "arc/arc_easy_test.jsonl": "d2d12e59543acf9a5ef6079634a72b30215e36c2fd4236fff3bc855d287b87f5",
+    "arc/arc_challenge_test.jsonl": "1ae3aeedf1951d881cbd5c2e3a31e78a1993d251479afbe4cb413b6707244636",
+}
+
+
+class CorpusMismatchWarning(UserWarning):
+    """A local corpus file is not the reference copy: results read from it are not the study's."""
+
+
+class CorpusMismatchError(ValueError):
+    """A run that writes the committed figures read a corpus file that is not the reference copy."""
+
 
 def data_root() -> Path | None:
     """The local data folder, or None when there is none."""
@@ -168,6 +193,64 @@ def local_file(name: str, split: str | None = None) -> Path | None:
     return path if path.is_file() else None
 
 
+def _files(name: str, split: str) -> list[str]:
+    """The files (relative to the data folder) a corpus split is read from."""
+    return [get_corpus(name).files[split]] + ([_PIQA_LABELS] if name == "piqa" else [])
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256: hash each file once
+
+
+def file_sha256(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        with open(path, "rb") as f:
+            _DIGESTS[key] = hashlib.file_digest(f, "sha256").hexdigest()
+    return _DIGESTS[key]
+
+
+def current_digest(label: str) -> str | None:
+    """The sha256 of corpus ``label`` (``name/split``) as the local files hold it now (several files:
+    the hash of their digests), ``hub`` for a split read from the hub, None for an unknown label."""
+    name, _, split = label.partition("/")
+    if name not in CORPORA or split not in CORPORA[name].files:
+        return None
+    root = data_root()
+    paths = [root / rel for rel in _files(name, split)] if root is not None else []
+    if not paths or not all(p.is_file() for p in paths):
+        return "hub"
+    digests = [file_sha256(p) for p in paths]
+    return digests[0] if len(digests) == 1 else hashlib.sha256("".join(digests).encode()).hexdigest()
+
+
+_WARNED: set[str] = set()
+
+
+def check_reference(name: str, split: str) -> str:
+    """The digest of a corpus split about to be read, recorded for the results computed from it
+    (``cache.note_corpus``). A local file that is not the reference copy is named in a
+    :class:`CorpusMismatchWarning`, and refused (:class:`CorpusMismatchError`) while the committed
+    figures are being written, since they must come from the reference bytes."""
+    label = f"{name}/{split}"
+    digest = current_digest(label)
+    root = data_root()
+    for rel in _files(name, split) if digest != "hub" else []:
+        have, want = file_sha256(root / rel), REFERENCE_SHA256.get(rel)
+        if want is None or have == want:
+            continue
+        line = (f"{root / rel} is not the reference copy (sha256 {have[:12]}, the reference {want[:12]}): "
+                "results read from it are not the study's; restore it with `make data DATA_ARGS=--force` or "
+                "point RESIDSHIFT_DATA at a folder holding the reference files (data/README.md)")
+        if figures_dir().resolve() == (REPO_ROOT / "figures").resolve():
+            raise CorpusMismatchError(line + "; the committed figures are written only from the reference copy")
+        if str(root / rel) not in _WARNED:
+            _WARNED.add(str(root / rel))
+            warnings.warn(line, CorpusMismatchWarning, stacklevel=3)
+    note_corpus(label, digest)
+    return digest
+
+
 def load_corpus(name: str, split: str | None = None):
     """Load a named corpus split as a ``datasets.Dataset`` (local folder first, then the hub).
 
@@ -182,6 +265,7 @@ def load_corpus(name: str, split: str | None = None):
     split = _check_split(corpus, split)
     path = local_file(name, split)
     ds_cache = str(cache_dir() / "datasets")
+    check_reference(name, split)
     if path is not None:
         kwargs: dict[str, Any] = {"keep_linebreaks": False} if corpus.builder == "text" else {}
         ds = datasets.load_dataset(corpus.builder, data_files={split: str(path)}, split=split,

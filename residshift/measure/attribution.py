@@ -279,6 +279,7 @@ def attribution_terms(info: ModelInfo, parts: NormParts, stream: Mapping[str, to
 # --------------------------------------------------------------------------------------------
 
 
+@cache.storable
 @dataclass
 class AttributionResult:
     """What a corpus pass keeps (CPU tensors, float64).

@@ -575,6 +575,7 @@ def _first_row(a):
 # --------------------------------------------------------------------------------------------
 
 
+@cache.storable
 @dataclass
 class LensResult:
     """What a corpus pass keeps (all CPU tensors; small, independent of the vocabulary size).

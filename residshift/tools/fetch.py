@@ -8,8 +8,9 @@ in the local files' format (``data/README.md``): tokenized WikiText as text line
 JSON lines, PIQA as questions plus a labels file, tiny-shakespeare as one text file. Each file is
 written atomically (a temporary file, then a rename); its sha256 is printed, with whether it equals
 the reference copy's (:data:`REFERENCE_SHA256`, the checksums of the curated files). Files already
-present are kept (``--force`` rewrites them). Offline (``HF_HUB_OFFLINE`` set, or no network) it
-stops with one line that says what to do.
+present are kept (``--force`` rewrites them) and checked: a kept file that is not the reference copy
+is named, and the command exits 1 saying how to rewrite it. Offline (``HF_HUB_OFFLINE`` set, or no
+network) it stops with one line that says what to do when a file must be downloaded.
 """
 from __future__ import annotations
 
@@ -25,20 +26,7 @@ from ..core import data as D
 from ..core.cache import atomic_write_bytes
 from ..core.paths import REPO_ROOT, cache_dir
 
-# sha256 of the curated copies of every file (data/README.md documents their provenance)
-REFERENCE_SHA256 = {
-    "wikitext-2/wiki.train.tokens": "9e9fa1ad55b1c2c95b08e37dd8e653f638fac2c6de904b79e813611eefbc985f",
-    "wikitext-2/wiki.valid.tokens": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
-    "wikitext-2/wiki.test.tokens": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
-    "wikitext-103/wiki.valid.tokens": "9aee9f52d6e77de6c7751fc5e7c44287db3ec0eaf15477098acc6b93c1c4250b",
-    "wikitext-103/wiki.test.tokens": "56db52eb157b1ab5c89646eef70510c1eca6e12a3bfdb99f0d6b05b4eacb75b9",
-    "lambada/lambada_test.jsonl": "4aa8d02cd17c719165fc8a7887fddd641f43fcafa4b1c806ca8abc31fabdb226",
-    "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
-    "piqa/valid.jsonl": "93503cc97c679e459b065c3d13e848282e44b2a25213985bed3e5d458abef72d",
-    "piqa/valid-labels.lst": "b4192dc3a2a0363d9d60ccf79800cbbe2f32ebb17726efdde6970e0b8131bceb",
-    "arc/arc_easy_test.jsonl": "d2d12e59543acf9a5ef6079634a72b30215e36c2fd4236fff3bc855d287b87f5",
-    "arc/arc_challenge_test.jsonl": "1ae3aeedf1951d881cbd5c2e3a31e78a1993d251479afbe4cb413b6707244636",
-}
+REFERENCE_SHA256 = D.REFERENCE_SHA256  # the curated copies' sha256 (data/README.md)
 
 
 class FetchError(RuntimeError):
@@ -108,8 +96,6 @@ def fetch_corpora(dest: str | Path | None = None, names: Iterable[str] | None = 
     names = list(names) if names else list(D.CORPORA)
     for name in names:
         D.get_corpus(name)  # KeyError with the known names before anything is fetched
-    if D._hub_offline():
-        raise _offline_error("HF_HUB_OFFLINE is set")
     load = load or _default_load
     out: dict[str, str] = {}
     for name in names:
@@ -122,9 +108,15 @@ def fetch_corpora(dest: str | Path | None = None, names: Iterable[str] | None = 
             wanted = [corpus.files[split]] + ([D._PIQA_LABELS] if name == "piqa" else [])
             if not force and all((dest / rel).is_file() for rel in wanted):
                 for rel in wanted:
-                    out[rel] = _sha256((dest / rel).read_bytes())
-                    log(f"{out[rel]}  {dest / rel}  (kept: already there; --force rewrites it)")
+                    out[rel] = digest = _sha256((dest / rel).read_bytes())
+                    ref = REFERENCE_SHA256.get(rel)
+                    note = ("" if ref is None else "the reference copy" if digest == ref
+                            else f"NOT the reference copy {ref[:12]}")
+                    log(f"{digest}  {dest / rel}  (kept: already there{'; ' + note if note else ''}; "
+                        "--force rewrites it)")
                 continue
+            if D._hub_offline():
+                raise _offline_error("HF_HUB_OFFLINE is set")
             shown = ", ".join(f"{k}={v!r}" for k, v in hub.items())
             try:
                 ds = load(**hub)
@@ -159,15 +151,21 @@ def main_data(argv: list[str] | None = None) -> int:
         print(f"residshift data: error: unknown corpus {', '.join(unknown)}; known: {', '.join(D.CORPORA)}",
               file=sys.stderr)
         return 2
+    where = Path(args.dest) if args.dest else default_dest()
+    kept = {rel for rel in REFERENCE_SHA256 if (where / rel).is_file()} if not args.force else set()
     try:
         files = fetch_corpora(args.dest, args.only, force=args.force)
     except FetchError as err:
         print(f"residshift data: error: {err}", file=sys.stderr)
         return 1
-    where = Path(args.dest) if args.dest else default_dest()
     env = os.environ.get("RESIDSHIFT_DATA")
     print(f"data: {len(files)} files in {where}"
           + (f" (RESIDSHIFT_DATA={env} is set: the loaders read that folder first)" if env else ""))
+    differ = [rel for rel, digest in files.items() if rel in kept and REFERENCE_SHA256[rel] != digest]
+    if differ:
+        print(f"residshift data: error: {len(differ)} kept files are not the reference copies ({', '.join(differ)}): "
+              "`make data DATA_ARGS=--force` fetches them again", file=sys.stderr)
+        return 1
     return 0
 
 

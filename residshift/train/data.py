@@ -153,7 +153,7 @@ def named_corpus_tokens(name: str, split: str, tokenizer) -> np.ndarray:
         path = core_data.local_file(name, split)
         if path is None:
             return core_data.tokenize_text(core_data.corpus_text(name, split), tokenizer)
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        digest = core_data.check_reference(name, split)  # checked against the reference, recorded
         key = hashlib.sha256(json.dumps([name, split, digest, core_data.tokenizer_fingerprint(tokenizer),
                                          code_fingerprint(core_data)]).encode()).hexdigest()[:20]
         cached = cache_dir() / "train-tokens" / f"{name}-{split}-{key}.npy"
