@@ -110,3 +110,21 @@ def test_make_data_checks_the_files_it_keeps(corpora, capsys):
     out = capsys.readouterr()
     assert "NOT the reference copy" in out.out
     assert len(out.err.strip().splitlines()) == 1 and lambada in out.err and "DATA_ARGS=--force" in out.err
+
+
+def test_benchmark_items_with_other_text_are_another_result(tmp_path, monkeypatch):
+    """LAMBADA passages and multiple-choice questions are scored from lists handed in: their bytes are
+    in the key, so one changed passage or answer is never answered from the cache."""
+    from residshift.measure import evaluate as E
+
+    monkeypatch.setenv("RESIDSHIFT_RESULTS", str(tmp_path))
+    model = load_model("tiny-llama")
+    lm, tok, info = model
+    texts = ["the cat sat on the mat", "a dog ran in the park"]
+    E.lambada_score(lm, info, tok, texts)
+    E.lambada_score(lm, info, tok, [texts[0], "a dog ran in the yard"])
+    assert len(list((tmp_path / "eval-lambada").glob("*.pt"))) == 2  # before: one entry, reused
+    q = [E.Question("Question: sky?\nAnswer:", ("blue", "green"), 0)]
+    E.multiple_choice_score(lm, info, tok, q)
+    E.multiple_choice_score(lm, info, tok, [E.Question(q[0].context, ("blue", "red"), 0)])
+    assert len(list((tmp_path / "eval-multiple-choice").glob("*.pt"))) == 2

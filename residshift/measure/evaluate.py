@@ -1057,6 +1057,8 @@ def lambada_score(model, info: ModelInfo, tokenizer, texts: Sequence[str], *, ta
     items = select_items(len(texts), limit, config.seed)
     bos_id = info.bos_token_id if info.prepend_bos else None
     base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+    if base is not None:  # the passages themselves: other bytes are another result
+        base["texts"] = hashlib.sha256("\x00".join(texts).encode()).hexdigest()[:16]
 
     def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
         reqs = []
@@ -1112,6 +1114,9 @@ def multiple_choice_score(model, info: ModelInfo, tokenizer, questions: Sequence
     items = select_items(len(questions), limit, config.seed)
     bos_id = info.bos_token_id if info.prepend_bos else None
     base = _cache_base(model, info, tokenizer, task, config, intervene, cache_tag) if cache else None
+    if base is not None:  # the questions themselves: other bytes are another result
+        base["questions"] = hashlib.sha256(json.dumps([[q.context, list(q.choices), q.gold] for q in questions])
+                                           .encode()).hexdigest()[:16]
 
     def compute(shard: np.ndarray) -> dict[str, np.ndarray]:
         reqs, owner = [], []
