@@ -51,8 +51,10 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -100,7 +102,8 @@ def _canonical(value: Any) -> Any:
 
 @contextlib.contextmanager
 def atomic_path(path: Path, *, suffix: str = ".tmp") -> Iterator[Path]:
-    """Yield a new empty file beside ``path`` (``.<name>.XXXXXXXX<suffix>``, the umask's mode) to write;
+    """Yield a new empty file beside ``path`` (``.<name>.<writer>-XXXXXXXX<suffix>``, :func:`_writer`; the
+    umask's mode) to write;
     when the block ends it replaces ``path`` in one rename, so readers never see half a file. On any
     exception it is removed and ``path`` is left as it was. ``path``'s folder is created if missing.
 
@@ -109,7 +112,7 @@ def atomic_path(path: Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.{_writer()}-", suffix=suffix, dir=path.parent)
     os.close(fd)
     tmp = Path(name)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the file we publish gets the usual mode
@@ -159,6 +162,45 @@ def atomic_dir(target: Path, *, move_aside: bool = False,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# Temporary names carry their writer (a tag of this host, and the process id), so the debris of a
+# killed write (a whole checkpoint, at paper size 1.5 GB) can be told from a live writer's file and swept.
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:4]
+_DEBRIS = re.compile(r"\.[^/]+\.(?:old-)?([0-9a-f]{4})(\d+)-[A-Za-z0-9_]{8}(?:\.tmp)?")
+
+
+def _writer() -> str:
+    return f"{_HOST}{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def sweep_debris(folder: Path, *, recursive: bool = False) -> list[Path]:
+    """Remove what killed writes left in ``folder``: temporary files and folders of :func:`atomic_path`
+    and :func:`atomic_dir` whose writer ran on this host and is gone. Returns what was removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for p in folder.rglob(".*") if recursive else folder.glob(".*"):
+        m = _DEBRIS.fullmatch(p.name)
+        if m is None or m.group(1) != _HOST or _alive(int(m.group(2))):
+            continue
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+_SWEPT: set[str] = set()  # folders swept by this process (once each)
 
 
 def _umask() -> int:
@@ -235,10 +277,10 @@ def output_dir(target: str | Path, *, force: bool = False, option: str = "--out"
 
 
 def _new_dir(target: Path) -> Path:
-    """A new folder ``.<name>.XXXXXXXX`` beside ``target``, made like any folder (the umask's mode,
+    """A new folder ``.<name>.<writer>-XXXXXXXX`` beside ``target``, made like any folder (the umask's mode,
     not mkdtemp's 0700), so the folder that replaces ``target`` has the usual permissions."""
     for _ in range(100):
-        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}"
+        tmp = target.parent / f".{target.name}.{_writer()}-{secrets.token_hex(4)}"
         try:
             tmp.mkdir()
             return tmp
@@ -872,6 +914,9 @@ def cached(kind: str, config: dict[str, Any], compute: Callable[[], Any], *, cod
         hit = _hit(path, "recomputing it (the new result replaces it)")
         if hit is not None:
             return hit
+    if str(path.parent) not in _SWEPT:
+        _SWEPT.add(str(path.parent))
+        sweep_debris(path.parent)
     _READING.append({})
     try:
         value = compute()
