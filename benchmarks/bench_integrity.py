@@ -16,12 +16,15 @@ average are recorded beside the times.
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/bench_integrity.py --json benchmarks/bench-integrity.json
 
 ``--warm-cache RESULTS --runs RUNS.json`` prices the check on a real warm run instead: every cached
-torch file under ``RESULTS`` (what a run of the notebooks left) is loaded plain and verified, in
-alternating order (``--rounds``, at least 3), and the added seconds are set against the wall time
+torch file under ``RESULTS`` (what a run of the notebooks left; one without its digest file is
+skipped, as a run would recompute it) is loaded plain and verified, in
+alternating order (``--rounds``, at least 3; plain is ``torch.load(weights_only=False)``, verified is
+the digest check and ``weights_only=True``), and the added seconds are set against the wall time
 of the warm run ``RUNS.json`` records for ``--notebooks`` at ``--profile``. A warm run loads each entry
 about once, so the sum over entries is the check's cost on it. The check of each embedded model's
-dequantized folder (its ``SHA256SUMS``), which every load of the model runs, is timed beside it. Nothing in ``RESULTS`` is changed (an
-entry without a digest file is hashed as a checked one is, and not adopted).
+dequantized folder (its ``SHA256SUMS``), which every load of the model runs, is timed beside it, and
+so is the corpus identity (``data.current_digest`` of every corpus split: hashed once per process,
+then one ``stat`` per cache hit). Nothing in ``RESULTS`` is changed.
 """
 from __future__ import annotations
 
@@ -140,7 +143,8 @@ def bench(name: str, obj, folder: Path, rounds: int) -> dict:
 
 def warm_cache(results: Path, rounds: int) -> dict:
     """Plain vs verified load of every cached torch file under ``results`` (see the module docstring)."""
-    files = sorted(p for p in results.rglob("*.pt") if p.is_file() and not p.name.startswith("."))
+    files = sorted(p for p in results.rglob("*.pt") if p.is_file() and not p.name.startswith(".")
+                   and cache.digest_path(p).is_file())  # one without its digest is refused, not loaded
     if not files:
         raise SystemExit(f"--warm-cache {results}: no cached .pt files there; run the notebooks first")
     plain, verified = [], []
@@ -152,7 +156,7 @@ def warm_cache(results: Path, rounds: int) -> dict:
                 if mode == "plain":
                     torch.load(path, weights_only=False)
                 else:
-                    cache.load_verified(path, adopt=False)
+                    cache.load_verified(path)
                 dt = time.perf_counter() - t0
                 if mode == "plain":
                     tp += dt
@@ -169,6 +173,26 @@ def warm_cache(results: Path, rounds: int) -> dict:
             "plain_load_s": round(statistics.median(plain), 3), "verified_load_s": round(statistics.median(verified), 3),
             "added_s": round(statistics.median(v - p for v, p in zip(verified, plain)), 3),
             "plain_all": [round(x, 3) for x in plain], "verified_all": [round(x, 3) for x in verified]}
+
+
+def corpus_digests(rounds: int) -> dict:
+    """Hashing every corpus split once (a process's first read) and checking it again (each cache hit)."""
+    from residshift.core import data
+
+    labels = [f"{name}/{split}" for name, c in data.CORPORA.items() for split in c.files]
+    first, again = [], []
+    for _ in range(max(3, rounds)):
+        data._DIGESTS.clear()
+        t0 = time.perf_counter()
+        for label in labels:
+            data.current_digest(label)
+        t1 = time.perf_counter()
+        for label in labels:
+            data.current_digest(label)
+        first.append(t1 - t0)
+        again.append(time.perf_counter() - t1)
+    return {"splits": len(labels), "first_s": round(statistics.median(first), 4),
+            "per_hit_check_s": round(statistics.median(again) / len(labels), 6)}
 
 
 def model_folders(rounds: int) -> dict:
@@ -207,7 +231,7 @@ def main(argv=None) -> dict:
     if args.warm_cache:
         out = {"cpu": cpu_facts(), "torch": torch.__version__, "rounds": max(3, args.rounds),
                "warm_cache": warm_cache(Path(args.warm_cache), args.rounds),
-               "model_folders": model_folders(args.rounds)}
+               "model_folders": model_folders(args.rounds), "corpus_digests": corpus_digests(args.rounds)}
         if args.runs:
             runs = json.loads(Path(args.runs).read_text()).get(args.profile, {})
             picked = {k: v for k, v in runs.items() if k[:2] in args.notebooks}
