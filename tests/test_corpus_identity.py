@@ -128,3 +128,13 @@ def test_benchmark_items_with_other_text_are_another_result(tmp_path, monkeypatc
     E.multiple_choice_score(lm, info, tok, q)
     E.multiple_choice_score(lm, info, tok, [E.Question(q[0].context, ("blue", "red"), 0)])
     assert len(list((tmp_path / "eval-multiple-choice").glob("*.pt"))) == 2
+
+
+def test_a_training_run_on_other_corpus_bytes_is_another_run(corpora):
+    from residshift.core.models import byte_tokenizer
+    from residshift.train.trainer import TrainConfig
+
+    cfg, tok = TrainConfig(corpus="wikitext-2", split="validation"), byte_tokenizer()
+    key = cfg.key(tok)
+    _truncate(corpora / VALID)
+    assert cfg.key(tok) != key  # before: the same run folder, resumed or reused

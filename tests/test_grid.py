@@ -56,18 +56,24 @@ def test_the_plan_is_the_grid_times_the_seeds(profile, results):
     assert lines[-1].endswith(f"tokens to train: {sum(r.tokens for r in p.runs):,}")
 
 
+def _log(folder, steps):
+    (folder / "log.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in steps))
+
+
 def test_statuses_come_from_the_run_folders(results):
     P = GL.resolve_profile("smoke")
     runs = GL.plan(P).runs
-    done, partial, held, started, log_only = (r.folder for r in runs[:5])
+    done, partial, held, started, unreadable = (r.folder for r in runs[:5])
     _finish(done)
-    partial.mkdir(parents=True)
-    torch.save({"state": {"step": 5}}, partial / "checkpoint.pt")
+    partial.mkdir(parents=True)  # the steps come from the log: the checkpoint is never unpickled
+    torch.save({"state": {"step": 4}}, partial / "checkpoint.pt")
+    _log(partial, range(1, 6))
     started.mkdir(parents=True)
     (started / "config.json").write_text("{}")  # made, no step yet
-    log_only.mkdir(parents=True)  # an unreadable checkpoint: the log's last step
-    (log_only / "checkpoint.pt").write_bytes(b"not a checkpoint")
-    (log_only / "log.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in (1, 2, 3)))
+    _log(started, [1, 2])  # a log without a checkpoint: nothing to resume from
+    unreadable.mkdir(parents=True)
+    (unreadable / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    _log(unreadable, [1, 2, 3])
     with run_lock(held):
         p = GL.plan(P)
     got = [(r.status, r.steps_done) for r in p.runs[:5]]

@@ -17,10 +17,11 @@ What it does, per optimiser step ``s = 0, 1, ...`` (at most ``cfg.steps``):
    which no part improved;
 5. an atomic checkpoint (module, optimiser, RNG state, history) every ``cfg.checkpoint_every``
    steps, at every evaluation and at the end, with its sha256 beside it (``<path>.sha256``,
-   ``cache.save_verified``); a checkpoint whose bytes changed or that cannot be read is refused
-   with a FitError naming the file and the fix (:func:`read_checkpoint`). A fit started again
-   with the same checkpoint path resumes where the last checkpoint left off and ends exactly where
-   an uninterrupted fit ends (tested); a checkpoint made for another configuration is refused.
+   ``cache.save_verified``); a checkpoint without its digest file, whose bytes changed or that
+   cannot be read is refused with a FitError naming the file and the fix (:func:`read_checkpoint`).
+   A fit started again with the same checkpoint path resumes where the last checkpoint left off and
+   ends exactly where an uninterrupted fit ends (tested); a checkpoint made for another
+   configuration is refused.
 
 It also writes a JSON-lines log (one record per step: loss, lr, tokens/s, grad norm; one per
 evaluation) and shows a progress bar with the loss and tokens/s. ``stop_after`` ends a call after
@@ -50,7 +51,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .cache import DamagedFileError, atomic_write_text, load_verified, save_verified
+from .cache import DamagedFileError, atomic_write_text, digest_path, load_verified, save_verified
 
 FORMAT = "residshift-fit/1"
 OPTIMIZERS = ("adam", "adamw")
@@ -206,15 +207,21 @@ def _fresh_state(extra: dict[str, Any] | None) -> dict[str, Any]:
             "bad_evals": 0, "stopped_early": False, "seconds": 0.0, "extra": dict(extra or {})}
 
 
-def read_checkpoint(path: str | Path) -> Any:
-    """The object in checkpoint ``path``, its sha256 checked (``cache.load_verified``: a checkpoint
-    without a digest file, from an older version, loads unchecked and is adopted). A checkpoint
-    whose bytes changed after it was written, or that cannot be read, is refused with a FitError
-    naming the file and the fix: nothing resumes from damaged weights."""
+def read_checkpoint(path: str | Path, *, restart: str = "start the fit over") -> Any:
+    """The object in checkpoint ``path``, its sha256 checked (``cache.load_verified``, which unpickles
+    nothing but tensors and plain values). A checkpoint without its digest file (not written by
+    residshift, or by a version before digests), whose bytes changed after it was written, or that
+    cannot be read is refused with a FitError naming the file and the fix (``delete it to <restart>``):
+    nothing resumes from unchecked or damaged weights, and nothing in such a file runs."""
+    path = Path(path)
+    side = digest_path(path)
     try:
-        return load_verified(Path(path), map_location="cpu")
+        if not side.is_file():  # checked here too: a checkpoint is never adopted, whatever load_verified does
+            raise DamagedFileError(path, f"it has no digest file {side.name}: residshift did not write it, "
+                                         "or a write was killed")
+        return load_verified(path, map_location="cpu")
     except DamagedFileError as err:
-        raise FitError(f"checkpoint {path} is damaged ({err.reason}); delete it to start the fit over") from err
+        raise FitError(f"checkpoint {path} is damaged ({err.reason}); delete it to {restart}") from err
 
 
 class _Checkpoint:

@@ -9,10 +9,11 @@ launched outside the notebooks (the ``paper`` profile's grid needs GPUs).
   ``TrainConfig`` from :func:`residshift.study.training.config`, so a launched run lands in the very
   folder the notebooks read (``results/train/<label>-<key>``, :func:`trainer.run_dir_for`).
 - **Status** of each run from its folder: ``done`` (``summary.json`` and the saved model),
-  ``partial`` (a checkpoint: the steps it resumes from), ``running`` (another process holds the
-  folder's lock, :func:`residshift.train.lock.run_lock`), ``to do``. The run key hashes the tokenizer: where it
-  cannot be loaded here (the ``paper`` profile's ``gpt2`` offline), the plan says so and reads
-  the status from a folder holding the same configuration (its key unchecked).
+  ``partial`` (a checkpoint: the steps its log records; a status never unpickles a checkpoint),
+  ``running`` (another process holds the folder's lock, :func:`residshift.train.lock.run_lock`),
+  ``to do``. The run key hashes the tokenizer: where it cannot be loaded here (the ``paper``
+  profile's ``gpt2`` offline), the plan says so and reads the status from a folder holding the
+  same configuration (its key unchecked).
 - **Cost** in device-hours: the tokens still to train over a MEASURED training speed, read from
   ``benchmarks/bench-train*.json`` (:func:`measured_speed`: the entry of the same device kind, the
   same model shape and the run's precision; the machine it was measured on is printed beside it).
@@ -144,23 +145,16 @@ def _tokenizer(cfg: T.TrainConfig):
         return None, why if len(why) <= 200 else why[:197] + "..."
 
 
-def _checkpoint_step(path: Path) -> int | None:
-    """The step a checkpoint resumes from (memory-mapped: reads no weights)."""
-    import torch  # lazy: only where a checkpoint exists
-
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        return int(saved["state"]["step"])
-    except Exception:
-        return None
-
-
 def _logged_step(folder: Path) -> int:
+    """The last training step ``folder``'s log records: the checkpoint's step, or up to one
+    checkpoint period past it after a kill. Read from the JSON log: a status never unpickles a
+    checkpoint (a file handed over by someone else could run code)."""
     try:
-        steps = [r.get("step", 0) for r in T.read_log(folder) if "loss" in r]
+        records = T.read_log(folder)
     except (OSError, ValueError):
         return 0
-    return max(steps, default=0)
+    return max((r["step"] for r in records if isinstance(r, dict) and "loss" in r and type(r.get("step")) is int),
+               default=0)
 
 
 def run_status(folder: Path | None, steps: int) -> tuple[str, int]:
@@ -169,10 +163,7 @@ def run_status(folder: Path | None, steps: int) -> tuple[str, int]:
         return "to do", 0
     if (folder / "summary.json").is_file() and (folder / "model" / "config.json").is_file():
         return "done", steps
-    done = 0
-    if (folder / "checkpoint.pt").is_file():
-        step = _checkpoint_step(folder / "checkpoint.pt")
-        done = step if step is not None else _logged_step(folder)
+    done = _logged_step(folder) if (folder / "checkpoint.pt").is_file() else 0
     if run_locked(folder):
         return "running", done
     return ("partial", done) if done else ("to do", 0)

@@ -24,8 +24,10 @@ tokens/s). What this module adds:
   the run is reused) and ``summary.json`` (written last: its presence marks a finished run, which a
   rerun returns without training). While a process trains the run it holds
   ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder is
-  refused with one line naming the holder (exit status 75). A killed run resumes from its checkpoint
-  and ends exactly where an uninterrupted run ends (tested, also across a real process kill).
+  refused with one line naming the holder (exit status 75); holding it, a starting run deletes the
+  temporary files and folders a killed write left (:func:`sweep_debris`). A killed run resumes from
+  its checkpoint and ends exactly where an uninterrupted run ends (tested, also across a real
+  process kill).
 - **Paired variants.** The batch of step ``s`` depends on ``(seed, s)`` only
   (:class:`residshift.train.data.TokenWindows`), and every variant of a seed starts from the SAME
   weights: the ``baseline`` model is built from ``torch.manual_seed(seed)`` and its state is loaded
@@ -82,6 +84,8 @@ import functools
 import json
 import math
 import os
+import re
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
@@ -94,10 +98,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from transformers.utils import logging as hf_logging
 
 from ..core import profiles
-from ..core.cache import (DamagedFileError, _canonical, atomic_dir, atomic_write_text, code_fingerprint,
-                          check_folder, config_key, discard_verified, load_verified, write_manifest)
-from ..core.data import tokenizer_fingerprint
-from ..core.fitting import FORMAT, FitConfig, FitError, fit
+from ..core.cache import (DamagedFileError, _canonical, _umask, atomic_dir, atomic_write_text, code_fingerprint,
+                          check_folder, config_key, discard_verified, sweep_debris as sweep_writes, write_manifest)
+from ..core.data import current_digest, tokenizer_fingerprint
+from ..core.fitting import FORMAT, FitConfig, FitError, fit, read_checkpoint
 from ..core.machine import cpu_facts, device_problem  # cpu_facts re-exported: every speed figure names its CPU
 from ..core.paths import cache_dir, results_dir
 from ..core.unembed import next_token_losses
@@ -278,9 +282,12 @@ class TrainConfig:
         return replace(self, bf16=bf16, compile=table["compile"] if self.compile is None else self.compile)
 
     def key(self, tokenizer) -> str:
-        """The run key: this configuration, the tokenizer's vocabulary and rules, and the code that
-        trains (:func:`training_code_fingerprint`)."""
-        return config_key({"kind": "residshift-train/1", "config": asdict(self),
+        """The run key: this configuration, the tokenizer's vocabulary and rules, the sha256 of the named
+        corpus files it trains and validates on (``data.current_digest``: a damaged or replaced file is
+        another run) and the code that trains (:func:`training_code_fingerprint`)."""
+        named = [(c, s) for c, s in ((self.corpus, self.split), (self.val_corpus, self.val_split)) if isinstance(c, str)]
+        corpora = {f"{c}/{s}": current_digest(f"{c}/{s}") for c, s in named}
+        return config_key({"kind": "residshift-train/1", "config": asdict(self), "corpora": corpora,
                            "tokenizer": tokenizer_fingerprint(tokenizer), "code": training_code_fingerprint()})
 
     def label(self) -> str:
@@ -464,15 +471,15 @@ def _autocast(device: str, enabled: bool):
 
 
 def check_checkpoint(path: Path, vocab: int) -> None:
-    """Refuse a checkpoint that is damaged (its sha256 differs from the one written with it, or it
-    cannot be read) or whose vocabulary differs, naming the fix (``cache.load_verified``: one from
-    an older version without a digest file is read unchecked and adopted)."""
+    """Refuse a checkpoint without its digest file, a damaged one (its sha256 differs from the one
+    written with it, or it cannot be read: ``fitting.read_checkpoint``) or one whose vocabulary
+    differs, naming the fix."""
     if not path.is_file():
         return
     try:
-        saved = load_verified(path, map_location="cpu")
-    except DamagedFileError as err:
-        raise TrainError(f"checkpoint {path} is damaged ({err.reason}); delete it to start the run over") from err
+        saved = read_checkpoint(path, restart="start the run over")
+    except FitError as err:
+        raise TrainError(str(err)) from err
     if not isinstance(saved, dict) or saved.get("format") != FORMAT or "module" not in saved:
         raise TrainError(f"{path} is not a residshift training checkpoint; delete it to start the run over")
     emb = saved["module"].get("transformer.wte.weight")
@@ -507,17 +514,49 @@ def read_log(run: str | Path) -> list[dict[str, Any]]:
 def _save_model(model, tokenizer, target: Path) -> None:
     """``save_pretrained`` into a temporary folder beside ``target``, with a ``SHA256SUMS``
     manifest of its files (``cache.write_manifest``; checked when the run is reused), then rename
-    it into place."""
+    it into place. Its files get the umask's mode (safetensors writes ``model.safetensors`` 0600)."""
     bars = hf_logging.is_progress_bar_enabled()
     try:
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar per run
         with atomic_dir(target) as tmp:
             model.save_pretrained(str(tmp))
             tokenizer.save_pretrained(str(tmp))
+            _usual_modes(tmp)
             write_manifest(tmp)
     finally:
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def _usual_modes(folder: Path) -> None:
+    """Give every file under ``folder`` the mode any new file gets (``0666`` less the umask)."""
+    mode = 0o666 & ~_umask()
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, mode)
+
+
+# The temporary names of a run's files written by versions before the names carried their writer:
+# cache.atomic_path's ``.<file>.XXXXXXXX.tmp`` (mkstemp's 8 characters), atomic_dir's ``.model.XXXXXXXX``.
+_OLD_DEBRIS = re.compile(r"\.(?:%s)\.[a-z0-9_]{8}\.tmp|\.model\.[0-9a-f]{8}"
+                         % "|".join(re.escape(name) for name in RUN_FILES if name != "model"))
+
+
+def sweep_debris(run: Path) -> list[str]:
+    """Delete what killed writes left in ``run`` (a checkpoint's temporary file is a whole checkpoint):
+    ``cache.sweep_debris`` (temporary files and folders whose writer is gone) and the older temporary
+    names of the run's own files (:data:`_OLD_DEBRIS`), nothing else; the names removed. Call it
+    holding the run's lock: then nothing live writes them."""
+    removed = [p.name for p in sweep_writes(run)]
+    for path in sorted(Path(run).iterdir()):
+        if not _OLD_DEBRIS.fullmatch(path.name):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 # --------------------------------------------------------------------------------------------
@@ -606,6 +645,8 @@ def check_model(folder: Path) -> None:
 
 def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, *, device: str, ddp: Dist,
                   stop_after, progress, t_start) -> Path:
+    if ddp.main:  # under the run's lock: nothing live writes these
+        sweep_debris(run)
     check_checkpoint(run / "checkpoint.pt", vocab)
     _check_run_config(run, key)
     data = _rank0_first(ddp, lambda: load_data(cfg, tokenizer, progress=progress and ddp.main))

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from ..cache import DamagedFileError, DamagedFileWarning, atomic_dir, check_folder, write_manifest
+from ..cache import DamagedFileError, DamagedFileWarning, _umask, atomic_dir, check_folder, write_manifest
 from ..paths import cache_dir
 
 
@@ -221,11 +221,16 @@ def embedded_cache_path(name: str) -> Path:
 
 def _atomic_save_pretrained(model, tokenizer, target: Path, meta: dict) -> None:
     """save_pretrained into a temporary folder beside ``target`` with a ``SHA256SUMS`` manifest of
-    its files (``core.cache.write_manifest``), then rename it into place."""
+    its files (``core.cache.write_manifest``), then rename it into place. Its files get the umask's
+    mode (safetensors writes ``model.safetensors`` 0600)."""
     with atomic_dir(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "residshift.json").write_text(json.dumps(meta, indent=2))
+        mode = 0o666 & ~_umask()
+        for path in tmp.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                os.chmod(path, mode)
         write_manifest(tmp)
 
 

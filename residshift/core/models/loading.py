@@ -68,6 +68,32 @@ def _from_pretrained(ref: str, dtype: torch.dtype, offline_hint: str):
     return model, tokenizer
 
 
+PICKLED_WEIGHTS = "pytorch_model*.bin"  # what transformers unpickles (one file or shards) without safetensors
+
+
+def check_weight_files(folder: Path) -> None:
+    """Refuse, in one line naming the file and the fix (:class:`ModelError`), a model folder whose
+    weights are a pickle (``pytorch_model.bin`` and no ``.safetensors``: reading a pickle can run
+    code) or holding a ``.safetensors`` file that cannot be read (truncated, garbled)."""
+    from safetensors import safe_open  # lazy: like transformers, only where a model is loaded
+
+    tensors = sorted(folder.glob("*.safetensors"))
+    if not tensors:
+        pickled = sorted(folder.glob(PICKLED_WEIGHTS))
+        if pickled:
+            raise ModelError(f"{pickled[0]} is a pickled model file, which residshift does not load (a pickle "
+                             "can run code): convert it to safetensors where you trust its source (load it with "
+                             "transformers and save_pretrained), or use a folder with model.safetensors")
+    for path in tensors:
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except Exception as err:  # SafetensorError (truncated, garbled header), OSError
+            why = (str(err).splitlines() or [type(err).__name__])[0]
+            raise ModelError(f"{path} cannot be read ({why}): it is truncated or damaged; copy or download "
+                             "the model again") from None
+
+
 def register_study_models() -> None:
     """Register the study's own model type (``residshift-gpt``, :mod:`.gpt`) with the transformers Auto
     classes (idempotent: importing the module registers it). Imported here, not at the top, because
@@ -130,6 +156,7 @@ def load_model(
                 check_folder(folder, adopt=False)
             except DamagedFileError as err:
                 raise ModelError(f"{folder} is damaged: {err}; train or save the model again") from None
+        check_weight_files(folder)
         register_study_models()
 
         model, tokenizer = _from_pretrained(str(folder), dtype, "Check the folder's files.")
