@@ -27,7 +27,7 @@ export RESIDSHIFT_DATA
 MKL_CBWR ?= AVX2,STRICT
 export MKL_CBWR
 
-.PHONY: setup models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder
+.PHONY: setup models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder student
 
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
 # call below also reads PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
@@ -153,6 +153,11 @@ browser-auto:
 # The executed notebooks of a profile as a static offline site in build/book/<profile>/.
 book: setup
 	$(PY) -m residshift book --profile $(PROFILE)
+
+# The notebooks as students get them (build/student/): each solution replaced by an answer cell and a
+# folded hint (the package functions the answer key calls, and its measured cost from `make exercises`).
+student: setup
+	$(PY) -m residshift.tools.student --costs benchmarks/exercises-$(PROFILE).json
 
 # Register the project's kernel in the virtual environment and open the notebooks in JupyterLab
 # (kernels inherit OMP_WAIT_POLICY=PASSIVE, as under the runner: OpenMP threads sleep, not spin).

@@ -1,0 +1,133 @@
+"""``make student``: the notebooks as a student gets them, in ``build/student/`` (never in ``notebooks/``).
+
+Each exercise's solution cells (tagged ``solution``) are replaced by one empty code cell to write the
+answer in (tagged ``answer``) and one folded hint: the package functions the answer key calls, read
+from the solution's code, and what the solution costs to run, read from the measured exercise costs
+(``benchmarks/exercises-<profile>.json``, written by ``make exercises``) where they exist. The rest of
+each notebook is unchanged, so the student's copy runs exactly as the lecture's does.
+
+    python -m residshift.tools.student [--out build/student] [--costs benchmarks/exercises-default.json]
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from ..core.cache import atomic_write_text
+from ..core.paths import REPO_ROOT, build_dir
+
+NNSIGHT = ("trace", "scan", "generate")  # the nnsight entry points a solution may open
+HEADING = re.compile(r"^#{2,4}\s*Exercise\s+(\d+)\s*[—–-]\s*(.+)$", re.M)
+
+
+def package_names(nb) -> set[str]:
+    """The names a notebook imports from residshift (modules and functions), as its cells bind them."""
+    names: set[str] = set()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(_without_magics(cell.source))
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("residshift"):
+                names.update(a.asname or a.name for a in node.names)
+    return names
+
+
+def _without_magics(source: str) -> str:
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+
+
+def calls(source: str, ours: set[str]) -> list[str]:
+    """The package functions a solution calls (``module.function`` or ``function``) and the nnsight traces
+    it opens, in order of first use."""
+    out: list[str] = []
+    for node in ast.walk(ast.parse(_without_magics(source))):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ours:
+            out.append(f"{f.value.id}.{f.attr}")
+        elif isinstance(f, ast.Name) and f.id in ours:
+            out.append(f.id)
+        elif isinstance(f, ast.Attribute) and f.attr in NNSIGHT and isinstance(f.value, ast.Name):
+            out.append(f"{f.value.id}.{f.attr} (nnsight)")
+    return list(dict.fromkeys(out))
+
+
+def hint(solution: str, ours: set[str], cost: dict | None, profile: str) -> str:
+    used = calls(solution, ours)
+    lines = ["<details><summary>Hint</summary>", ""]
+    lines.append("The answer key calls " + ", ".join(f"`{u}`" for u in used) + "." if used
+                 else "The answer key needs nothing beyond torch and what this notebook has already computed.")
+    if cost is not None and cost.get("ran"):
+        lines.append(f"It runs in {cost['seconds']:.0f} s at `{profile}` ({cost.get('cpu', 'this CPU')})"
+                     + (": homework, not a class exercise." if cost.get("homework") else "."))
+    return "\n".join(lines + ["", "</details>"])
+
+
+def student_copy(nb, costs: list[dict] | None = None, profile: str = "default"):
+    """``nb`` with each solution replaced by an answer cell and a folded hint (a new notebook)."""
+    nb = copy.deepcopy(nb)
+    ours = package_names(nb)
+    by_number = {int(c["exercise"]): c for c in costs or []}
+    cells, number, pending = [], None, []
+
+    def flush():
+        if pending:
+            code = "\n".join(c.source for c in pending)
+            cells.append(nbformat.v4.new_markdown_cell(hint(code, ours, by_number.get(number), profile),
+                                                       metadata={"tags": ["hint"]}))
+            cells.append(nbformat.v4.new_code_cell(f"# Your answer to exercise {number}\n",
+                                                   metadata={"tags": ["answer"]}))
+            pending.clear()
+
+    for cell in nb.cells:
+        if "solution" in cell.metadata.get("tags", []):
+            pending.append(cell)
+            continue
+        flush()
+        if cell.cell_type == "markdown" and (m := HEADING.search(cell.source)):
+            number = int(m.group(1))
+        cells.append(cell)
+    flush()
+    nb.cells = cells
+    return nb
+
+
+def write_student(out: Path, costs_file: Path | None) -> list[Path]:
+    data = json.loads(costs_file.read_text()) if costs_file and costs_file.is_file() else {}
+    cpu = (data.get("cpu") or {}).get("cpu")
+    written = []
+    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
+        costs = [dict(c, cpu=cpu) for c in data.get("notebooks", {}).get(path.stem, [])]
+        nb = student_copy(nbformat.read(path, as_version=4), costs, data.get("profile", "default"))
+        target = out / path.name
+        atomic_write_text(target, nbformat.writes(nb))
+        written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="residshift student", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None, help="folder to write (default build/student)")
+    ap.add_argument("--costs", default=str(REPO_ROOT / "benchmarks" / "exercises-default.json"),
+                    help="the measured exercise costs (make exercises); skipped when absent")
+    args = ap.parse_args(argv)
+    out = Path(args.out) if args.out else build_dir() / "student"
+    written = write_student(out, Path(args.costs))
+    print(f"student copies of {len(written)} notebooks in {out} (solutions removed; answer cells and hints added)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
