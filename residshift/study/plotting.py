@@ -116,5 +116,23 @@ def publish(fig, name: str, numbers: Any = None, *, parameters: Any = None,
     if numbers is not None:
         paths.append(save_numbers(name, numbers, parameters=params))
     if show:
-        plt.show()
+        show_saved(fig, paths[0])
     return paths
+
+
+def show_saved(fig, png: Path) -> None:
+    """Show the saved PNG itself (at the size the inline backend would draw the figure), its output
+    marked with the file's name, so a rendering of the executed notebook can link to the committed file
+    instead of storing its bytes twice (``residshift.tools.render``). Outside a kernel: ``plt.show()``."""
+    from IPython import get_ipython
+
+    if get_ipython() is None or getattr(get_ipython(), "kernel", None) is None:
+        plt.show()
+        return
+    from IPython.display import Image, display
+    from PIL import Image as PILImage
+
+    with PILImage.open(png) as im:
+        width = round(im.width * plt.rcParams["figure.dpi"] / plt.rcParams["savefig.dpi"])
+    display(Image(filename=str(png), width=width), metadata={"residshift_figure": png.name})
+    plt.close(fig)

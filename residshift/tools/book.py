@@ -348,6 +348,16 @@ def _first_image(cells) -> tuple[int, int, str] | None:
     return None
 
 
+def site_figure_links(nb) -> None:
+    """Point the figure links of a rendered notebook (``tools.render``: a published figure's output is a
+    link to its committed file, not its bytes) at the site's copy, ``figures/<name>``."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("residshift_figure")
+            if name and "text/markdown" in out.get("data", {}):
+                out["data"]["text/markdown"] = f"![{name}](figures/{name})"
+
+
 def _figures_source(executed: Path, profile: str) -> Path:
     own = executed / "figures"
     if (own / "MANIFEST.json").is_file():
@@ -666,6 +676,7 @@ def _build(profile, books, fig_src, manifest, site: Path, executed: Path, nbform
         nb = copy.deepcopy(nb)
         static_widgets(nb)
         coalesce_streams(nb)
+        site_figure_links(nb)
         nav = _nav(profile, chapters, ch.page, chapters[i - 1] if i else None,
                    chapters[i + 1] if i + 1 < len(chapters) else None)
         resources = {"output_files_dir": f"{ch.stem}_files", "unique_key": ch.stem, "book_nav": nav,
