@@ -151,3 +151,25 @@ def test_a_closed_pipe_ends_quietly():
     proc = subprocess.run(f"{sys.executable} -m residshift profiles | true; echo ${{PIPESTATUS[0]}}",
                           shell=True, executable="/bin/bash", capture_output=True, text=True, env=env, timeout=120)
     assert proc.stderr == "" and proc.stdout.strip() in {"0", "141"}, proc.stderr
+
+
+def test_a_rerun_into_its_own_out_refuses_to_delete_a_file_the_user_added(tmp_path, capsys):
+    """Before: the rerun replaced the folder whole and notes.txt was gone without a word. Refused (not
+    kept): the folder is swapped in one rename, so keeping would move the user's file into a folder the
+    next rerun replaces again; the refusal names the file and loses nothing."""
+    out = tmp_path / "lens-out"
+    assert main(["lens", "tiny-llama", *LENS_FAST, "--out", str(out)]) == 0
+    written = sorted(p.name for p in out.iterdir())
+    capsys.readouterr()
+    (out / "notes.txt").write_text("my notes")
+    assert main(["lens", "tiny-llama", *LENS_FAST, "--out", str(out)]) == 2
+    line = _one_line_error(capsys.readouterr(), "lens")
+    assert "(notes.txt)" in line and "--force" in line and str(out) in line
+    assert (out / "notes.txt").read_text() == "my notes" and sorted(p.name for p in out.iterdir()) == \
+        sorted([*written, "notes.txt"])
+    (out / "notes.txt").unlink()  # only its own files: the rerun replaces them
+    assert main(["lens", "tiny-llama", *LENS_FAST, "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == written
+    (out / "notes.txt").write_text("my notes")
+    assert main(["lens", "tiny-llama", *LENS_FAST, "--out", str(out), "--force"]) == 0  # asked for
+    assert sorted(p.name for p in out.iterdir()) == written

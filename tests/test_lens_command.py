@@ -173,3 +173,56 @@ def test_lens_on_the_embedded_models(tmp_path, capsys, name):
     traj = json.loads((out / "trajectory-1.json").read_text())
     # one row of decoded tokens per residual state h_0..h_L
     assert len(traj["sentences"][0]["top1"]) == meta["model"]["layers"] + 1
+
+
+# ---- a trained run folder (issue 50) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    """A run folder as ``residshift train`` writes it (config.json, log.jsonl, model/, summary.json):
+    two steps of a tiny 4-layer GPT (C1's rules read 4) on WikiText-2 with the byte tokenizer."""
+    from residshift.train import trainer as T
+
+    cfg = T.TrainConfig(layers=4, heads=2, width=32, context=32, tokenizer="tiny-llama", corpus="wikitext-2",
+                        split="validation", val_corpus="wikitext-2", val_split="test", tokens=32 * 8 * 2,
+                        batch_size=8, lr=3e-3, warmup=1, eval_every=2, eval_windows=4, checkpoint_every=2,
+                        bf16=False, compile=False)
+    return T.train(cfg, tmp_path_factory.mktemp("train") / "baseline-s0-0123456789", progress=False)
+
+
+def _guide_run_folder() -> str:
+    """The trained-model argument of docs/guide.md's lens examples (``results/train/...``)."""
+    import re
+
+    from residshift.core.paths import REPO_ROOT
+
+    found = re.findall(r"residshift lens (results/train/\S+)", (REPO_ROOT / "docs" / "guide.md").read_text())
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_lens_reads_a_trained_run_folder_as_the_guide_says(trained_run, tmp_path, capsys):
+    """Before: the run folder's own config.json (the TrainConfig) was read as a model's and the command
+    ended in "Couldn't instantiate the backend tokenizer"; the guide pointed at a ``final/`` that the
+    trainer never writes."""
+    assert {"config.json", "model", "summary.json"} <= {p.name for p in trained_run.iterdir()}
+    status, out, cap = _run([str(trained_run), "--text", TEXT], tmp_path, capsys)
+    assert status == 0, cap.err
+    summary = _written(out)
+    assert "tied: yes" in summary
+    meta = json.loads((out / "request.json").read_text())
+    assert meta["model"]["layers"] == 4 and meta["request"]["model"] == str(trained_run)
+    # the guide's command names the run folder itself: results/train/<label>-<key>, no subfolder
+    rel = _guide_run_folder().removeprefix("results/train/")
+    assert "/" not in rel and rel.startswith("baseline-s0-<"), rel
+
+
+def test_an_unfinished_run_folder_is_one_line(tmp_path, capsys):
+    run = tmp_path / "baseline-s0-abc"
+    run.mkdir()
+    for name in ("config.json", "log.jsonl", "checkpoint.pt"):
+        (run / name).write_text("{}")
+    status, out, cap = _run([str(run), "--text", TEXT], tmp_path, capsys)
+    assert status == 2 and cap.err.count("\n") == 1 and "has not finished (no model/ yet)" in cap.err, cap.err
+    assert not out.exists()

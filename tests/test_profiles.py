@@ -239,3 +239,87 @@ def test_the_command_line_shows_each_stages_config(capsys):
     assert "SweepConfig (sweep_*; notebooks 04-05)" in out
     assert f"    n_windows <- sweep_windows = {profiles.get('smoke')['sweep_windows']!r}" in out
     assert "    batch_size <- train_batch = 8" in out and "    seed <- seed = 0" in out
+
+
+# --------------------------------------------------------------------------------------------
+# Value checks where a notebook reads its parameters (issue 50): papermill by hand and JupyterLab
+# get the runner's -p check, one line before any work
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("ppl_windows", "abc", "ppl_windows must be an integer of at least 1"),  # papermill -p ppl_windows abc
+    ("ppl_windows", 0, "ppl_windows must be an integer of at least 1"),
+    ("ppl_windows", -1, "ppl_windows must be an integer of at least 1"),
+    ("seed", 1.5, "seed must be an integer of at least 0"),
+    ("seed", True, "seed must be an integer of at least 0"),
+    ("models", "tiny-llama", "models must be a list of strings"),  # a string where a list is expected
+    ("causal_alphas", ["a"], "causal_alphas must be a list of numbers"),
+    ("eval_items", 0, "eval_items must be an integer of at least 1"),  # None there takes the profile's value
+])
+def test_a_notebooks_namespace_gets_the_runners_value_checks(key, value, says):
+    ns = _cell_globals(**{"profile": "smoke", "seed": None, "models": None, "ppl_windows": None, key: value})
+    with pytest.raises(profiles.ParameterError) as err:
+        profiles.from_namespace(ns)
+    text = str(err.value)
+    assert says in text and "\n" not in text and "ask for fewer" not in text, text
+    assert f"the smoke profile's value: {key} = {profiles.get('smoke')[key]!r}" in text, text
+
+
+def test_the_values_the_runner_allows_pass_in_a_notebook_too():
+    P = profiles.from_namespace(_cell_globals(profile="default", tuned_lr=1, causal_alphas=[0, 0.5],
+                                              train_warmup=0, lens_positions=3, models=("tiny-llama",),
+                                              harness_limits={"piqa": 5}, ppl_windows=None))
+    assert (P.tuned_lr, P.train_warmup, P.lens_positions) == (1, 0, 3)
+    assert P.ppl_windows == profiles.get("default")["ppl_windows"]
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "x", True, [1], None])
+def test_the_notebook_and_the_runner_refuse_the_same_values(value):
+    """One check, two spellings: for every profile key, a notebook refuses exactly what ``-p`` refuses
+    (None aside: in a notebook it takes the profile's value)."""
+    from residshift.tools import runner
+
+    for key in sorted(profiles.KEYS):
+        try:
+            runner.check_override_values("default", {key: value})
+            runner_ok = True
+        except runner.UsageError:
+            runner_ok = False
+        try:
+            profiles.resolve("default", **{key: value})
+            notebook_ok = True
+        except profiles.ParameterError:
+            notebook_ok = False
+        assert notebook_ok == (runner_ok or value is None), (key, value)
+
+
+def test_papermill_by_hand_stops_at_the_setup_cell_with_the_one_line(tmp_path):
+    """``papermill notebooks/00-models-and-data.ipynb out.ipynb -p profile smoke -p ppl_windows 0``: the
+    setup cell raises the one line; no cell after it runs (before: a ValueError deep in data.cut_windows
+    advising to "ask for fewer" windows, after the models were loaded)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from residshift.core.paths import REPO_ROOT
+
+    out = tmp_path / "out.ipynb"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RESIDSHIFT_RESULTS": str(tmp_path / "results"),
+           "RESIDSHIFT_FIGURES": str(tmp_path / "figures")}
+    papermill = Path(sys.executable).parent / "papermill"
+    proc = subprocess.run([str(papermill), str(REPO_ROOT / "notebooks" / "00-models-and-data.ipynb"), str(out),
+                           "-p", "profile", "smoke", "-p", "ppl_windows", "0", "--cwd", str(REPO_ROOT / "notebooks")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode != 0
+    line = ("parameter ppl_windows = 0: ppl_windows must be an integer of at least 1 (the smoke profile's value: "
+            "ppl_windows = 4; None takes it)")
+    assert f"ParameterError: {line}" in proc.stderr, proc.stderr[-2000:]
+    cells = [c for c in json.loads(out.read_text())["cells"] if c["cell_type"] == "code"]
+    failed = [i for i, c in enumerate(cells) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    assert len(failed) == 1 and "profiles.from_namespace(globals())" in "".join(cells[failed[0]]["source"])
+    assert [o["evalue"] for o in cells[failed[0]]["outputs"] if o.get("output_type") == "error"] == [line]
+    assert all(c.get("execution_count") is None for c in cells[failed[0] + 1:])  # nothing after it ran
+    assert not (tmp_path / "results").exists()

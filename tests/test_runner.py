@@ -270,20 +270,23 @@ def test_results_written_counts_new_and_rewritten_files(tmp_path):
 
 
 def test_digest_files_are_not_counted_as_results(tmp_path):
-    """A warm run that adopts old cache entries (writes their digests) computed nothing: 0 written."""
+    """A warm run that only writes integrity files (a rewritten digest, the manifest of an adopted model
+    folder) computed nothing: 0 written; a rewritten result counts."""
     from residshift.core import cache
 
     assert runner.DIGEST_FILES == (cache.DIGEST_SUFFIX, cache.MANIFEST)
-    (tmp_path / "kind").mkdir()
     entry = tmp_path / "kind" / "old.pt"
-    import torch
-
-    torch.save({"x": 1}, entry)  # an entry written before the digests existed
+    cache.save_verified({"x": 1}, entry)
+    model = tmp_path / "kind" / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")  # a folder written before the manifests existed
     before = runner.results_snapshot(tmp_path)
-    assert cache.load_verified(entry) == {"x": 1} and cache.digest_path(entry).is_file()  # adopted
-    (tmp_path / "kind" / "model").mkdir()
-    (tmp_path / "kind" / "model" / cache.MANIFEST).write_text("")
+    cache.check_folder(model)  # adopted: its manifest written now
+    assert (model / cache.MANIFEST).is_file()
+    cache.digest_path(entry).write_text(cache.digest_path(entry).read_text())
     assert runner.results_written(before, runner.results_snapshot(tmp_path)) == 0
+    cache.save_verified({"x": 2}, entry)
+    assert runner.results_written(before, runner.results_snapshot(tmp_path)) == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,10 +364,10 @@ def test_only_picks_whole_numbers_and_names(books):
 
 
 @pytest.mark.parametrize("param, says", [
-    ("ppl_windows=0", "-p ppl_windows=0: ppl_windows must be an integer >= 1"),
-    ("ppl_windows=two", '-p ppl_windows="two": ppl_windows must be an integer >= 1'),
-    ("seed=-1", "-p seed=-1: seed must be an integer >= 0"),
-    ("seed=true", "-p seed=true: seed must be an integer >= 0"),
+    ("ppl_windows=0", "-p ppl_windows=0: ppl_windows must be an integer of at least 1"),
+    ("ppl_windows=two", '-p ppl_windows="two": ppl_windows must be an integer of at least 1'),
+    ("seed=-1", "-p seed=-1: seed must be an integer of at least 0"),
+    ("seed=true", "-p seed=true: seed must be an integer of at least 0"),
 ])
 def test_override_values_are_checked_against_the_profile_before_a_kernel_starts(
         books, tmp_path, monkeypatch, capsys, param, says):
@@ -387,15 +390,15 @@ def test_override_kinds_follow_every_profile():
                     "device": "cpu", "show_solutions": False, "not_a_profile_key": "anything"})
     for bad, says in [({"models": "tiny-llama"}, "a JSON list of strings"), ({"show_solutions": 1}, "true/false"),
                       ({"causal_alphas": ["a"]}, "a JSON list of numbers"), ({"device": 3}, "a string"),
-                      ({"train_lr": "fast"}, "a number"), ({"eval_items": 0}, "null or an integer >= 1")]:
+                      ({"train_lr": "fast"}, "a number"), ({"eval_items": 0}, "null or an integer of at least 1")]:
         with pytest.raises(runner.UsageError, match=says):
             check("smoke", bad)
     # 0 where it is a choice (profiles.ZERO_ALLOWED: no warmup, no extra checkpoints, no C1.depth check),
     # refused where it is a count
     check("default", {"train_warmup": 0, "train_checkpoint_every": 0, "lens_check_windows": 0})
-    with pytest.raises(runner.UsageError, match=r"train_warmup must be an integer >= 0"):
+    with pytest.raises(runner.UsageError, match=r"train_warmup must be an integer of at least 0"):
         check("default", {"train_warmup": -1})
-    with pytest.raises(runner.UsageError, match=r"train_batch must be an integer >= 1"):
+    with pytest.raises(runner.UsageError, match=r"train_batch must be an integer of at least 1"):
         check("default", {"train_batch": 0})
 
 

@@ -10,7 +10,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
-import torch
+# torch is imported inside the functions that need it: the command line imports this module before it
+# parses its arguments, and a bad argument must not wait ~2 s for torch.
 
 
 # oneMKL's conditional numerical reproducibility, strict, on its AVX2 code path. oneMKL otherwise picks its
@@ -32,17 +33,48 @@ import torch
 # product runs in the process: `python -m residshift` sets it first thing, and the Makefile exports it.
 REPRODUCIBLE_KERNELS = {"MKL_CBWR": "AVX2,STRICT"}
 
+# oneMKL's code branches for MKL_CBWR="[BRANCH=]<branch>[,STRICT]" (its developer guide, "Specifying Code
+# Branches"; SSE3, SSSE3, AVX and the MIC ones are deprecated there but still read). oneMKL ignores a value
+# it does not know, silently: a typo would cost the reproducibility the setting is for.
+MKL_BRANCHES = ("AUTO", "COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2", "AVX2_E1",
+                "AVX512", "AVX512_E1", "AVX512_MIC", "AVX512_MIC_E1")
+
+
+class KernelSettingError(ValueError):
+    """``MKL_CBWR`` holds a value oneMKL does not know; the message names the valid ones."""
+
+
+def check_mkl_cbwr(value: str) -> None:
+    """Refuse an ``MKL_CBWR`` value that is not ``[BRANCH=]<branch>[,STRICT]`` (:data:`MKL_BRANCHES`)."""
+    branch, _, flag = value.strip().upper().partition(",")
+    if branch.removeprefix("BRANCH=") in MKL_BRANCHES and flag in ("", "STRICT"):
+        return
+    raise KernelSettingError(
+        f"MKL_CBWR={value!r} is not a oneMKL setting: use <branch> or <branch>,STRICT with <branch> one of "
+        f"{', '.join(MKL_BRANCHES)} (this package's choice: MKL_CBWR={REPRODUCIBLE_KERNELS['MKL_CBWR']}), or unset it")
+
 
 def use_reproducible_kernels() -> None:
     """Ask oneMKL for its reproducible kernels in this process and the ones it starts (unless the
-    user chose a setting: an existing ``MKL_CBWR`` is kept). Effective only before the first matrix
-    product of the process."""
+    user chose a setting: an existing ``MKL_CBWR`` is kept, if oneMKL knows it, else
+    :class:`KernelSettingError`). Effective only before the first matrix product of the process."""
     for key, value in REPRODUCIBLE_KERNELS.items():
         os.environ.setdefault(key, value)
+    check_mkl_cbwr(os.environ["MKL_CBWR"])
+
+
+def __getattr__(name: str) -> Any:  # ``machine.torch``, as when torch was imported at the top (tests patch it)
+    if name == "torch":
+        import torch
+
+        return torch
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def kernels_note() -> str | None:
     """Why CPU training here may not reproduce the committed numbers bit for bit, or None."""
+    import torch
+
     if not torch.backends.mkl.is_available():
         return None
     off = {k: os.environ.get(k) for k, v in REPRODUCIBLE_KERNELS.items() if os.environ.get(k) != v}
@@ -57,6 +89,8 @@ def kernels_note() -> str | None:
 
 def cpu_facts() -> dict[str, Any]:
     """The CPU a speed figure was measured on: model name, native bf16 flags, threads, 1-min load."""
+    import torch
+
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
@@ -72,6 +106,8 @@ def device_problem(device: str) -> str | None:
     """Why ``device`` cannot run here (a phrase to follow the device's name), or None when it can:
     a string torch does not parse as a device, CUDA on a machine without it, or a kind of device
     this package does not run on (it runs on cpu, cuda and mps)."""
+    import torch
+
     try:
         kind = torch.device(device).type
     except (RuntimeError, TypeError):

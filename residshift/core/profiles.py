@@ -392,7 +392,8 @@ PROFILE_NAMES = ("smoke", "class", "default", "paper")
 
 # Integer keys for which 0 is a real choice although every profile sets a positive value: no warmup,
 # checkpoints only at evaluations and at the end (core.fitting), no preprocessing check of C1.depth
-# (tools.lens_command). The runner's -p check asks for >= 1 of every other such count.
+# (tools.lens_command). The value check (check_values: notebooks and the runner's -p) asks for at least 1
+# of every other such count.
 ZERO_ALLOWED = frozenset({"train_warmup", "train_checkpoint_every", "lens_check_windows"})
 
 
@@ -450,12 +451,101 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+class ParameterError(ValueError):
+    """A parameter value of a kind or range the profiles never give its key (``ppl_windows = 0``,
+    ``seed = 1.5``, ``models = "tiny-llama"``); the message is one line naming the fix."""
+
+
+def _kinds(values: Iterable[Any]) -> set[str]:
+    out = set()
+    for v in values:
+        out.add("none" if v is None else "bool" if isinstance(v, bool) else "int" if isinstance(v, int)
+                else "float" if isinstance(v, float) else "str" if isinstance(v, str)
+                else "list" if isinstance(v, (list, tuple)) else "dict" if isinstance(v, dict) else "other")
+    return out
+
+
+def _allowed(key: str) -> tuple[set[str], str | None, int | None]:
+    """What a value of profile key ``key`` may be, from the key's values in every profile: their kinds
+    (an int is allowed where a float is), the kind of their list elements when every profile's list
+    holds one kind, and the least int allowed (1 when every profile's value is a positive count, unless
+    :data:`ZERO_ALLOWED` says 0 is a choice too; 0 when none is negative)."""
+    values = [PROFILES[p][key] for p in PROFILE_NAMES]
+    kinds = _kinds(values)
+    if "float" in kinds:
+        kinds.add("int")
+    elements = _kinds([e for v in values if isinstance(v, (list, tuple)) for e in v])
+    element = next(iter(elements)) if len(elements) == 1 else None
+    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    least = None
+    if ints and "float" not in kinds:
+        least = 1 if min(ints) >= 1 and key not in ZERO_ALLOWED else 0 if min(ints) >= 0 else None
+    return kinds, element, least
+
+
+# what each kind is called where a value is written in Python (a notebook) or in JSON (-p on the command line)
+KIND_WORDS = {
+    "python": {"none": "None", "bool": "True/False", "int": "an integer", "float": "a number",
+               "str": "a string", "list": "a list", "dict": "a dict"},
+    "json": {"none": "null", "bool": "true/false", "int": "an integer", "float": "a number",
+             "str": "a string", "list": "a JSON list", "dict": "a JSON object"},
+}
+
+
+def value_problem(key: str, value: Any, *, words: str = "python") -> str | None:
+    """What a value of profile key ``key`` must be (``"an integer of at least 1"``) when ``value`` is of a
+    kind or range the profiles never give that key, else None. Keys every profile leaves None, and the
+    entries of dicts, are not checked; ``words`` is ``"python"`` or ``"json"`` (:data:`KIND_WORDS`)."""
+    kinds, element, least = _allowed(key)
+    if kinds <= {"none"}:
+        return None
+    kind = next(iter(_kinds([value])))
+    elements_ok = {element, "int"} if element == "float" else {element}
+    bad = (kind not in kinds or (kind == "int" and least is not None and value < least)
+           or (kind == "list" and element is not None and not _kinds(value) <= elements_ok))
+    if not bad:
+        return None
+    names = KIND_WORDS[words]
+    allowed = []
+    for k in sorted(kinds, key=list(names).index):
+        if (k == "int" and "float" in kinds) or (k == "none" and words == "python"):
+            continue  # "a number" says it; in a notebook None takes the profile's value
+        text = names[k]
+        if k == "int" and least is not None:
+            text += f" of at least {least}"
+        if k == "list" and element is not None:
+            text += f" of {names[element].removeprefix('an ').removeprefix('a ')}s"
+        allowed.append(text)
+    return " or ".join(allowed)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_values(profile: str, given: dict[str, Any]) -> None:
+    """The ``given`` values of profile keys (None: the profile's) must be of the kinds and ranges the
+    profiles give those keys (:func:`value_problem`, the runner's ``-p`` check): else
+    :class:`ParameterError`, one line naming the parameter, what it must be and the profile's value."""
+    for key, value in given.items():
+        if value is None or key not in KEYS:
+            continue
+        must = value_problem(key, value)
+        if must is not None:
+            raise ParameterError(
+                f"parameter {key} = {_short(value)}: {key} must be {must} (the {profile} profile's value: "
+                f"{key} = {_short(PROFILES[profile][key])}; None takes it)")
+
+
 def resolve(profile: str | None = None, /, **given: Any) -> SimpleNamespace:
     """The profile's parameters, with every ``given`` value that is not None taking precedence.
 
     The profile may be named positionally or as ``profile=`` (the key the runner injects), so a
     notebook can pass its whole parameters cell: ``resolve(**params)``. A ``given`` key the profile
-    does not define raises ``KeyError`` (a typo never silently falls back to the profile's value).
+    does not define raises ``KeyError`` (a typo never silently falls back to the profile's value), and
+    a value of a kind or range the profiles never give its key raises :class:`ParameterError`
+    (:func:`check_values`: the runner's ``-p`` check, so papermill by hand and JupyterLab get it too).
     """
     named = given.pop("profile", None)
     if profile is not None and named is not None and named != profile:
@@ -467,6 +557,7 @@ def resolve(profile: str | None = None, /, **given: Any) -> SimpleNamespace:
     unknown = [k for k in given if k not in params]
     if unknown:
         raise KeyError(f"parameters {unknown} are not in profile {profile!r}; known: {sorted(params)}")
+    check_values(profile, given)
     params.update({k: v for k, v in given.items() if v is not None})
     params["profile"] = profile
     return SimpleNamespace(**params)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -110,6 +111,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_data(argv[1:])
     if argv[:1] == ["train-grid"]:  # its own parser (residshift.tools.grid_launcher.main_train_grid)
+        grid = add_train_grid_arguments(_OneLineParser(
+            prog="residshift train-grid", description="Train the grid of notebooks 06-08 (plan, cost from a "
+            "measured speed, launch)."))
+        if any(a in ("-h", "--help") for a in argv[1:]):
+            grid.print_help()
+            return 0
+        try:  # a bad argument ends here, before grid_launcher imports torch (~10 s); it parses them again
+            grid.parse_args(argv[1:])
+        except argparse.ArgumentError as err:
+            print(f"residshift train-grid: error: {err}", file=sys.stderr)
+            return 2
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `train`: before torch loads
         from .grid_launcher import main_train_grid  # lazy: torch + the study's training glue
 
@@ -217,6 +229,26 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(PROFILES if args.name is None else PROFILES[args.name], indent=2))
         return 0
     return 2
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit status 2, as grid_launcher's own parser
+        raise argparse.ArgumentError(None, message)
+
+
+def add_train_grid_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``train-grid``'s options, parsed here before anything heavy is imported; they are those of
+    ``grid_launcher.parser()``, which builds its parser with this function and parses them again."""
+    ap.add_argument("--profile", default="default", help="smoke | default | paper (the train_* keys)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and its cost; train nothing (no GPU)")
+    ap.add_argument("--parallel", type=int, default=1, metavar="K", help="runs at once (default 1)")
+    ap.add_argument("--gpus-per-run", type=int, default=1, metavar="N",
+                    help="GPUs per run (N > 1: torchrun with N processes)")
+    ap.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                    help='variants to train, by their grid name (e.g. baseline "alpha=0 @ block 3")')
+    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the profile's train_seeds)")
+    ap.add_argument("--device", default=None, help="cpu | cuda (default: the profile's device)")
+    return ap
 
 
 def stage_lines(profile: str) -> list[str]:
@@ -361,6 +393,9 @@ def main_ladder(args) -> int:
             if not hasattr(P, k) or not k.startswith(("ladder_", "train_")):
                 raise LadderError(f"-p {kv}: not a ladder_* or train_* key of the profile")
             setattr(P, k, json.loads(v))
+            must = profiles.value_problem(k, getattr(P, k), words="json")  # the check of `run -p` and notebooks
+            if must is not None:
+                raise LadderError(f"-p {kv}: {k} must be {must}")
         if args.device:
             P.device = args.device
         run_ladder(P, only=args.only, hours=args.hours, out=args.out, device=P.device, dry_run=args.plan,
@@ -382,7 +417,10 @@ def main_ladder(args) -> int:
 def entry(argv: list[str] | None = None) -> int:
     """:func:`main` as a command: Ctrl-C ends in one line (exit status 130; what was written is whole,
     and interrupted long work resumes), and a closed output pipe (``residshift profiles | head``) ends
-    quietly (exit status 141, as a process killed by SIGPIPE)."""
+    quietly (exit status 141, as a process killed by SIGPIPE). The package's own errors (a class defined
+    in ``residshift``: their messages name the fix) and every ``OSError`` (a full disk, a read-only
+    folder, ``RESIDSHIFT_RESULTS`` naming a file) end in one line ``residshift: ...`` naming the path,
+    exit status 1; any other exception is a bug and keeps its traceback."""
     try:
         code = main(argv)
         sys.stdout.flush()
@@ -396,3 +434,70 @@ def entry(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except Exception as err:  # noqa: BLE001 - only the two kinds below; the rest is raised again
+        if not (is_package_error(err) or isinstance(err, OSError)):
+            raise
+        print(f"residshift: {error_line(err)}", file=sys.stderr)
+        return 1
+
+
+def is_package_error(err: BaseException) -> bool:
+    """Whether ``err`` is one of this package's own error classes (their messages name the fix)."""
+    cls = type(err)
+    return cls.__module__.split(".")[0] == "residshift" and not cls.__name__.startswith("_")
+
+
+# what to do about the OSErrors a user can cause (the path is in the message)
+OS_FIXES = {
+    errno.ENOSPC: "the disk is full: free space there, or move the folder (RESIDSHIFT_RESULTS, RESIDSHIFT_CACHE, "
+                  "--out)",
+    errno.EDQUOT: "the disk quota is used up: free space there, or move the folder (RESIDSHIFT_RESULTS, --out)",
+    errno.EACCES: "make it writable, or write elsewhere (RESIDSHIFT_RESULTS, RESIDSHIFT_CACHE, --out)",
+    errno.EPERM: "make it writable, or write elsewhere (RESIDSHIFT_RESULTS, RESIDSHIFT_CACHE, --out)",
+    errno.EROFS: "that file system is read-only: write elsewhere (RESIDSHIFT_RESULTS, RESIDSHIFT_CACHE, --out)",
+    errno.ENOTDIR: "a file stands where a folder is needed: move the file, or choose another folder",
+    errno.EBUSY: "it is in use (the current folder, a mount point): choose another folder",
+}
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` as one line: a package error's message; an OSError's reason, the path (its own, else the
+    nearest path the failing code held: a full disk names no file), the setting that put it there, the fix."""
+    if is_package_error(err) or not isinstance(err, OSError):
+        text = err.args[0] if isinstance(err, KeyError) and err.args and isinstance(err.args[0], str) else str(err)
+        return " ".join(text.split()) or type(err).__name__
+    reason = err.strerror or " ".join(str(err).split()) or type(err).__name__
+    if err.filename is not None:
+        path = os.fsdecode(err.filename)
+        line = f"{reason}: {path}" + (f" -> {os.fsdecode(err.filename2)}" if err.filename2 is not None else "")
+    else:  # a failed write names no file: the folder of the file being written (a temporary name)
+        held = _path_in_traceback(err)
+        path = os.path.dirname(os.path.abspath(held)) if held is not None else None
+        line = f"{reason}, writing in {path}" if path is not None else reason
+    setting = _setting_for(path) if path is not None else None
+    fix = OS_FIXES.get(err.errno)
+    return line + (f" ({setting})" if setting else "") + (f"; {fix}" if fix else "")
+
+
+def _path_in_traceback(err: BaseException):
+    """The first path (a ``PathLike`` local) of the innermost frame of ``err``'s traceback that holds one."""
+    frames, tb = [], err.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        for value in frame.f_locals.values():
+            if isinstance(value, os.PathLike):
+                return os.fspath(value)
+    return None
+
+
+def _setting_for(path: str) -> str | None:
+    """``RESIDSHIFT_RESULTS=...`` when ``path`` lies in the folder such a variable names, else None."""
+    from pathlib import Path
+
+    for var in ("RESIDSHIFT_RESULTS", "RESIDSHIFT_CACHE", "RESIDSHIFT_FIGURES", "RESIDSHIFT_BUILD", "RESIDSHIFT_DATA"):
+        value = os.environ.get(var)
+        if value and Path(os.path.abspath(path)).is_relative_to(Path(value).expanduser().resolve()):
+            return f"{var}={value}"
+    return None

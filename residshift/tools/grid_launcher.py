@@ -502,18 +502,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="residshift train-grid",
-                 description="Train the grid of notebooks 06-08 (plan, cost from a measured speed, launch).")
-    ap.add_argument("--profile", default="default", help="smoke | default | paper (the train_* keys)")
-    ap.add_argument("--dry-run", action="store_true", help="print the plan and its cost; train nothing (no GPU)")
-    ap.add_argument("--parallel", type=int, default=1, metavar="K", help="runs at once (default 1)")
-    ap.add_argument("--gpus-per-run", type=int, default=1, metavar="N",
-                    help="GPUs per run (N > 1: torchrun with N processes)")
-    ap.add_argument("--only", nargs="+", default=None, metavar="NAME",
-                    help='variants to train, by their grid name (e.g. baseline "alpha=0 @ block 3")')
-    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the profile's train_seeds)")
-    ap.add_argument("--device", default=None, help="cpu | cuda (default: the profile's device)")
-    return ap
+    """``train-grid``'s options: the command line parses them once before torch loads (``cli``), this again."""
+    from .cli import add_train_grid_arguments
+
+    return add_train_grid_arguments(_Parser(
+        prog="residshift train-grid",
+        description="Train the grid of notebooks 06-08 (plan, cost from a measured speed, launch)."))
 
 
 def main_train_grid(argv: Sequence[str] | None = None) -> int:

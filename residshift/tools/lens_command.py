@@ -17,8 +17,10 @@ request, so two requests never share a folder and a repeated one replaces its ow
 Everything goes into a temporary folder beside the target that is renamed into place at the end, so
 an interrupted or failed run leaves nothing half-written. An ``--out`` folder that exists must be
 empty or one residshift wrote (it holds ``.residshift-output``): a folder of the user's is refused
-before anything is loaded, unless ``--force``. The corpus pass is the lens's cached
-``run_lens``: a repeated request recomputes nothing.
+before anything is loaded, unless ``--force``; so is a folder of its own that holds files it did not
+write (:func:`check_rerun`), and ``--out .``. The corpus pass is the lens's cached
+``run_lens``: a repeated request recomputes nothing. ``MODEL`` may be a run folder ``residshift train``
+wrote: the lens reads its ``model/`` (:func:`model_folder`).
 
 Bad input (a path that is not a model, a ``.gguf`` transformers cannot read, a hub id offline, an
 untied model without ``--decoder``, an empty or too short ``--text``, an unknown corpus, ``--windows 0``,
@@ -29,6 +31,7 @@ and exits with status 2.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -87,6 +90,7 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
                                    "--text \"The Eiffel Tower is in Paris.\"")
     check_device(req.device)
     if req.out is not None:  # before anything is loaded: a user's folder is never replaced (core.cache)
+        check_not_working_folder(req.out)
         try:
             check_output_dir(req.out, force=req.force)
         except OutputDirError as err:
@@ -112,6 +116,49 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
                      corpus=P.lens_corpus, split=P.lens_split, windows=int(P.lens_windows),
                      window=int(P.lens_window))
     return filled, P
+
+
+def check_not_working_folder(out: str) -> None:
+    """``--out .`` (or a folder above it): the folder would be replaced whole, the shell left in a
+    deleted one, and with ``--force`` everything in it deleted; refused in one line."""
+    here, target = Path.cwd().resolve(), Path(out).expanduser().resolve()
+    if target == here or target in here.parents:
+        what = "the folder you are working in" if target == here else "a folder above the one you are working in"
+        raise LensCommandError(f"--out {out} is {what} ({target}): the command replaces its --out folder whole; "
+                               "give a new folder, e.g. --out lens-out")
+
+
+# the names of the files run() writes (see the module docstring), beside core.cache.OUTPUT_MARKER
+OWN_FILES = re.compile(r"(summary\.md|request\.json|shift\.json|(alignment|c1)\.(png|json)"
+                       r"|trajectory-\d+(\.json|\.png|-[\w.-]+\.png))")
+
+
+def check_rerun(target: Path, *, force: bool) -> None:
+    """A rerun into a folder this command wrote replaces it whole: refused, naming them, when it holds
+    files the command did not write (a note the user added), unless ``force``. Refused rather than kept:
+    the new folder takes the old one's place in one rename, and the user's files moved into it would sit
+    in a folder a later rerun replaces again; a refusal loses nothing and says what to move."""
+    from ..core.cache import OUTPUT_MARKER
+
+    if force or not target.is_dir():
+        return
+    foreign = sorted(p.name for p in target.iterdir() if p.name != OUTPUT_MARKER and not OWN_FILES.fullmatch(p.name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise LensCommandError(f"{target} holds files this command did not write ({shown}), and a rerun replaces "
+                               "the folder whole: move them out, give another --out, or add --force to delete them")
+
+
+def model_folder(model: str) -> str:
+    """Where ``load_model`` reads ``model``: a trained run folder (``results/train/<label>-<key>``, what
+    ``residshift train`` writes) holds its model in ``model/``; anything else is read as given."""
+    path = Path(model).expanduser()
+    if (path / "model" / "config.json").is_file():
+        return str(path / "model")
+    if (path / "checkpoint.pt").is_file() and (path / "log.jsonl").is_file():
+        raise LensCommandError(f"{model} is a training run that has not finished (no model/ yet): finish it with "
+                               "the same `residshift train` command, then give this folder again")
+    return model
 
 
 def check_device(device: str) -> None:
@@ -148,7 +195,7 @@ def load(req: LensRequest):
         raise LensCommandError(f"{req.model} is a file but not a .gguf: give a .gguf file or the folder that "
                                "holds config.json")
     try:
-        return load_model(req.model, device=req.device, decoder=req.decoder)
+        return load_model(model_folder(req.model), device=req.device, decoder=req.decoder)
     except UntiedEmbeddingsError as err:
         if "no input or output" in str(err):
             raise LensCommandError(f"{req.model} has no input or output embedding module: the lens cannot "
@@ -286,6 +333,7 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     t_all = time.perf_counter()
     req, P = check_request(req)
     target = Path(req.out).expanduser() if req.out else default_out(req)
+    check_rerun(target, force=req.force)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     loaded = load(req)

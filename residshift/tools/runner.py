@@ -138,66 +138,19 @@ def check_overrides(books: list[Path], overrides: dict[str, Any]) -> None:
     )
 
 
-def _kinds(values: list[Any]) -> set[str]:
-    out = set()
-    for v in values:
-        out.add("none" if v is None else "bool" if isinstance(v, bool) else "int" if isinstance(v, int)
-                else "float" if isinstance(v, float) else "str" if isinstance(v, str)
-                else "list" if isinstance(v, (list, tuple)) else "dict" if isinstance(v, dict) else "other")
-    return out
-
-
-def _allowed(key: str) -> tuple[set[str], str | None, int | None]:
-    """What a ``-p`` value of profile key ``key`` may be, from the key's values in every profile:
-    their kinds (an int is allowed where a float is), the kind of their list elements when every
-    profile's list holds one kind, and the least int allowed (1 when every profile's value is a
-    positive count, unless ``profiles.ZERO_ALLOWED`` says 0 is a choice too; 0 when none is negative)."""
-    values = [profiles.PROFILES[p][key] for p in profiles.PROFILE_NAMES if key in profiles.PROFILES[p]]
-    kinds = _kinds(values)
-    if "float" in kinds:
-        kinds.add("int")
-    elements = _kinds([e for v in values if isinstance(v, (list, tuple)) for e in v])
-    element = next(iter(elements)) if len(elements) == 1 else None
-    ints = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-    least = None
-    if ints and "float" not in kinds:
-        least = 1 if min(ints) >= 1 and key not in profiles.ZERO_ALLOWED else 0 if min(ints) >= 0 else None
-    return kinds, element, least
-
-
-_KIND_NAMES = {"none": "null", "bool": "true/false", "int": "an integer", "float": "a number",
-               "str": "a string", "list": "a JSON list", "dict": "a JSON object"}
-
-
 def check_override_values(profile: str, overrides: dict[str, Any]) -> None:
     """Each ``-p`` value of a profile key must be of a kind the profiles give that key (UsageError
-    naming the key, the value and what is allowed): ``-p ppl_windows=0`` is refused here, before a
-    kernel starts, not deep inside a notebook. Keys the profiles do not define (a notebook's own
+    naming the key, the value and what is allowed; ``profiles.value_problem``, the check a notebook's
+    own ``profiles.from_namespace`` runs): ``-p ppl_windows=0`` is refused here, before a kernel
+    starts, not deep inside a notebook. Keys the profiles do not define (a notebook's own
     parameters) and keys every profile leaves ``None`` are not checked."""
     known = profiles.get(profile)
     for key, value in overrides.items():
-        if key not in known:
-            continue
-        kinds, element, least = _allowed(key)
-        if kinds <= {"none"}:
-            continue
-        kind = next(iter(_kinds([value])))
-        allowed = " or ".join(_KIND_NAMES.get(k, k) for k in sorted(kinds, key=list(_KIND_NAMES).index)
-                              if not (k == "int" and "float" in kinds))
-        if least is not None and "int" in kinds:
-            allowed = allowed.replace("an integer", f"an integer >= {least}")
-        if element is not None and "list" in kinds:
-            allowed = allowed.replace("a JSON list", f"a JSON list of {_KIND_NAMES[element].removeprefix('an ').removeprefix('a ')}s")
-        bad = kind not in kinds
-        if not bad and kind == "int" and least is not None and value < least:
-            bad = True
-        if not bad and kind == "list" and element is not None:
-            ok = {element, "int"} if element == "float" else {element}
-            bad = not _kinds(value) <= ok
-        if bad:
+        must = profiles.value_problem(key, value, words="json") if key in known else None
+        if must is not None:
             example = json.dumps(known[key], separators=(",", ":"))
             example = example if len(example) <= 60 else None
-            raise UsageError(f"-p {key}={json.dumps(value)}: {key} must be {allowed}"
+            raise UsageError(f"-p {key}={json.dumps(value)}: {key} must be {must}"
                              + (f" (the {profile} profile's value: -p {key}={example})" if example else ""))
 
 
