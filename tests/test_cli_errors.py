@@ -2,7 +2,6 @@
 or read-only, a full disk) and every error class of the package ends in one line ``residshift: ...``
 naming the path, exit status 1, while a bug keeps its traceback; a bad argument is refused before torch
 is imported; an ``MKL_CBWR`` oneMKL does not know is refused in one line naming the valid ones."""
-import argparse
 import errno
 import os
 import subprocess
