@@ -156,12 +156,17 @@ book: setup
 
 # The notebooks as students get them (build/student/): each solution replaced by an answer cell and a
 # folded hint (the package functions the answer key calls, and its measured cost from `make exercises`).
+# `make student PROFILE=class` injects the profile, so Run All gives the lecture's sizes.
 student: setup
-	$(PY) -m residshift.tools.student --costs benchmarks/exercises-$(PROFILE).json
+	$(PY) -m residshift.tools.student --profile $(PROFILE) --costs benchmarks/exercises-$(PROFILE).json
 
 # Register the project's kernel in the virtual environment and open the notebooks in JupyterLab
 # (kernels inherit OMP_WAIT_POLICY=PASSIVE, as under the runner: OpenMP threads sleep, not spin).
 LAB_ARGS ?=
+# `make lab PROFILE=class` opens copies with that profile injected (build/lab/class/, solutions kept), so
+# Run All gives the lecture's sizes and no tracked notebook is edited; figures go to build/<profile>/figures.
+LAB_DIR = $(if $(filter default,$(PROFILE)),notebooks,build/lab/$(PROFILE))
 lab: setup
 	$(PY) -m ipykernel install --sys-prefix --name residshift --display-name "Python (residshift)"
-	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=notebooks $(if $(SUDO),,--allow-root) $(LAB_ARGS)
+	$(if $(filter default,$(PROFILE)),,$(PY) -m residshift.tools.student --lab --profile $(PROFILE))
+	OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter lab --ServerApp.root_dir=$(LAB_DIR) $(if $(SUDO),,--allow-root) $(LAB_ARGS)

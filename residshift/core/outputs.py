@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
 import subprocess
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 
 from .cache import _canonical, atomic_write_text, code_state
-from .paths import REPO_ROOT, figures_dir
+from .paths import REPO_ROOT, active_profile, figures_dir
 from .records import CorruptRecordError, read_record, updating  # noqa: F401 - CorruptRecordError re-exported
 
 _NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
@@ -103,7 +102,7 @@ def record(filename: str, parameters: dict[str, Any] | None) -> None:
     the fix and is left untouched (its other entries are not silently dropped)."""
     state = code_state()
     entry = {
-        "profile": os.environ.get("RESIDSHIFT_PROFILE", "interactive"),
+        "profile": active_profile(),
         "commit": state["commit"],
         "code_dirty": state["code_dirty"],
         "code_hash": state["code_hash"],

@@ -18,6 +18,7 @@ import functools
 import json
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable
+from . import paths
 
 if TYPE_CHECKING:
     import pandas
@@ -594,6 +595,7 @@ def from_namespace(namespace: dict[str, Any]) -> Declared:
                        "notebook's parameters cell")
     given = {k: v for k, v in namespace.items() if k in KEYS}
     full = vars(resolve(namespace["profile"], **given))
+    paths.use_profile(full["profile"])  # figures of a run outside the runner go to build/<profile>/figures
     return Declared(**{k: full[k] for k in [*given, "profile"]})
 
 

@@ -28,7 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Iterator
 
-from .paths import REPO_ROOT, figures_dir
+from .paths import COMMITTED_FIGURES, REPO_ROOT, figures_dir
 
 
 class CorruptRecordError(ValueError):
@@ -109,13 +109,13 @@ def updating(path: Path) -> Iterator[dict[str, Any]]:
 COMMITTED_PROFILE = "default"  # the one profile whose runs write the committed figures/ (and their RUNS.json)
 
 
-def run_figures_dir(profile: str, out_dir: Path) -> Path:
+def run_figures_dir(profile: str, out_dir: Path, *, publish: bool = True) -> Path:
     """Where a run at ``profile`` writes its figures, ``MANIFEST.json`` and ``RUNS.json``:
-    ``RESIDSHIFT_FIGURES`` when set, else ``figures/`` for :data:`COMMITTED_PROFILE` and
-    ``<out_dir>/figures`` (``build/<profile>/figures``) for every other profile."""
+    ``RESIDSHIFT_FIGURES`` when set, else the committed ``figures/`` for a :data:`COMMITTED_PROFILE` run
+    that ``publish``-es (the runner's, without ``-p``), else ``<out_dir>/figures`` (``build/<profile>/figures``)."""
     if os.environ.get("RESIDSHIFT_FIGURES"):
         return Path(os.environ["RESIDSHIFT_FIGURES"])
-    return figures_dir() if profile == COMMITTED_PROFILE else Path(out_dir) / "figures"
+    return COMMITTED_FIGURES if profile == COMMITTED_PROFILE and publish else Path(out_dir) / "figures"
 
 
 def runs_path() -> Path:

@@ -89,7 +89,7 @@ from PIL import Image
 from ..analysis.verdicts import CLAIMS
 from ..core import profiles
 from ..core.cache import check_output_dir, output_dir
-from ..core.paths import REPO_ROOT, build_dir, figures_dir
+from ..core.paths import COMMITTED_FIGURES, REPO_ROOT, build_dir
 from ..core.records import CorruptRecordError, read_record
 from ..core.records import COMMITTED_PROFILE
 from . import report
@@ -365,7 +365,7 @@ def _figures_source(executed: Path, profile: str) -> Path:
     if profile != COMMITTED_PROFILE:
         raise BookError(f"{own}/MANIFEST.json is missing: a {profile} run writes its figures there; run "
                         f"`python -m residshift run --profile {profile}` first")
-    return figures_dir()
+    return COMMITTED_FIGURES
 
 
 def _profile_note(profile: str) -> str:
@@ -1020,7 +1020,7 @@ def answer_key_html(folder: Path | None = None, *, chapters: list[Chapter] = (),
 
 def _instructor_page(profile, chapters, all_profiles, fig_src: Path, *, answers: Path | None = None,
                      site: Path | None = None) -> str:
-    sources = [fig_src / "RUNS.json", figures_dir() / "RUNS.json"] + [
+    sources = [fig_src / "RUNS.json", COMMITTED_FIGURES / "RUNS.json"] + [
         committed_runs(p) for p in all_profiles if p != COMMITTED_PROFILE] + [
         build_dir() / p / "figures" / "RUNS.json" for p in all_profiles]
     runs = _runs(all_profiles, sources)

@@ -20,10 +20,11 @@ executed copy (papermill's error record in it: the book shows the notebook as st
 raises :class:`RunFailed`; a kernel that died is a RunFailed too, its half-run copy left under the
 hidden name. SIGINT and SIGTERM stop a run cleanly (the half-run copy and the kernels' IPython
 folder, ``build/.ipython/run-*``, are removed); a SIGKILLed run's folder is swept by the next run.
-Figures go to ``figures/`` at the default profile only (:data:`COMMITTED_PROFILE`, the study the README
-reports); every other profile's go to ``build/<profile>/figures`` (:func:`run_figures_dir`), so a test
-(smoke), lecture (class) or GPU (paper) run never overwrites the committed ones. ``RESIDSHIFT_FIGURES``
-overrides both.
+Figures go to ``figures/`` from a default run without ``-p`` only (:data:`COMMITTED_PROFILE`, the study
+the README reports): this runner is the one place that chooses it. Every other run's go to
+``build/<profile>/figures`` (:func:`run_figures_dir`), so a test (smoke), lecture (class), GPU (paper) or
+changed-parameter run never overwrites the committed ones, and neither does papermill by hand or JupyterLab
+(``core.paths.figures_dir``). ``RESIDSHIFT_FIGURES`` overrides all of them.
 
 Each finished notebook's wall time and peak memory (the high-water mark of the kernel's own process
 tree: :class:`PeakMemory`) are recorded in ``RUNS.json`` beside the figures (:func:`record_run`,
@@ -49,8 +50,8 @@ from typing import Any, Iterable
 import psutil
 
 from ..core import profiles
-from ..core.paths import REPO_ROOT, build_dir, figures_dir, results_dir
-from ..core.records import (COMMITTED_PROFILE, CorruptRecordError, check_records, load_runs,
+from ..core.paths import COMMITTED_FIGURES, REPO_ROOT, build_dir, results_dir
+from ..core.records import (CorruptRecordError, check_records, load_runs,
                             record_run, run_figures_dir)
 
 try:
@@ -506,7 +507,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     out_dir = check_output_dir(Path(output_dir) if output_dir else build_dir() / profile)
     env_before = {k: os.environ.get(k) for k in ("RESIDSHIFT_PROFILE", "RESIDSHIFT_FIGURES", "OMP_WAIT_POLICY",
                                                  "PYTHONPATH", "RESIDSHIFT_HEADLESS", "IPYTHONDIR")}
-    figures = run_figures_dir(profile, out_dir)
+    figures = run_figures_dir(profile, out_dir, publish=not overrides)
     try:  # the records this run writes: a corrupt one fails it now, not at its first saved figure
         check_records(figures / "MANIFEST.json", *([figures / "RUNS.json"] if record else []))
     except CorruptRecordError as err:
@@ -532,7 +533,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
         # write its results and figures into that checkout)
         os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + ([env_before["PYTHONPATH"]]
                                                                           if env_before["PYTHONPATH"] else []))
-        if profile != COMMITTED_PROFILE and not env_before["RESIDSHIFT_FIGURES"]:
+        if not env_before["RESIDSHIFT_FIGURES"]:  # the one place the committed figures/ can be chosen
             os.environ["RESIDSHIFT_FIGURES"] = str(figures)
         # which `run` this notebook was part of, and whether that run started from empty caches
         invocation = {"started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -611,8 +612,8 @@ def readme_refresh_skipped(profile: str, *, only: Iterable[str] | None = None,
         return "--only ran a subset of the notebooks"
     if overrides:
         return f"-p {', '.join(sorted(overrides))} changed the default profile's parameters"
-    figures = figures_dir().resolve()
-    if figures != (REPO_ROOT / "figures").resolve():
+    figures = run_figures_dir(profile, build_dir() / profile).resolve()
+    if figures != COMMITTED_FIGURES.resolve():
         return f"figures went to {figures} (RESIDSHIFT_FIGURES), not the committed figures/"
     books = Path(folder or notebooks_dir()).resolve()
     if books != (REPO_ROOT / "notebooks").resolve():

@@ -6,7 +6,12 @@ from the solution's code, and what the solution costs to run, read from the meas
 (``benchmarks/exercises-<profile>.json``, written by ``make exercises``) where they exist. The rest of
 each notebook is unchanged, so the student's copy runs exactly as the lecture's does.
 
-    python -m residshift.tools.student [--out build/student] [--costs benchmarks/exercises-default.json]
+    python -m residshift.tools.student [--profile class] [--out build/student] [--costs FILE]
+
+``--profile`` injects the profile into each copy's parameters (papermill's injected-parameters cell), so
+Run All in JupyterLab gives that profile's sizes; ``--lab`` keeps the solutions (the teacher's copy that
+``make lab PROFILE=class`` opens, in ``build/lab/<profile>/``). Students and teachers edit these copies,
+never the tracked notebooks.
 """
 from __future__ import annotations
 
@@ -104,13 +109,33 @@ def student_copy(nb, costs: list[dict] | None = None, profile: str = "default"):
     return nb
 
 
-def write_student(out: Path, costs_file: Path | None) -> list[Path]:
+def with_profile(nb, profile: str):
+    """``nb`` with ``profile`` injected as papermill injects parameters (the cell after ``parameters``)."""
+    from papermill.parameterize import parameterize_notebook
+
+    nb = copy.deepcopy(nb)
+    nb.metadata.setdefault("papermill", {})  # what papermill's own reader adds before it parameterizes
+    for cell in nb.cells:
+        cell.metadata.setdefault("tags", [])
+    nb = parameterize_notebook(nb, {"profile": profile})
+    for cell in nb.cells:
+        if not cell.metadata.get("tags"):
+            cell.metadata.pop("tags", None)
+    return nb
+
+
+def write_student(out: Path, costs_file: Path | None, *, profile: str | None = None,
+                  solutions: bool = False) -> list[Path]:
     data = json.loads(costs_file.read_text()) if costs_file and costs_file.is_file() else {}
     cpu = (data.get("cpu") or {}).get("cpu")
     written = []
     for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
         costs = [dict(c, cpu=cpu) for c in data.get("notebooks", {}).get(path.stem, [])]
-        nb = student_copy(nbformat.read(path, as_version=4), costs, data.get("profile", "default"))
+        nb = nbformat.read(path, as_version=4)
+        if not solutions:
+            nb = student_copy(nb, costs, data.get("profile", "default"))
+        if profile is not None:
+            nb = with_profile(nb, profile)
         target = out / path.name
         atomic_write_text(target, nbformat.writes(nb))
         written.append(target)
@@ -122,10 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="folder to write (default build/student)")
     ap.add_argument("--costs", default=str(REPO_ROOT / "benchmarks" / "exercises-default.json"),
                     help="the measured exercise costs (make exercises); skipped when absent")
+    ap.add_argument("--profile", default=None, help="inject this profile into every copy (e.g. class)")
+    ap.add_argument("--lab", action="store_true", help="keep the solutions (the teacher's copies)")
     args = ap.parse_args(argv)
-    out = Path(args.out) if args.out else build_dir() / "student"
-    written = write_student(out, Path(args.costs))
-    print(f"student copies of {len(written)} notebooks in {out} (solutions removed; answer cells and hints added)")
+    if args.profile is not None:
+        from ..core.profiles import PROFILES
+
+        if args.profile not in PROFILES:
+            ap.error(f"unknown profile {args.profile!r}; known: {', '.join(PROFILES)}")
+    out = Path(args.out) if args.out else build_dir() / ("lab" if args.lab else "student") / (args.profile or "default")
+    written = write_student(out, Path(args.costs), profile=args.profile, solutions=args.lab)
+    what = "with their solutions" if args.lab else "solutions removed; answer cells and hints added"
+    print(f"copies of {len(written)} notebooks in {out} ({what}"
+          + (f"; profile {args.profile} injected" if args.profile else "") + ")")
     return 0
 
 
