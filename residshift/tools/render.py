@@ -1,5 +1,8 @@
 """The executed notebooks of the committed default run, readable on any git host without running.
 
+The runner renders them after every run that publishes to ``figures/`` (a default run without ``-p``), so
+``docs/run/`` and ``figures/`` always come from the same run.
+
 ``python -m residshift.tools.render [--executed build/default] [--out docs/run]`` writes, for every
 executed ``NN-name.ipynb``:
 
@@ -31,6 +34,7 @@ from ..core.paths import REPO_ROOT, build_dir
 
 FIGURE_KEY = "residshift_figure"  # output metadata publish() sets: the saved figure's file name
 NOTEBOOK = re.compile(r"^\d\d-[a-z0-9-]+\.ipynb$")
+RENDERED = REPO_ROOT / "docs" / "run"  # where a default run's executed notebooks are rendered (committed)
 STYLE = re.compile(r"<style[^>]*>.*?</style>\n?", re.S)
 
 
@@ -88,7 +92,7 @@ def render_all(executed: Path, out: Path, figures: Path, log=print) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="residshift render", description=__doc__.splitlines()[0])
     ap.add_argument("--executed", default=None, help="the executed notebooks (default build/default)")
-    ap.add_argument("--out", default=str(REPO_ROOT / "docs" / "run"), help="where to write (default docs/run)")
+    ap.add_argument("--out", default=str(RENDERED), help="where to write (default docs/run)")
     ap.add_argument("--figures", default=str(REPO_ROOT / "figures"), help="the figures they link to")
     args = ap.parse_args(argv)
     executed = Path(args.executed) if args.executed else build_dir() / "default"

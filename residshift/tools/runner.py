@@ -588,6 +588,12 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 os.environ[k] = v
         shutil.rmtree(ipython_dir, ignore_errors=True)
         os.close(held)
+    if figures.resolve() == COMMITTED_FIGURES.resolve() and done:  # published: the readable copies follow
+        from .render import RENDERED, render
+
+        for target in done:
+            render(target, RENDERED, COMMITTED_FIGURES)
+        log(f"docs/run: {len(done)} executed notebooks rendered for a git host (figures linked, not copied)")
     reason = readme_refresh_skipped(profile, only=only, overrides=overrides, folder=folder)
     if reason is None:
         refresh_readme(log=log)
