@@ -373,3 +373,17 @@ def test_the_debris_of_a_killed_write_is_swept_and_a_live_writers_kept(tmp_path,
 
 def _nested_code():
     return None
+
+
+def test_a_folder_written_again_sweeps_what_a_killed_write_of_it_left(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import os, sys, pathlib; from residshift.core import cache\n"
+            "with cache.output_dir(pathlib.Path(sys.argv[1]) / 'out') as t:\n"
+            "    (t / 'w').write_bytes(b'x'); os.kill(os.getpid(), 9)\n")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)])
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith(".out.")]) == 1  # the killed write's folder
+    with cache.output_dir(tmp_path / "out") as t:
+        (t / "w").write_bytes(b"y")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -47,6 +47,7 @@ import ast
 import contextlib
 import datetime as _dt
 import functools
+import glob
 import hashlib
 import inspect
 import json
@@ -140,6 +141,7 @@ def atomic_dir(target: Path, *, move_aside: bool = False,
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    sweep_debris(target.parent, prefix=f".{target.name}.")  # what a killed earlier write of it left
     tmp = _new_dir(target)
     try:
         yield tmp
@@ -184,14 +186,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep_debris(folder: Path, *, recursive: bool = False) -> list[Path]:
+def sweep_debris(folder: Path, *, recursive: bool = False, prefix: str = ".") -> list[Path]:
     """Remove what killed writes left in ``folder``: temporary files and folders of :func:`atomic_path`
-    and :func:`atomic_dir` whose writer ran on this host and is gone. Returns what was removed."""
+    and :func:`atomic_dir` (names starting with ``prefix``) whose writer ran on this host and is gone.
+    Returns what was removed."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed = []
-    for p in folder.rglob(".*") if recursive else folder.glob(".*"):
+    pattern = glob.escape(prefix) + "*"
+    for p in folder.rglob(pattern) if recursive else folder.glob(pattern):
         m = _DEBRIS.fullmatch(p.name)
         if m is None or m.group(1) != _HOST or _alive(int(m.group(2))):
             continue
