@@ -407,7 +407,7 @@ def test_an_interrupted_rung_resumes_to_the_uninterrupted_readings(uninterrupted
     (["--only", "nosuch"], "unknown rung nosuch"),
     (["-p", "seed=1"], "not a ladder_* or train_* key"),
     (["-p", "ladder_rungs=[oops"], "Expecting value"),
-    (["-p", "ladder_rungs=0"], "ladder_rungs must be a positive integer"),
+    (["-p", "ladder_rungs=0"], "ladder_rungs must be an integer of at least 1"),
 ])
 def test_bad_requests_are_one_line_with_status_2(args, needle, tmp_path, results, monkeypatch, capsys):
     _no_training(monkeypatch)

@@ -548,11 +548,12 @@ def test_a_killed_or_stopped_run_keeps_the_last_finished_copy(tmp_path):
 
 
 def test_only_the_default_profile_writes_the_committed_figures(monkeypatch, tmp_path):
-    from residshift.core.paths import figures_dir
+    from residshift.core.paths import COMMITTED_FIGURES
 
     monkeypatch.delenv("RESIDSHIFT_FIGURES", raising=False)
     out = tmp_path / "build" / "class"
-    assert records.run_figures_dir("default", out) == figures_dir()
+    assert records.run_figures_dir("default", out) == COMMITTED_FIGURES
+    assert records.run_figures_dir("default", out, publish=False) == out / "figures"  # -p: not the study
     for profile in ("smoke", "class", "paper"):
         assert records.run_figures_dir(profile, tmp_path / profile) == tmp_path / profile / "figures"
     monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "elsewhere"))

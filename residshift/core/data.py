@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .cache import atomic_save_npy, note_corpus
-from .paths import REPO_ROOT, cache_dir, figures_dir
+from .paths import COMMITTED_FIGURES, REPO_ROOT, cache_dir, figures_dir
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -242,7 +242,7 @@ def check_reference(name: str, split: str) -> str:
         line = (f"{root / rel} is not the reference copy (sha256 {have[:12]}, the reference {want[:12]}): "
                 "results read from it are not the study's; restore it with `make data DATA_ARGS=--force` or "
                 "point RESIDSHIFT_DATA at a folder holding the reference files (data/README.md)")
-        if figures_dir().resolve() == (REPO_ROOT / "figures").resolve():
+        if figures_dir().resolve() == COMMITTED_FIGURES.resolve():
             raise CorpusMismatchError(line + "; the committed figures are written only from the reference copy")
         if str(root / rel) not in _WARNED:
             _WARNED.add(str(root / rel))

@@ -15,8 +15,8 @@ executed ``NN-name.ipynb``:
 
 Why both: the markdown is what a git host shows; the notebook is what Jupyter and the book read. Text
 outputs appear in both (a few kB per notebook); images only in ``figures/``. An image a notebook shows
-without saving it (none in the committed notebooks; tested) stays inline in the notebook and is written
-beside the markdown (``NN-name_files/``).
+without saving it (only an exercise's solution does, and the default run shows no solutions; tested) stays
+inline in the notebook and is written beside the markdown (``NN-name_files/``).
 """
 from __future__ import annotations
 

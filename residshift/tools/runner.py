@@ -619,7 +619,7 @@ def readme_refresh_skipped(profile: str, *, only: Iterable[str] | None = None,
     if overrides:
         return f"-p {', '.join(sorted(overrides))} changed the default profile's parameters"
     figures = run_figures_dir(profile, build_dir() / profile).resolve()
-    if figures != COMMITTED_FIGURES.resolve():
+    if figures != (REPO_ROOT / "figures").resolve():
         return f"figures went to {figures} (RESIDSHIFT_FIGURES), not the committed figures/"
     books = Path(folder or notebooks_dir()).resolve()
     if books != (REPO_ROOT / "notebooks").resolve():
