@@ -31,3 +31,14 @@ def test_rendered_notebooks_link_every_figure_and_store_no_image(smoke_study, tm
     index = book.build_book("smoke", executed=out, figures=figures, out=tmp_path / "site", log=lambda *a, **k: None)
     page = (index.parent / "01-the-causal-shift.html").read_text()
     assert re.search(r'<img [^>]*src="figures/01-[^"]+\.png"', page)
+
+
+def test_a_rendering_never_replaces_a_file_it_did_not_write(tmp_path):
+    (tmp_path / "01-x.md").write_text("my notes\n")
+    try:
+        render.check_replaceable(tmp_path / "01-x.ipynb", tmp_path / "01-x.md")
+        raise AssertionError("would replace the user's file")
+    except render.OverwriteError as err:
+        assert "01-x.md exists and residshift did not write it" in str(err)
+    (tmp_path / "01-x.md").write_text(render.MD_MARK + "old rendering\n")
+    render.check_replaceable(tmp_path / "01-x.ipynb", tmp_path / "01-x.md")  # its own: replaceable

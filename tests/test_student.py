@@ -31,3 +31,28 @@ def test_every_solution_becomes_an_answer_cell_and_a_hint(tmp_path):
 def test_calls_lists_package_functions_in_order():
     src = "x = tour.a(1)\ny = b(x)\nz = tour.a(2) + np.sum(y)\nwith lm.trace(ids):\n    pass\n"
     assert student.calls(src, {"tour", "b"}) == ["tour.a", "b", "lm.trace (nnsight)"]
+
+
+def test_copies_never_replace_a_notebook_or_a_students_answers(tmp_path):
+    mine = tmp_path / "00-models-and-data.ipynb"
+    mine.write_text("{}")  # the user's (or git's) notebook where a copy would go
+    try:
+        student.write_student(tmp_path, None)
+        raise AssertionError("replaced a notebook residshift did not write")
+    except student.OverwriteError as err:
+        assert "00-models-and-data.ipynb exists and residshift did not write it" in str(err)
+    assert mine.read_text() == "{}" and sorted(p.name for p in tmp_path.iterdir()) == [mine.name]
+    out = tmp_path / "copies"
+    first = student.write_student(out, None)
+    assert student.write_student(out, None) == first  # the same copies again: fine
+    nb = nbformat.read(first[1], as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("my_answer = 42"))
+    nbformat.write(nb, first[1])
+    try:
+        student.write_student(out, None)
+        raise AssertionError("replaced a student's answers")
+    except student.OverwriteError as err:
+        assert first[1].name in str(err) and "--force" in str(err)
+    assert "my_answer = 42" in first[1].read_text()
+    student.write_student(out, None, force=True)
+    assert "my_answer = 42" not in first[1].read_text()

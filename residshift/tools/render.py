@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import re
 import sys
@@ -36,6 +37,29 @@ FIGURE_KEY = "residshift_figure"  # output metadata publish() sets: the saved fi
 NOTEBOOK = re.compile(r"^\d\d-[a-z0-9-]+\.ipynb$")
 RENDERED = REPO_ROOT / "docs" / "run"  # where a default run's executed notebooks are rendered (committed)
 STYLE = re.compile(r"<style[^>]*>.*?</style>\n?", re.S)
+
+
+MARK = "residshift_copy"  # notebook metadata of every copy this module or tools.student writes
+MD_MARK = "<!-- written by residshift.tools.render from the executed notebook; rerun it, do not edit -->\n"
+
+
+class OverwriteError(ValueError):
+    """A file the command would replace is not one it wrote; the message names it and the fix."""
+
+
+def check_replaceable(*paths: Path) -> None:
+    """Refuse, before anything is written, to replace a file that is not a copy residshift wrote."""
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            ours = (MARK in json.loads(path.read_text()).get("metadata", {}) if path.suffix == ".ipynb"
+                    else path.read_text().startswith(MD_MARK))
+        except (OSError, ValueError, AttributeError):
+            ours = False
+        if not ours:
+            raise OverwriteError(f"{path} exists and residshift did not write it: move it, or choose another "
+                                 "--out (nothing was written)")
 
 
 def linked(nb, figures_rel: str):
@@ -64,11 +88,13 @@ def render(executed: Path, out: Path, figures: Path) -> dict[str, int]:
     for cell in nb.cells:  # papermill's per-cell timings change on every run: not worth a diff
         cell.get("metadata", {}).pop("execution", None)
         cell.get("metadata", {}).get("papermill", {}).clear()
+    nb.metadata[MARK] = "rendering"
     text = nbformat.writes(nb)
     body, resources = MarkdownExporter().from_notebook_node(
         nb, resources={"output_files_dir": f"{executed.stem}_files"})
+    check_replaceable(out / executed.name, out / f"{executed.stem}.md")
     atomic_write_text(out / executed.name, text)
-    body = STYLE.sub("", body)  # pandas' scoped CSS: git hosts strip the tag and would show its text
+    body = MD_MARK + STYLE.sub("", body)  # pandas' scoped CSS: git hosts strip the tag and would show its text
     atomic_write_text(out / f"{executed.stem}.md", body)
     for name, data in resources.get("outputs", {}).items():
         atomic_write_bytes(out / name, data)
@@ -96,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figures", default=str(REPO_ROOT / "figures"), help="the figures they link to")
     args = ap.parse_args(argv)
     executed = Path(args.executed) if args.executed else build_dir() / "default"
-    render_all(executed, Path(args.out), Path(args.figures))
+    try:
+        render_all(executed, Path(args.out), Path(args.figures))
+    except OverwriteError as err:
+        print(f"residshift render: error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

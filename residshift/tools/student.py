@@ -27,6 +27,7 @@ import nbformat
 
 from ..core.cache import atomic_write_text
 from ..core.paths import REPO_ROOT, build_dir
+from .render import MARK, OverwriteError, check_replaceable
 
 NNSIGHT = ("trace", "scan", "generate")  # the nnsight entry points a solution may open
 HEADING = re.compile(r"^#{2,4}\s*Exercise\s+(\d+)\s*[—–-]\s*(.+)$", re.M)
@@ -91,9 +92,9 @@ def student_copy(nb, costs: list[dict] | None = None, profile: str = "default"):
         if pending:
             code = "\n".join(c.source for c in pending)
             cells.append(nbformat.v4.new_markdown_cell(hint(code, ours, by_number.get(number), profile),
-                                                       metadata={"tags": ["hint"]}))
+                                                       metadata={"tags": ["hint"]}, id=f"hint-{number}"))
             cells.append(nbformat.v4.new_code_cell(f"# Your answer to exercise {number}\n",
-                                                   metadata={"tags": ["answer"]}))
+                                                   metadata={"tags": ["answer"]}, id=f"answer-{number}"))
             pending.clear()
 
     for cell in nb.cells:
@@ -121,14 +122,18 @@ def with_profile(nb, profile: str):
     for cell in nb.cells:
         if not cell.metadata.get("tags"):
             cell.metadata.pop("tags", None)
+        elif "injected-parameters" in cell.metadata["tags"]:
+            cell.id = "injected-parameters"  # the same copy every time (a rerun finds nothing changed)
     return nb
 
 
 def write_student(out: Path, costs_file: Path | None, *, profile: str | None = None,
-                  solutions: bool = False) -> list[Path]:
+                  solutions: bool = False, force: bool = False) -> list[Path]:
+    """Write the copies into ``out``. A file there that residshift did not write is never replaced, and a
+    copy that differs from the one this would write (a student's answers in it) only with ``force``."""
     data = json.loads(costs_file.read_text()) if costs_file and costs_file.is_file() else {}
     cpu = (data.get("cpu") or {}).get("cpu")
-    written = []
+    written, prepared = [], []
     for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb")):
         costs = [dict(c, cpu=cpu) for c in data.get("notebooks", {}).get(path.stem, [])]
         nb = nbformat.read(path, as_version=4)
@@ -136,7 +141,14 @@ def write_student(out: Path, costs_file: Path | None, *, profile: str | None = N
             nb = student_copy(nb, costs, data.get("profile", "default"))
         if profile is not None:
             nb = with_profile(nb, profile)
-        target = out / path.name
+        nb.metadata[MARK] = "lab" if solutions else "student"
+        prepared.append((out / path.name, nb))
+    check_replaceable(*(target for target, _ in prepared))  # never a notebook the user or git owns
+    edited = [t.name for t, nb in prepared if t.is_file() and t.read_text() != nbformat.writes(nb)]
+    if edited and not force:
+        raise OverwriteError(f"{len(edited)} copies in {out} differ from the ones this would write (answers written "
+                             f"in them?): {', '.join(edited)}; add --force to replace them, or choose another --out")
+    for target, nb in prepared:
         atomic_write_text(target, nbformat.writes(nb))
         written.append(target)
     return written
@@ -149,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the measured exercise costs (make exercises); skipped when absent")
     ap.add_argument("--profile", default=None, help="inject this profile into every copy (e.g. class)")
     ap.add_argument("--lab", action="store_true", help="keep the solutions (the teacher's copies)")
+    ap.add_argument("--force", action="store_true", help="replace copies that were edited since")
     args = ap.parse_args(argv)
     if args.profile is not None:
         from ..core.profiles import PROFILES
@@ -156,7 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile not in PROFILES:
             ap.error(f"unknown profile {args.profile!r}; known: {', '.join(PROFILES)}")
     out = Path(args.out) if args.out else build_dir() / ("lab" if args.lab else "student") / (args.profile or "default")
-    written = write_student(out, Path(args.costs), profile=args.profile, solutions=args.lab)
+    try:
+        written = write_student(out, Path(args.costs), profile=args.profile, solutions=args.lab, force=args.force)
+    except OverwriteError as err:
+        print(f"residshift student: error: {err}", file=sys.stderr)
+        return 2
     what = "with their solutions" if args.lab else "solutions removed; answer cells and hints added"
     print(f"copies of {len(written)} notebooks in {out} ({what}"
           + (f"; profile {args.profile} injected" if args.profile else "") + ")")
