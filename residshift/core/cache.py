@@ -68,7 +68,7 @@ import numpy as np
 import torch
 from numpy._core.multiarray import _reconstruct as _numpy_reconstruct, scalar as _numpy_scalar
 
-from .paths import REPO_ROOT, results_dir
+from .paths import IN_CLONE, REPO_ROOT, results_dir
 
 SCHEMA = 2  # bump when the meaning of cached results changes (2: keys include the code fingerprint)
 PACKAGE = "residshift"
@@ -938,6 +938,8 @@ CODE_PATHS = ("residshift", "notebooks", "pyproject.toml")  # the profiles live 
 
 
 def _git(*args: str) -> str:
+    if not IN_CLONE:  # an installed copy: a git repository above site-packages is not this code's
+        raise OSError("not a clone")
     return subprocess.run(["git", *args], cwd=REPO_ROOT, text=True, capture_output=True,
                           check=True).stdout.strip()
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from .cache import atomic_save_npy, note_corpus
-from .paths import COMMITTED_FIGURES, REPO_ROOT, cache_dir, figures_dir
+from .paths import COMMITTED_FIGURES, REPO_ROOT, cache_dir, figures_dir, work_dir
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -143,7 +143,7 @@ def data_root() -> Path | None:
     env = os.environ.get("RESIDSHIFT_DATA")
     if env:
         return Path(env).expanduser().resolve()
-    for candidate in (REPO_ROOT / "data", REPO_ROOT.parent / "shared" / "data"):
+    for candidate in (work_dir() / "data", REPO_ROOT.parent / "shared" / "data"):
         if any((candidate / c.files[s]).is_file() for c in CORPORA.values() for s in c.files):
             return candidate
     return None

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .cache import _canonical, atomic_write_text, code_state
-from .paths import REPO_ROOT, active_profile, figures_dir
+from .paths import IN_CLONE, REPO_ROOT, active_profile, figures_dir
 from .records import CorruptRecordError, read_record, updating  # noqa: F401 - CorruptRecordError re-exported
 
 _NAME = re.compile(r"^\d\d-[a-z0-9][a-z0-9-]*$")
@@ -87,6 +87,8 @@ def check_name(name: str) -> str:
 def git_commit() -> str:
     """The commit checked out (short sha), or "unknown" without git. Whether the code differs
     from it is a separate field of the manifest (``code_dirty``), not a suffix."""
+    if not IN_CLONE:  # an installed copy: a git repository above site-packages is not this code's
+        return "unknown"
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, text=True,
                               capture_output=True, check=True).stdout.strip()

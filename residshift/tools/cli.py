@@ -10,6 +10,7 @@ import os
 import sys
 import time
 
+from ..core.paths import not_a_clone
 from ..core.profiles import PROFILES
 
 
@@ -122,11 +123,17 @@ def main(argv: list[str] | None = None) -> int:
         except argparse.ArgumentError as err:
             print(f"residshift train-grid: error: {err}", file=sys.stderr)
             return 2
+        if line := not_a_clone("train-grid"):
+            print(line, file=sys.stderr)
+            return 2
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `train`: before torch loads
         from .grid_launcher import main_train_grid  # lazy: torch + the study's training glue
 
         return main_train_grid(argv[1:])
     args = parser.parse_args(argv)
+    if args.cmd in ("run", "report", "book", "ladder") and (line := not_a_clone(args.cmd)):
+        print(line, file=sys.stderr)
+        return 2
 
     if args.cmd == "run":
         from .runner import (  # lazy: +25 ms (+60% on --help); only `run` needs it

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 
 from ..core import data as D
 from ..core.cache import atomic_write_bytes
-from ..core.paths import REPO_ROOT, cache_dir
+from ..core.paths import cache_dir, work_dir
 
 REFERENCE_SHA256 = D.REFERENCE_SHA256  # the curated copies' sha256 (data/README.md)
 
@@ -34,8 +34,9 @@ class FetchError(RuntimeError):
 
 
 def default_dest() -> Path:
-    """``data/`` in this checkout (never ``$RESIDSHIFT_DATA``: that may be a shared, read-only copy)."""
-    return REPO_ROOT / "data"
+    """``data/`` in this checkout, or ``./residshift-out/data`` for an installed package (never
+    ``$RESIDSHIFT_DATA``: that may be a shared, read-only copy)."""
+    return work_dir() / "data"
 
 
 def _jsonl(rows: Iterable[dict[str, Any]], *, ascii: bool = True) -> bytes:
