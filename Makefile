@@ -1,7 +1,7 @@
 # residshift: two commands do everything.
 #   make study   set up, then run every notebook headless (papermill) at the default profile; a full
 #                default run then regenerates the README's results block (python -m residshift report).
-#                `make study PROFILE=class` runs the lecture profile's notebooks 00-03 only (STUDY_ONLY);
+#                `make study PROFILE=class` runs the lecture profile's notebooks 00-04 only (STUDY_ONLY);
 #                its figures and run times go to build/class/figures, never the committed figures/
 #   make test    set up, then run the test suite and ruff (what .ci/run calls)
 # Both first install Chromium and the Noto fonts where that needs no password (browser-auto).
@@ -28,7 +28,7 @@ export RESIDSHIFT_DATA
 MKL_CBWR ?= AVX2,STRICT
 export MKL_CBWR
 
-.PHONY: setup lock models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder student
+.PHONY: setup lock models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder student class-key
 
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
 # calls below also read PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
@@ -77,9 +77,11 @@ setup: $(STAMP)
 models: setup
 	$(PY) -m residshift prepare
 
-# The notebooks `make study` runs: all of them, except at the class profile (sized for a lecture: 00-03).
-# STUDY_ONLY='00 01' picks others; STUDY_ONLY= (empty) runs every notebook at any profile.
-STUDY_ONLY ?= $(if $(filter class,$(PROFILE)),00 01 02 03)
+# The notebooks `make study` runs: all of them, except at the class profile (sized for a lecture: 00-04,
+# residshift.core.profiles.CLASS_NOTEBOOKS). STUDY_ONLY='00 01' picks others; STUDY_ONLY= (empty) runs every
+# notebook at any profile.
+CLASS_NOTEBOOKS := 00 01 02 03 04
+STUDY_ONLY ?= $(if $(filter class,$(PROFILE)),$(CLASS_NOTEBOOKS))
 study: models browser-auto
 	$(PY) -m residshift run --profile $(PROFILE) $(if $(strip $(STUDY_ONLY)),--only $(STUDY_ONLY))
 
@@ -96,9 +98,16 @@ ladder: setup
 	$(PY) -m residshift ladder --profile $(PROFILE) --mitigation $(LADDER_ARGS)
 
 # Every exercise's solution on the real models at $(PROFILE), timed (benchmarks/exercise_costs.py):
-# after `make study` it reuses the results cache; writes benchmarks/exercises-default.json.
+# after `make study` it reuses the results cache; writes benchmarks/exercises-$(PROFILE).json.
 exercises: models
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/exercise_costs.py --profile $(PROFILE)
+
+# The class answer key, committed (residshift/tools/classkey.py): notebooks $(CLASS_NOTEBOOKS) at the class profile
+# with their solutions shown (every answer check must pass), executed into build/class-key/, rendered like
+# docs/run into docs/class/ with the PNGs they show in docs/class/figures/; the run's times go to
+# benchmarks/RUNS-class.json and the solutions' costs to benchmarks/exercises-class.json. Never figures/ or docs/run/.
+class-key: models
+	HF_HUB_OFFLINE=1 $(PY) -m residshift.tools.classkey
 
 # ruff after pytest: a lint finding never hides the test results, and the tests run even when it fails.
 # `python -m residshift lens` on the two embedded models, into docs/lens-example/ (the README links it and

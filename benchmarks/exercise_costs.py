@@ -10,11 +10,13 @@ its heading and the next). The solutions end in asserts that check their answer,
 answer check too: an exercise *passed* when its solution cells ran and none raised; one that raised
 failed, with the error's last line (``AssertionError: ...``) recorded, and one that never ran (an
 earlier cell failed, papermill stopped there) failed with that said. Written:
-``benchmarks/exercises-default.json`` (per notebook and exercise: seconds, ran, passed, error line,
+``benchmarks/exercises-<profile>.json`` (per notebook and exercise: seconds, ran, passed, error line,
 homework = more than HOMEWORK_S seconds) with the CPU it ran on, and the notebooks of ``notebooks/``
 that have no executed copy (``missing``: a run with ``--only`` or one that stopped early).
-``build/exercises/`` is ``$RESIDSHIFT_BUILD/exercises`` where that is set; ``--collect`` only reads it.
-The book's instructor page renders each question with its executed solution from there.
+``build/exercises/`` is ``$RESIDSHIFT_BUILD/exercises`` where that is set; ``--collect`` only reads it
+(``--executed`` another folder: ``make class-key`` collects ``build/class-key/`` into
+``benchmarks/exercises-class.json``). The book's instructor page renders each question with its executed
+solution from there.
 """
 from __future__ import annotations
 
@@ -104,9 +106,11 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="default")
     ap.add_argument("--collect", action="store_true", help="only read build/exercises/")
     ap.add_argument("--only", nargs="*", default=None, help="notebook numbers")
-    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "exercises-default.json"))
+    ap.add_argument("--json", default=None, help="default benchmarks/exercises-<profile>.json")
+    ap.add_argument("--executed", default=None, help="the executed notebooks (default build/exercises)")
     a = ap.parse_args(argv)
-    folder = exercise_folder()
+    a.json = a.json or str(ROOT / "benchmarks" / f"exercises-{a.profile}.json")
+    folder = Path(a.executed) if a.executed else exercise_folder()
     if not a.collect:
         env = {**os.environ, "RESIDSHIFT_FIGURES": str(folder / "figures")}
         cmd = [sys.executable, "-m", "residshift", "run", "--profile", a.profile, "-p", "show_solutions=true",

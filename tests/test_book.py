@@ -432,24 +432,41 @@ def test_summary_page_groups_the_saved_verdicts_by_claim_with_one_figure_each(tm
 
 
 def test_instructor_page_states_the_class_profiles_measured_times(tmp_path, monkeypatch):
-    """The class profile's times come from its own RUNS.json (build/class/figures, or committed as
-    benchmarks/RUNS-class.json), never from the committed figures/RUNS.json; the page sums 00-03."""
+    """Issue 51: the page listed warm default times as what fits a session, rounded 01 to "(0 min)" and said
+    "Before class ... run --profile default". Now the class run's times come from its own record
+    (benchmarks/RUNS-class.json, or build/class/figures), never from the committed figures/RUNS.json; a
+    sub-minute run shows its seconds; before class means `make study PROFILE=class`; the exercise costs
+    are the class profile's where `make class-key` measured them."""
     from residshift.tools import book
 
-    assert book.committed_runs("class").name == "RUNS-class.json"
-    assert "not measured yet" in book._class_line({})
-    entry = lambda s, load=None: {"wall_s": s, "finished": "2027-01-01T00:00:00Z",  # noqa: E731
+    entry = lambda s, load=None: {"wall_s": s, "peak_rss_mib": 3072, "finished": "2027-01-01T00:00:00Z",  # noqa: E731
                                   "machine": {"load_1min_at_start": load}}
-    some = {"class": {"00-models-and-data": entry(90.0, 2.4), "01-the-causal-shift": entry(30.0)}}
-    line = book._class_line(some)
-    assert "00 1.5 min, 01 0.5 min" in line and "02, 03 not measured yet" in line and "load average was up to 2.4" in line
-    every = {"class": {f"0{i}-x": entry(60.0 * (i + 1)) for i in range(4)}}
-    assert "(10.0 min in all)" in book._class_line(every)
-    # the runs a page reads: the class profile's own record, merged with the others
-    (tmp_path / "class").mkdir()
-    (tmp_path / "class" / "RUNS.json").write_text(json.dumps(every))
-    merged = book._runs(["smoke", "class", "default", "paper"], [tmp_path / "class" / "RUNS.json"])
-    assert set(merged) == {"class"}
+    table = book.class_runs_table({"00-models-and-data": entry(37.0, 2.4), "01-the-causal-shift": entry(700.0)},
+                                  {"00-models-and-data": "00-models-and-data.html"}, book.SESSION_RUN_S)
+    assert '<td><a href="00-models-and-data.html">00</a></td><td>37 s</td><td>3.0 GiB</td><td>2.4</td><td>yes</td>' in table
+    assert "<td>01</td><td>11.7 min</td>" in table and "<td>no</td>" in table
+    assert table.count("not measured yet") == len(book.CLASS_NOTEBOOKS) - 2 and "in all" not in table
+    every = {f"0{i}-x": entry(60.0 * (i + 1)) for i in range(len(book.CLASS_NOTEBOOKS))}
+    assert "<td>in all</td><td>15.0 min</td>" in book.class_runs_table(every, {}, book.SESSION_RUN_S)
+
+    committed, build = tmp_path / "committed", tmp_path / "build"
+    committed.mkdir()
+    (committed / "RUNS.json").write_text(json.dumps({"default": {"00-models-and-data": entry(66.0)}}))
+    (tmp_path / "RUNS-class.json").write_text(json.dumps({"class": {"00-models-and-data": entry(48.0)}}))
+    (tmp_path / "exercises-class.json").write_text(json.dumps({"notebooks": {"00-models-and-data": [
+        {"exercise": 1, "title": "t", "seconds": 3.2, "ran": True, "error": False, "homework": False}]}}))
+    monkeypatch.setattr(book, "COMMITTED_FIGURES", committed)
+    monkeypatch.setattr(book, "committed_runs", lambda p: tmp_path / f"RUNS-{p}.json")
+    monkeypatch.setattr(book, "CLASS_EXERCISE_COSTS", tmp_path / "exercises-class.json")
+    monkeypatch.setenv("RESIDSHIFT_BUILD", str(build))
+    ch = book.Chapter(path=Path("00-models-and-data.ipynb"), number="00", title_html="Models", summary_html="",
+                      page="00-models-and-data.html", exercises=[("exercise-1", "t")])
+    page = book._instructor_page("default", [ch], ["class", "default"], tmp_path / "nofigures", answers=tmp_path / "none")
+    session = page.split("A 90-minute session")[1]
+    assert '<td><a href="00-models-and-data.html">00</a></td><td>48 s</td>' in session and "66 s" not in session
+    assert "(0 min)" not in page and "(3 s of solution at class; in class)" in page
+    before = page.split("Before class")[1].split("A 90-minute session")[0]
+    assert "make study PROFILE=class" in before and "--profile default" not in before
 
 
 def _solved(number, title, question, outputs, *, failed=False):

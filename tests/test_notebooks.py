@@ -418,3 +418,25 @@ def test_notebook_delivers_at_smoke_profile(path, smoke_study):
         assert not bad, f"{f.name}: non-finite numbers at {bad[:10]}"
     for f in sorted(figures.glob(f"{path.name[:2]}-*.png")):
         assert f.stat().st_size > 1000, f"{f.name} is (nearly) empty"
+
+
+@pytest.mark.slow
+def test_03_without_a_tuned_lens_runs_to_its_end_on_the_logit_lens(tmp_path, monkeypatch):
+    """The class profile's 03 (``tuned_steps = 0``, issue 51) on tiny models: nothing tuned is fitted, drawn
+    or judged, every later cell (verdicts, C1 figure, shift depths, findings check, solutions) still runs,
+    and the notebook says in words where the default run's tuned lens is."""
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    runner.run_notebooks("smoke", only=["03"], overrides={"tuned_steps": 0}, output_dir=tmp_path,
+                         log=lambda *a, **k: None)
+    nb = nbformat.read(tmp_path / "03-alignment-curves.ipynb", as_version=4)
+    cells = {c.get("id"): c for c in nb.cells}
+    assert not [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not cells["a03-12"].outputs and not cells["a03-14"].outputs
+    assert "`figures/03-alignment-curves-tuned-lens.png`" in cells["a03-11"].source
+    figures = tmp_path / "figures"
+    assert not (figures / "03-alignment-curves-tuned-lens.png").exists()
+    rows = json.loads((figures / "03-alignment-curves-verdicts.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    decoders = {r.get("variant") for r in rows}
+    assert "logit lens" in decoders and "tuned lens" not in decoders
+    assert (figures / "03-alignment-curves-c1.png").is_file() and (figures / "03-alignment-curves-shift-depth.png").is_file()

@@ -15,11 +15,17 @@ def test_class_is_the_default_on_the_embedded_models_at_lecture_sizes():
     c, d = profiles.resolve("class"), profiles.resolve("default")
     assert c.models == d.models and set(c.models) <= set(EMBEDDED) and c.extra_models == []
     assert c.device == "cpu" and not c.show_solutions
-    # 00-03 in minutes: a few windows and tuned-lens steps, a tiny causal pass
+    # 00-04 in minutes: a few windows, no tuned lens (03 leaves it to default), a tiny causal pass
     assert 4 <= c.lens_windows <= 8 and c.lens_positions == d.lens_positions
     assert 1 <= c.lens_check_windows <= c.lens_windows
-    assert c.ppl_windows <= 8 and c.tuned_steps <= 50 and c.tuned_steps % c.tuned_eval_every == 0
+    assert c.ppl_windows <= 8 and c.tuned_steps == 0 and d.tuned_steps > 0
     assert c.tuned_lstsq_windows <= c.tuned_train_windows and c.causal_windows <= 4
+    # 04 at class still computes what it teaches: the cut outright (alpha = 0) at every block, block 0
+    # included, and the alpha C2.layer-sensitive probes, on at least a few windows
+    from residshift.analysis.verdicts import PROBE_ALPHA
+
+    assert {0.0, PROBE_ALPHA, 1.0} <= set(c.sweep_alphas) and c.sweep_windows >= 4
+    assert profiles.CLASS_NOTEBOOKS == ("00", "01", "02", "03", "04")
     # 04-10: every count at most the default's (small but real: the same corpora and models)
     for key, value in vars(c).items():
         if isinstance(value, int) and not isinstance(value, bool) and isinstance(getattr(d, key), int):
@@ -323,3 +329,20 @@ def test_papermill_by_hand_stops_at_the_setup_cell_with_the_one_line(tmp_path):
     assert [o["evalue"] for o in cells[failed[0]]["outputs"] if o.get("output_type") == "error"] == [line]
     assert all(c.get("execution_count") is None for c in cells[failed[0] + 1:])  # nothing after it ran
     assert not (tmp_path / "results").exists()
+
+
+def test_the_makefile_runs_the_class_notebooks_the_profiles_name():
+    """`make study PROFILE=class` runs profiles.CLASS_NOTEBOOKS (the book and `make class-key` read that tuple)."""
+    import re
+    from pathlib import Path
+
+    make = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    listed = re.search(r"^CLASS_NOTEBOOKS := (.+)$", make, re.M)
+    assert listed and tuple(listed.group(1).split()) == profiles.CLASS_NOTEBOOKS
+    assert "STUDY_ONLY ?= $(if $(filter class,$(PROFILE)),$(CLASS_NOTEBOOKS))" in make
+
+
+def test_no_tuned_lens_is_a_value_a_notebook_accepts():
+    """tuned_steps = 0 (the class profile's) is allowed wherever values are checked; negative is not."""
+    assert profiles.value_problem("tuned_steps", 0) is None
+    assert profiles.value_problem("tuned_steps", -1) == "an integer of at least 0"

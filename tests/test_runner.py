@@ -580,3 +580,31 @@ def test_a_class_run_records_beside_its_own_figures_not_the_committed_ones(books
     runs = records.load_runs(out / "figures" / "RUNS.json")
     assert set(runs) == {"class"} and set(runs["class"]) == {"00-first", "02-third"}
     assert (committed.read_bytes() if committed.is_file() else None) == before
+
+
+def test_the_time_line_before_a_notebook_is_the_running_profiles_own(books, tmp_path, monkeypatch):
+    """Issue 51: a class run showed the default profile's warm time. Before each notebook the runner prints
+    its last measured run at the running profile (benchmarks/RUNS-<profile>.json and this run's own record;
+    figures/RUNS.json only for default), or 'not measured yet at <profile>': never another profile's time."""
+    folder, _ = books
+    assert records.committed_runs("class") == records.REPO_ROOT / "benchmarks" / "RUNS-class.json"
+    entry = lambda s, when: {"wall_s": s, "peak_rss_mib": 2048, "finished": when}  # noqa: E731
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    (committed / "RUNS.json").write_text(json.dumps({"default": {"00-first": entry(999.0, "2027-01-03T00:00:00Z"),
+                                                                 "01-second": entry(998.0, "2027-01-03T00:00:00Z")}}))
+    (tmp_path / "RUNS-class.json").write_text(json.dumps({"class": {"00-first": entry(37.0, "2027-01-01T00:00:00Z")},
+                                                          "default": {"01-second": entry(997.0, "2027-01-02T00:00:00Z")}}))
+    monkeypatch.setattr(records, "COMMITTED_FIGURES", committed)
+    monkeypatch.setattr(records, "committed_runs", lambda p: tmp_path / f"RUNS-{p}.json")
+    monkeypatch.setenv("RESIDSHIFT_FIGURES", str(tmp_path / "figures"))
+    lines = []
+    runner.run_notebooks("class", folder=folder, output_dir=tmp_path / "out", log=lambda *a, **k: lines.append(a[0]))
+    said = [line.strip() for line in lines if "measured" in line]
+    assert said == ["last measured at class: 37 s (peak 2.0 GiB, 2027-01-01)", "not measured yet at class"]
+    # the run recorded itself: the next class run reads its own time, the newest of the two records
+    again = records.own_runs("class", tmp_path / "figures")
+    assert set(again) == {"00-first", "01-second"} and again["00-first"]["finished"] > "2027-01-01"
+    assert records.own_runs("default")["00-first"]["wall_s"] == 999.0  # default: figures/RUNS.json
+    assert records.runtime_line("class", {"wall_s": 150.0, "overrides": {"show_solutions": True}}) == \
+        "last measured at class: 2.5 min (-p show_solutions=true)"

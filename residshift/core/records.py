@@ -158,3 +158,41 @@ def load_runs(path: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """``{profile: {notebook stem: entry}}`` from ``RUNS.json`` (empty when absent; a corrupt one
     raises ``CorruptRecordError``, one line naming the fix)."""
     return read_record(Path(path) if path else runs_path())
+
+
+def committed_runs(profile: str) -> Path:
+    """A profile's measured run times committed beside the benchmarks (``benchmarks/RUNS-<profile>.json``):
+    only the default profile's runs write the committed ``figures/RUNS.json``, so another profile's times
+    reach a fresh clone this way (``make class-key`` writes the class profile's)."""
+    return REPO_ROOT / "benchmarks" / f"RUNS-{profile}.json"
+
+
+def own_runs(profile: str, figures: Path | None = None) -> dict[str, dict[str, Any]]:
+    """``{notebook stem: entry}``: the last measured run of each notebook at ``profile`` itself, never
+    another profile's: ``profile``'s entries of the ``RUNS.json`` in ``figures`` (the folder this run
+    records into, :func:`run_figures_dir`) and of its committed record (``figures/RUNS.json`` for the default
+    profile, :func:`committed_runs` for the others); the newest ``finished`` wins. A corrupt file raises
+    ``CorruptRecordError``."""
+    committed = COMMITTED_FIGURES / "RUNS.json" if profile == COMMITTED_PROFILE else committed_runs(profile)
+    merged: dict[str, dict[str, Any]] = {}
+    for path in dict.fromkeys([*([Path(figures) / "RUNS.json"] if figures else []), committed]):
+        for stem, entry in (read_record(path).get(profile) or {}).items():
+            if stem not in merged or str(entry.get("finished", "")) >= str(merged[stem].get("finished", "")):
+                merged[stem] = entry
+    return merged
+
+
+def duration(seconds: float) -> str:
+    """``45 s`` under two minutes, else ``3.1 min``: a measured wall time as every reader shows it."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def runtime_line(profile: str, entry: dict[str, Any] | None) -> str:
+    """The runner's line before a notebook: its last measured run at ``profile`` (:func:`own_runs`), or
+    ``not measured yet at <profile>``."""
+    if not entry or entry.get("wall_s") is None:
+        return f"not measured yet at {profile}"
+    extra = [f"peak {entry['peak_rss_mib'] / 1024:.1f} GiB"] if isinstance(entry.get("peak_rss_mib"), (int, float)) else []
+    extra += [str(entry["finished"])[:10]] if entry.get("finished") else []
+    extra += [f"-p {k}={json.dumps(v)}" for k, v in sorted((entry.get("overrides") or {}).items())]
+    return f"last measured at {profile}: {duration(float(entry['wall_s']))}" + (f" ({', '.join(extra)})" if extra else "")

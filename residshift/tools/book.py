@@ -18,11 +18,12 @@ and the figures they saved into ``build/book/<profile>/``:
 - ``figures.html``: every figure of ``MANIFEST.json`` with its numbers (.json), its PDF and the
   notebook that made it;
 - ``instructor.html``: what each notebook teaches and its measured wall time and peak memory at each
-  profile (``RUNS.json`` beside the figures, written by the runner; "not measured yet" otherwise),
-  then the answer key (:func:`answer_key_html`): every exercise's question and its solution as
-  ``make exercises`` executed it into ``build/exercises/`` (code and outputs, folded), with the
-  solution's time and answer check from ``benchmarks/exercises-default.json``; without that folder
-  the section names the command that makes it.
+  profile (``RUNS.json`` beside the figures, written by the runner; "not measured yet" otherwise), what
+  to run before class and the class run's own times (``benchmarks/RUNS-class.json``, written by
+  ``make class-key``: :func:`.classkey.class_runs_table`), then the answer key (:func:`answer_key_html`):
+  every exercise's question and its solution as ``make exercises`` executed it into ``build/exercises/``
+  (code and outputs, folded), with the solution's time and answer check from
+  ``benchmarks/exercises-default.json``; without that folder the section names the command that makes it.
 
 Only whole runs are rendered: a notebook that finished, or one that failed with papermill's error
 record (its index entry says where it stopped). A half-run copy (a code cell papermill left
@@ -91,8 +92,9 @@ from ..core import profiles
 from ..core.cache import check_output_dir, output_dir
 from ..core.paths import COMMITTED_FIGURES, REPO_ROOT, build_dir
 from ..core.records import CorruptRecordError, read_record
-from ..core.records import COMMITTED_PROFILE
+from ..core.records import COMMITTED_PROFILE, committed_runs, duration
 from . import report
+from .classkey import PROFILE as CLASS_PROFILE, CLASS_NOTEBOOKS, class_runs_table
 from ..study import tables
 
 NOTEBOOK = re.compile(r"^(\d\d)-[a-z0-9-]+\.ipynb$")
@@ -590,8 +592,7 @@ def _runs(profiles_: list[str], sources: list[Path]) -> dict[str, dict[str, dict
 def _fmt_run(entry: dict | None) -> str:
     if not entry or entry.get("wall_s") is None:
         return '<span class="not-measured">not measured yet</span>'
-    secs = float(entry["wall_s"])
-    wall = f"{secs:.0f} s" if secs < 120 else f"{secs / 60:.1f} min"
+    wall = duration(float(entry["wall_s"]))
     mem = entry.get("peak_rss_mib")
     mem_txt = f", peak {mem / 1024:.1f} GiB" if isinstance(mem, (int, float)) else ""
     when = f' title="finished {html.escape(str(entry.get("finished", "?")))}"'
@@ -856,6 +857,7 @@ def _gallery_page(profile, chapters, manifest, pngs, jsons) -> str:
 
 SESSION_RUN_S = 10 * 60  # a notebook run that fits a 90-minute session beside reading and two exercises
 EXERCISE_COSTS = REPO_ROOT / "benchmarks" / "exercises-default.json"  # `make exercises`
+CLASS_EXERCISE_COSTS = REPO_ROOT / "benchmarks" / "exercises-class.json"  # `make class-key`
 
 
 def exercise_costs(path: Path | None = None) -> dict[str, dict[int, dict[str, Any]]]:
@@ -868,42 +870,11 @@ def exercise_costs(path: Path | None = None) -> dict[str, dict[int, dict[str, An
     return {stem: {int(e["exercise"]): e for e in entries} for stem, entries in data.get("notebooks", {}).items()}
 
 
-def _exercise_cost(entry: dict[str, Any] | None) -> str:
+def _exercise_cost(entry: dict[str, Any] | None, profile: str = COMMITTED_PROFILE) -> str:
     if not entry or not entry.get("ran"):
         return ""
     kind = "homework" if entry.get("homework") else "in class"
-    return f' <span class="cost">({entry["seconds"]:.0f} s of solution at default; {kind})</span>'
-
-
-CLASS_PROFILE = "class"  # the lecture profile (residshift.core.profiles.CLASS): 00-03 in minutes
-CLASS_NOTEBOOKS = ("00", "01", "02", "03")
-
-
-def committed_runs(profile: str) -> Path:
-    """A profile's measured run times committed beside the benchmarks (``benchmarks/RUNS-<profile>.json``,
-    a copy of ``build/<profile>/figures/RUNS.json`` after a run): only the default profile's runs write
-    the committed ``figures/RUNS.json``, so another profile's times reach a fresh clone this way."""
-    return REPO_ROOT / "benchmarks" / f"RUNS-{profile}.json"
-
-
-def _class_line(runs: dict[str, dict[str, dict]]) -> str:
-    """One sentence: what notebooks 00-03 took at the class profile by the last measured runs."""
-    got = {stem[:2]: e for stem, e in runs.get(CLASS_PROFILE, {}).items()
-           if stem[:2] in CLASS_NOTEBOOKS and e.get("wall_s") is not None}
-    cmd = f"<code>make study PROFILE={CLASS_PROFILE}</code>"
-    if not got:
-        return (f"At the <code>{CLASS_PROFILE}</code> profile ({cmd}; the embedded models at a few windows, "
-                f"its C1 verdicts marked underpowered) notebooks {', '.join(CLASS_NOTEBOOKS)} are sized to run "
-                f"in minutes; not measured yet.")
-    parts = ", ".join(f"{k} {float(e['wall_s']) / 60:.1f} min" for k, e in sorted(got.items()))
-    total = sum(float(e["wall_s"]) for e in got.values())
-    missing = [k for k in CLASS_NOTEBOOKS if k not in got]
-    loads = [e.get("machine", {}).get("load_1min_at_start") for e in got.values()]
-    loaded = max((x for x in loads if isinstance(x, (int, float))), default=None)
-    return (f"At the <code>{CLASS_PROFILE}</code> profile ({cmd}; the embedded models at a few windows, its C1 "
-            f"verdicts marked underpowered), by the last measured runs: {parts}"
-            + (f" ({total / 60:.1f} min in all)" if not missing else f"; {', '.join(missing)} not measured yet")
-            + (f"; the machine's load average was up to {loaded:.1f} when they started" if loaded else "") + ".")
+    return f' <span class="cost">({entry["seconds"]:.0f} s of solution at {profile}; {kind})</span>'
 
 
 def exercise_folder() -> Path:
@@ -1024,44 +995,48 @@ def _instructor_page(profile, chapters, all_profiles, fig_src: Path, *, answers:
         committed_runs(p) for p in all_profiles if p != COMMITTED_PROFILE] + [
         build_dir() / p / "figures" / "RUNS.json" for p in all_profiles]
     runs = _runs(all_profiles, sources)
-    costs = exercise_costs()
+    costs, costs_at = exercise_costs(CLASS_EXERCISE_COSTS), CLASS_PROFILE  # the lecture's own, where measured
+    if not costs:
+        costs, costs_at = exercise_costs(), COMMITTED_PROFILE
     head = "".join(f"<th>{html.escape(p)}</th>" for p in all_profiles)
     rows = []
-    fits = []
     for ch in chapters:
         cells = "".join(f"<td>{_fmt_run(runs.get(p, {}).get(ch.stem))}</td>" for p in all_profiles)
         cost = costs.get(ch.stem, {})
-        ex = "".join(f'<li><a href="{ch.page}#{html.escape(a)}">{_inline_html(t)}</a>{_exercise_cost(cost.get(k))}</li>'
+        ex = "".join(f'<li><a href="{ch.page}#{html.escape(a)}">{_inline_html(t)}</a>{_exercise_cost(cost.get(k), costs_at)}</li>'
                      for k, (a, t) in enumerate(ch.exercises, start=1))
         rows.append(f'<tr><td><a href="{ch.page}">{ch.title_html}</a></td><td>{ch.summary_html}</td>'
                     f'<td><ol>{ex}</ol></td>{cells}</tr>')
-        wall = (runs.get("default", {}).get(ch.stem) or {}).get("wall_s")
-        if wall is not None and wall <= SESSION_RUN_S and len(ch.exercises) >= 2:
-            fits.append(f'<a href="{ch.page}">{ch.number}</a> ({wall / 60:.0f} min)')
     body = (f"<h1>For instructors</h1>"
             f'<p class="note">What each notebook teaches (its opening paragraph) and its last measured run '
             f"at each profile: wall time and the kernel's peak memory, as the runner recorded them in "
             f"<code>RUNS.json</code> beside the figures (other profiles than {COMMITTED_PROFILE}: "
             f"<code>build/&lt;profile&gt;/figures/</code>, or committed as <code>benchmarks/RUNS-&lt;profile&gt;.json</code>). Beside each exercise: what its solution cells took "
-            f"at the default profile (<code>make exercises</code>, <code>benchmarks/exercises-default.json</code>); "
+            f"at the class profile (<code>make class-key</code>, <code>benchmarks/exercises-class.json</code>), or at "
+            f"default where class was never measured (<code>make exercises</code>, <code>benchmarks/exercises-default.json</code>); "
             f"over a minute on two cores is homework. The <a href=\"#answer-key\">answer key</a> at the end "
-            f"of this page shows every solution as executed.</p>"
+            f"of this page shows every solution as executed at default; <code>docs/class/</code> holds the class "
+            f"notebooks executed with their solutions at the class profile.</p>"
             f'<table class="instructor"><thead><tr><th>notebook</th><th>what it teaches</th><th>exercises</th>{head}</tr>'
             f'</thead><tbody>{"".join(rows)}</tbody></table>'
             f'<h2>To hand out</h2><p><a href="summary.html">The results summary</a>: every verdict, grouped by '
             f"claim, and one figure per claim, generated from the saved numbers; it prints on one page.</p>"
             f"<h2>Before class</h2><p>On the machine the class uses: <code>make setup</code>, "
             f"<code>make models</code> (dequantize the embedded models once), then "
-            f"<code>python -m residshift run --profile default</code> to fill the result caches; "
-            f"<code>make lab</code> opens the notebooks in JupyterLab.</p>"
+            f"<code>make study PROFILE=class</code>: notebooks {CLASS_NOTEBOOKS[0]}–{CLASS_NOTEBOOKS[-1]} "
+            f"at the lecture's sizes (the embedded models at a few windows; the C1 verdicts are marked "
+            f"underpowered and 03's tuned lens is left to the default run), which fills the result caches; "
+            f"<code>make lab PROFILE=class</code> opens copies of the notebooks with those sizes set, "
+            f"<code>make student PROFILE=class</code> writes the students' copies (answer cells and hints).</p>"
             f"<h2>A 90-minute session</h2><p>About 30 minutes to read a notebook together and two exercises "
-            f"of about 25 minutes each, with the notebook's own run (from warm caches, or started at the "
-            f"beginning of the session) taking at most {SESSION_RUN_S // 60} minutes at the default profile. By "
-            f"the last measured runs that fits: {', '.join(fits) or 'no notebook measured yet'}. Longer "
-            f"notebooks fit when they are run before class (their result caches then make the rerun short), "
-            f"or at the smoke profile to read the code (<code>-p</code> overrides shrink any sample).</p>"
-            f"<p>{_class_line(runs)}</p>"
-            + answer_key_html(answers, chapters=chapters, costs=costs, site=site))
+            f"of about 25 minutes each, with the notebook's own run at the class profile (from warm caches, or "
+            f"started at the beginning of the session) taking at most {SESSION_RUN_S // 60} minutes. The class "
+            f"run's last measured times (<code>benchmarks/RUNS-class.json</code>, or this machine's "
+            f"<code>build/class/figures/RUNS.json</code>):</p>"
+            + class_runs_table(runs.get(CLASS_PROFILE, {}), {ch.stem: ch.page for ch in chapters}, SESSION_RUN_S)
+            + "<p>Longer notebooks fit when they are run before class (their result caches then make the rerun "
+            "short), or at the smoke profile to read the code (<code>-p</code> overrides shrink any sample).</p>"
+            + answer_key_html(answers, chapters=chapters, costs=exercise_costs(), site=site))
     return PAGE.format(title=f"Instructor · residshift · {profile}",
                        nav=_nav(profile, chapters, "instructor.html"), body=body)
 

@@ -29,7 +29,10 @@ changed-parameter run never overwrites the committed ones, and neither does pape
 Each finished notebook's wall time and peak memory (the high-water mark of the kernel's own process
 tree: :class:`PeakMemory`) are recorded in ``RUNS.json`` beside the figures (:func:`record_run`,
 under the file's lock, so concurrent runs keep every entry), so run-time claims are always the last
-measurement. ``--dry-run`` prints the work a profile asks of each notebook (:func:`estimate_work`)
+measurement. Before each notebook the runner prints that notebook's last measured run at the running
+profile (``core.records.own_runs``: ``figures/RUNS.json`` for default, ``benchmarks/RUNS-<profile>.json`` and
+this run's own record for the others), or ``not measured yet at <profile>``: never another profile's time.
+``--dry-run`` prints the work a profile asks of each notebook (:func:`estimate_work`)
 without running anything; a corrupt ``RUNS.json`` only makes its last-measured line unavailable.
 """
 from __future__ import annotations
@@ -51,8 +54,8 @@ import psutil
 
 from ..core import profiles
 from ..core.paths import COMMITTED_FIGURES, REPO_ROOT, build_dir, results_dir
-from ..core.records import (CorruptRecordError, check_records, load_runs,
-                            record_run, run_figures_dir)
+from ..core.records import (CorruptRecordError, check_records, own_runs,
+                            record_run, run_figures_dir, runtime_line)
 
 try:
     import resource  # Unix only
@@ -510,6 +513,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
     figures = run_figures_dir(profile, out_dir, publish=not overrides)
     try:  # the records this run writes: a corrupt one fails it now, not at its first saved figure
         check_records(figures / "MANIFEST.json", *([figures / "RUNS.json"] if record else []))
+        expected = own_runs(profile, figures)  # the running profile's own measured runs, for its time line
     except CorruptRecordError as err:
         raise RunFailed(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -547,6 +551,7 @@ def run_notebooks(profile: str = "default", *, only: Iterable[str] | None = None
                 partial = partial_path(target)
                 shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
                 log(f"[{i}/{len(books)}] {book.name}  ({shown})", flush=True)
+                log(f"      {runtime_line(profile, expected.get(book.stem))}", flush=True)
                 load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
                 t0, before = time.perf_counter(), results_snapshot()
                 try:
@@ -767,19 +772,16 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
     layers = {m: model_layers(m) for m in [*(P.get("models") or []), *(P.get("extra_models") or [])]}
     shown = ", ".join(f"{m} ({l if l else '?'} layers)" for m, l in layers.items())
     log(f"profile {profile}: models {shown}; device {P.get('device')}")
+    try:
+        last = own_runs(profile, run_figures_dir(profile, build_dir() / profile, publish=not overrides))
+    except CorruptRecordError as err:  # the estimate does not need it: say so and go on
+        log(f"last measured runs at this profile: unavailable ({err})")
+        last = None
     out = {}
     for book in books:
         keys = set(declared_parameters(book))
         out[book.stem] = estimate_work(keys, P, layers) or ["(no sized work)"]
         log(f"{book.stem}")
-        for line in out[book.stem]:
+        for line in out[book.stem] + ([runtime_line(profile, last.get(book.stem))] if last is not None else []):
             log(f"    {line}")
-    try:
-        last = load_runs(run_figures_dir(profile, build_dir() / profile) / "RUNS.json").get(profile, {})
-    except CorruptRecordError as err:  # the estimate does not need it: say so and go on
-        log(f"last measured runs at this profile: unavailable ({err})")
-        return out
-    if last:
-        log("last measured runs at this profile: " + ", ".join(
-            f"{k} {v['wall_s']:.0f} s" for k, v in last.items() if k in {b.stem for b in books}))
     return out
