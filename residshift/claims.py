@@ -388,7 +388,7 @@ CLAIMS: tuple[Claim, ...] = (
         rule=("analysis.departure:probe_cell", "analysis.departure:cell_outcome",
               "analysis.departure:departure_depth", "analysis.departure:MARGIN", "analysis.departure:DEEP",
               "analysis.departure:MIN_SEEDS", "claims:_probe"),
-        source="11-the-vocabulary-probe", fixed="this entry's commit, before any probe run trained",
+        source="11-the-vocabulary-probe", fixed="294132f, before any probe run trained",
         awaiting="`make probe` (about 1.5 h on 2 cores), then notebook 11"),
     Claim(
         key="C2.late-cut/frozen", code="2b1bb75d1d45", notebook="04",
