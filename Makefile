@@ -28,7 +28,7 @@ export RESIDSHIFT_DATA
 MKL_CBWR ?= AVX2,STRICT
 export MKL_CBWR
 
-.PHONY: setup lock models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder student class-key
+.PHONY: setup lock models study test smoke data lens-example clean-results validate-harness validate-tuned-lens browser browser-auto book lab exercises ladder probe student class-key
 
 # torch: PyPI's Linux wheel is the CUDA build (GBs of nvidia-* wheels). Without an NVIDIA GPU the pip
 # calls below also read PyTorch's CPU index, where the same pin (torch==2.13.0) resolves to 2.13.0+cpu.
@@ -96,6 +96,12 @@ smoke: setup
 LADDER_ARGS ?=
 ladder: setup
 	$(PY) -m residshift ladder --profile $(PROFILE) --mitigation $(LADDER_ARGS)
+
+# The vocabulary probe of notebook 11 (residshift/study/probe.py): the ladder's recipe at each cell
+# [depth, width, heads, vocabulary] of probe_cells, one run per seed, recorded beside the ladder's rungs;
+# the plan (tokens/s measured per cell) first, then what fits in probe_hours. Resumes where it stopped.
+probe: setup
+	$(PY) -m residshift ladder --probe --profile $(PROFILE) $(LADDER_ARGS)
 
 # Every exercise's solution on the real models at $(PROFILE), timed (benchmarks/exercise_costs.py):
 # after `make study` it reuses the results cache; writes benchmarks/exercises-$(PROFILE).json.

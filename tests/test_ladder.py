@@ -405,7 +405,7 @@ def test_an_interrupted_rung_resumes_to_the_uninterrupted_readings(uninterrupted
 
 @pytest.mark.parametrize("args, needle", [
     (["--only", "nosuch"], "unknown rung nosuch"),
-    (["-p", "seed=1"], "not a ladder_* or train_* key"),
+    (["-p", "seed=1"], "not a ladder_*, probe_* or train_* key"),
     (["-p", "ladder_rungs=[oops"], "Expecting value"),
     (["-p", "ladder_rungs=0"], "ladder_rungs must be an integer of at least 1"),
 ])

@@ -340,6 +340,22 @@ SECTIONS: dict[str, dict[str, dict[str, Any]]] = {
                   "ladder_mitigation_alpha": 0.9, "ladder_mitigation_pilot": 3, "ladder_mitigation_max_seeds": 10,
                   "ladder_mitigation_hours": 100.0},
     },
+    # 11: the vocabulary probe (study/probe.py, `python -m residshift ladder --probe`, `make probe`): baselines
+    # of the ladder's recipe for each cell [depth, width, heads, vocabulary] of probe_cells (a vocabulary is
+    # the size of a BPE trained on WikiText-2's training split, or a tokenizer spec such as "smollm2-135m"),
+    # at the ladder's rung probe_rung (ladder_base_tokens x 4^probe_rung tokens), one run per seed of
+    # probe_seeds; read by the ladder's lens, recorded under names of their own. Default: 1,024 vs 16,384
+    # tokens at width 128, and width 128 vs 256 at 16,384, 12 blocks, 1.4M tokens, 3 seeds (the plan
+    # measures each cell's tokens/s and prints the hours before anything trains).
+    "probe": {
+        "smoke": {"probe_cells": [[4, 32, 2, 300], [4, 32, 2, 512]], "probe_seeds": [0, 1, 2], "probe_rung": 0,
+                  "probe_hours": 1.0},
+        "default": {"probe_cells": [[12, 128, 4, 1024], [12, 128, 4, 16384], [12, 256, 4, 16384]],
+                    "probe_seeds": [0, 1, 2], "probe_rung": 1, "probe_hours": 3.0},
+        # GPT-2-small's shape with the ladder's vocabulary and with a realistic one
+        "paper": {"probe_cells": [[12, 768, 12, 1024], [12, 768, 12, 32768]], "probe_seeds": [0, 1, 2],
+                  "probe_rung": 1, "probe_hours": 50.0},
+    },
 }
 
 # class: the default profile's values except where CLASS says, so a lecture runs notebooks 00-04 on the
@@ -390,6 +406,8 @@ CLASS: dict[str, dict[str, Any]] = {
     "ladder": {"ladder_shapes": [[6, 128, 4], [12, 128, 4]], "ladder_base_tokens": 100 * 8 * 128,
                "ladder_rungs": 2, "ladder_lens_windows": 16, "ladder_hours": 0.25, "ladder_speed_steps": 10,
                "ladder_mitigation_max_seeds": 5, "ladder_mitigation_hours": 0.25},
+    # 11 reads the probe's records (none committed for class); the default's cells
+    "probe": {},
 }
 for _section, _changes in CLASS.items():
     SECTIONS[_section]["class"] = {**copy.deepcopy(SECTIONS[_section]["default"]), **copy.deepcopy(_changes)}

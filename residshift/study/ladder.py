@@ -73,21 +73,33 @@ class LadderError(ValueError):
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung: a shape and a budget (``tokens = base x 4^k``)."""
+    """One rung: a shape and a budget (``tokens = base x 4^k``); the vocabulary probe's cells
+    (:mod:`.probe`) also set the tokenizer and the seed (None: the profile's ``train_tokenizer`` and
+    ``ladder_seed``, and the name of the ladder's own rung)."""
 
     depth: int
     width: int
     heads: int
     k: int
     tokens: int
+    tokenizer: str | None = None
+    seed: int | None = None
 
     @property
     def shape(self) -> str:
         return f"{self.depth}x{self.width}"
 
     @property
+    def setting(self) -> str:
+        """The shape and the vocabulary: what the tokens/s depend on."""
+        if self.tokenizer is None:
+            return self.shape
+        tag = self.tokenizer.rsplit(":", 1)[-1] if self.tokenizer.startswith("bpe:") else self.tokenizer
+        return f"{self.shape}-v{tag}"
+
+    @property
     def name(self) -> str:
-        return f"{self.shape}-r{self.k}"
+        return f"{self.setting}-r{self.k}" + ("" if self.seed is None else f"-s{self.seed}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,10 +142,11 @@ def select(all_rungs: Sequence[Rung], only: Sequence[str] | None) -> list[Rung]:
 def base_config(P, rung: Rung) -> T.TrainConfig:
     """The rung's TrainConfig on the profile's own corpus (see :func:`config`)."""
     k4 = 4 ** rung.k
-    return profiles.stage(T.TrainConfig, P).with_(
+    cfg = profiles.stage(T.TrainConfig, P).with_(
         mode="baseline", layers=rung.depth, width=rung.width, heads=rung.heads, tokens=rung.tokens,
-        seed=int(P.ladder_seed), eval_every=int(P.train_eval_every) * k4,
+        seed=int(P.ladder_seed if rung.seed is None else rung.seed), eval_every=int(P.train_eval_every) * k4,
         checkpoint_every=max(int(P.train_checkpoint_every), 1) * k4)
+    return cfg if rung.tokenizer is None else cfg.with_(tokenizer=rung.tokenizer)
 
 
 def corpus_tokens(cfg: T.TrainConfig, tokenizer) -> int | None:
@@ -250,19 +263,19 @@ def plan(P, selected: Sequence[Rung], records: Path, *, device: str | None, hour
         if finished(rec):
             rows.append({"rung": rung, "status": "finished", "hours": 0.0, "fits": False, "why": "recorded"})
             continue
-        if rung.shape not in speeds:
+        if rung.setting not in speeds:
             s = measure_speed(base_config(P, rung), steps=int(P.ladder_speed_steps), device=device)
-            speeds[rung.shape] = s["tokens_per_s"]
-            log(f"speed {rung.shape}: {s['tokens_per_s']:,.0f} tokens/s ({s['steps']} steps of the trainer, "
+            speeds[rung.setting] = s["tokens_per_s"]
+            log(f"speed {rung.setting}: {s['tokens_per_s']:,.0f} tokens/s ({s['steps']} steps of the trainer, "
                 f"{s['seconds']:.0f} s)")
         done = (rec or {}).get("points", [])
         left = rung.tokens - (done[-1]["tokens"] if done else 0)
-        h = left / speeds[rung.shape] / 3600 * OVERHEAD
+        h = left / speeds[rung.setting] / 3600 * OVERHEAD
         fits = spent + h <= budget
         spent += h if fits else 0.0
         rows.append({"rung": rung, "status": "partial" if done else "new", "hours": h, "fits": fits,
                      "why": "" if fits else f"does not fit in ladder_hours={budget:g} ({spent:.2f} h planned)",
-                     "tokens_per_s": speeds[rung.shape]})
+                     "tokens_per_s": speeds[rung.setting]})
     return rows
 
 
@@ -369,12 +382,13 @@ def run_rung(P, rung: Rung, records: Path, *, device: str | None = None, progres
 
 def run_ladder(P, *, only: Sequence[str] | None = None, hours: float | None = None, out: str | Path | None = None,
                device: str | None = None, dry_run: bool = False, progress: bool = True,
-               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Plan (speeds measured first), then train and read the rungs that fit; returns the plan rows."""
+               log: Callable[[str], None] = print, among: Sequence[Rung] | None = None) -> list[dict[str, Any]]:
+    """Plan (speeds measured first), then train and read the rungs that fit; returns the plan rows.
+    ``among``: the rungs to choose from (default the ladder's own; the vocabulary probe passes its cells)."""
     records = records_dir(P, out)
     if records.exists() and not records.is_dir():
         raise LadderError(f"{records} is a file: give --out a folder (it is created)")
-    chosen = select(rungs(P), only)
+    chosen = select(rungs(P) if among is None else among, only)
     for r in chosen:  # refuse foreign records and unreadable corpora before anything trains
         cfg, _ = config(P, r)
         read_record(records / f"{r.name}.json", T.run_dir_for(cfg, device).name)

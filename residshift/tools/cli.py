@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     lad.add_argument("--mitigation", action="store_true", help="after the rungs: baseline vs late cut vs learned "
                      "gates on the chosen rung (pilot seeds, then the seed count from their spread)")
     lad.add_argument("--rung", default=None, help="the mitigation's rung (default: the declared choice)")
+    lad.add_argument("--probe", action="store_true", help="the vocabulary probe (notebook 11) instead: one run per "
+                     "cell of probe_cells and seed of probe_seeds at the rung probe_rung, within probe_hours")
     sub.add_parser("train-grid", help="the training grid of notebooks 06-08: plan, cost from a measured speed, "
                    "launch (--dry-run, --parallel K); `residshift train-grid --help` for its options", add_help=False)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -398,14 +400,23 @@ def main_ladder(args) -> int:
         P = profiles.resolve(args.profile)
         for kv in args.param:
             k, _, v = kv.partition("=")
-            if not hasattr(P, k) or not k.startswith(("ladder_", "train_")):
-                raise LadderError(f"-p {kv}: not a ladder_* or train_* key of the profile")
+            if not hasattr(P, k) or not k.startswith(("ladder_", "train_", "probe_")):
+                raise LadderError(f"-p {kv}: not a ladder_*, probe_* or train_* key of the profile")
             setattr(P, k, json.loads(v))
             must = profiles.value_problem(k, getattr(P, k), words="json")  # the check of `run -p` and notebooks
             if must is not None:
                 raise LadderError(f"-p {kv}: {k} must be {must}")
         if args.device:
             P.device = args.device
+        if args.probe:
+            from ..study.probe import run_probe
+
+            if args.mitigation:
+                raise LadderError("--probe and --mitigation are separate calls: the probe first, then the "
+                                  "mitigation on a setting that shows the switch")
+            run_probe(P, only=args.only, out=args.out, device=P.device, dry_run=args.plan,
+                      progress=not args.no_progress, **({} if args.hours is None else {"hours": args.hours}))
+            return 0
         run_ladder(P, only=args.only, hours=args.hours, out=args.out, device=P.device, dry_run=args.plan,
                    progress=not args.no_progress)
         if args.mitigation and not args.plan:

@@ -55,7 +55,7 @@ def primary_rows() -> list[list[str]]:
     rows = []
     for c in C.CLAIMS:
         outs = C.outcomes(c)
-        marks = ", ".join(f"{o.subject} {o.mark}" for o in outs)
+        marks = ", ".join(f"{o.subject} {o.mark}" for o in outs) or f"awaiting its numbers: {c.awaiting}"
         rows.append([f"`{c.key}`", c.notebook, c.paper, marks, C.scale(c) or "–",
                      "yes " + C.POST_HOC if c.post_hoc else "no"])
     return rows
@@ -68,6 +68,8 @@ def render_headline() -> str:
 
 
 def _outcome_rows(c: C.Claim) -> list[list[str]]:
+    if c.awaiting:
+        return [[f"awaiting its numbers: {c.awaiting}"] + ["–"] * 6]
     rows = []
     for o in C.outcomes(c):
         need = C.seeds_needed(o.sd) if o.sd else None
