@@ -2,6 +2,7 @@
 vocabulary in the run key), one-line refusals of bad cells, and the probe at smoke trained end to end
 into a folder of its own: every cell judged by the rule over its seeds, the figure and its numbers.
 The rule's own outcomes are tested in tests/test_claims.py."""
+import json
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -61,6 +62,15 @@ def test_the_probe_at_smoke_trains_reads_and_judges_every_cell(P, tmp_path, monk
     assert [row["rung"].name for row in plan] == [r.name for r in Pr.rungs(P)] and all(row["fits"] for row in plan)
     recs = Pr.load_records(P)
     assert len(recs) == 6 and all(L.finished(r) for r in recs.values())
+    measured = json.loads((tmp_path / "records" / Pr.PLAN_FILE).read_text())  # written before anything trained
+    assert [r["rung"] for r in measured["rows"]] == [r.name for r in Pr.rungs(P)]
+    assert all(r["status"] == "new" and r["tokens_per_s"] > 0 for r in measured["rows"]) and measured["machine"]["cpu"]
+    left = Pr.left_to_train(P, recs, folder=tmp_path / "records")
+    assert set(left["profile"]) == {"paper"}  # every smoke cell has its three seeds
+    short = {k: v for k, v in recs.items() if k != "4x32-v512-r0-s2"}
+    row = Pr.left_to_train(P, short, folder=tmp_path / "records").loc["4x32, vocab 512"]
+    tps = next(r["tokens_per_s"] for r in measured["rows"] if r["rung"] == "4x32-v512-r0-s2")
+    assert row["seeds left"] == 1 and row["hours"] == pytest.approx(P.ladder_base_tokens / tps / 3600)
     assert {r["config"]["tokenizer"] for r in recs.values()} == {"bpe:wikitext-2:300", "bpe:wikitext-2:512"}
     rows = Pr.cell_rows(recs, P)
     assert [r.cell for r in rows] == ["4x32, vocab 300", "4x32, vocab 512"]

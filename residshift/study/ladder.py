@@ -279,6 +279,19 @@ def plan(P, selected: Sequence[Rung], records: Path, *, device: str | None, hour
     return rows
 
 
+def write_plan(path: Path, rows: Sequence[Mapping[str, Any]], P) -> None:
+    """The plan as measured, with the machine that measured it: each rung's status, hours and the trainer's
+    tokens/s at its setting, so that a notebook can state what the rungs not yet trained would cost here."""
+    data = {"kind": "residshift-ladder-plan/1", "profile": P.profile,
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": cpu_facts(),
+            "threads": torch.get_num_threads(), "overhead": OVERHEAD,
+            "rows": [{"rung": r["rung"].name, "setting": r["rung"].setting, "tokens": r["rung"].tokens,
+                      "status": r["status"], "hours": r["hours"], "tokens_per_s": r.get("tokens_per_s")}
+                     for r in rows]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(json_ready(data), indent=1) + "\n")
+
+
 # --------------------------------------------------------------------------------------------
 # One rung
 # --------------------------------------------------------------------------------------------
@@ -382,9 +395,12 @@ def run_rung(P, rung: Rung, records: Path, *, device: str | None = None, progres
 
 def run_ladder(P, *, only: Sequence[str] | None = None, hours: float | None = None, out: str | Path | None = None,
                device: str | None = None, dry_run: bool = False, progress: bool = True,
-               log: Callable[[str], None] = print, among: Sequence[Rung] | None = None) -> list[dict[str, Any]]:
+               log: Callable[[str], None] = print, among: Sequence[Rung] | None = None,
+               plan_file: str | None = None) -> list[dict[str, Any]]:
     """Plan (speeds measured first), then train and read the rungs that fit; returns the plan rows.
-    ``among``: the rungs to choose from (default the ladder's own; the vocabulary probe passes its cells)."""
+    ``among``: the rungs to choose from (default the ladder's own; the vocabulary probe passes its cells).
+    ``plan_file``: a file name in the records folder the plan is written to (:func:`write_plan`) before
+    anything trains."""
     records = records_dir(P, out)
     if records.exists() and not records.is_dir():
         raise LadderError(f"{records} is a file: give --out a folder (it is created)")
@@ -393,6 +409,8 @@ def run_ladder(P, *, only: Sequence[str] | None = None, hours: float | None = No
         cfg, _ = config(P, r)
         read_record(records / f"{r.name}.json", T.run_dir_for(cfg, device).name)
     rows = plan(P, chosen, records, device=device, hours=hours, log=log)
+    if plan_file:
+        write_plan(records / plan_file, rows, P)
     for row in rows:
         r = row["rung"]
         log(f"  {r.name:<12} {r.tokens:>13,} tokens  {row['status']:<9} "

@@ -78,11 +78,15 @@ def rungs(P) -> list[Rung]:
     return out
 
 
+PLAN_FILE = "probe-plan.json"  # the last plan's measured speeds, beside the records (ladder.write_plan)
+GPU_BENCH = REPO_ROOT / "benchmarks" / "bench-train-cuda.json"  # measured on one H200 (benchmarks/bench_train.py)
+
+
 def run_probe(P, **kwargs) -> list[dict[str, Any]]:
-    """Plan (each setting's tokens/s measured first) and train the cells' seeds that fit in
-    ``probe_hours`` (:func:`.ladder.run_ladder` on :func:`rungs`; the same keywords)."""
+    """Plan (each setting's tokens/s measured first, written to ``PLAN_FILE``) and train the cells' seeds
+    that fit in ``probe_hours`` (:func:`.ladder.run_ladder` on :func:`rungs`; the same keywords)."""
     kwargs.setdefault("hours", P.probe_hours)
-    return ladder.run_ladder(P, among=rungs(P), **kwargs)
+    return ladder.run_ladder(P, among=rungs(P), plan_file=PLAN_FILE, **kwargs)
 
 
 def load_records(P) -> dict[str, dict[str, Any]]:
@@ -187,6 +191,44 @@ def corpus_table(P):
 def cost_table(recs: Mapping[str, Mapping[str, Any]]):
     """What each probe run cost on the machine that trained it (:func:`.ladder.cost_table`)."""
     return ladder.cost_table(recs)
+
+
+def left_to_train(P, recs: Mapping[str, Mapping[str, Any]], *, folder: Path | None = None,
+                  gpu_bench: Path = GPU_BENCH):
+    """What the probe has not trained and what it would cost: each cell short of ``MIN_SEEDS`` finished
+    seeds at the tokens/s the last plan measured on this kind of CPU (``PLAN_FILE``), and the ``paper``
+    profile's cells on one GPU at the speed measured for the paper's shape (12x768, GPT-2's 50,304 tokens,
+    bf16, compiled; a smaller vocabulary is not slower), training only (the lens readings come on top)."""
+    import pandas as pd
+
+    from ..core import profiles
+
+    folder = folder or ladder.records_dir(P)
+    plan = json.loads((folder / PLAN_FILE).read_text()) if (folder / PLAN_FILE).is_file() else {}
+    speed = {r["setting"]: r["tokens_per_s"] for r in plan.get("rows", []) if r.get("tokens_per_s")}
+    cpu = f"{(plan.get('machine') or {}).get('cpu', '?')}, {plan.get('threads', '?')} threads"
+    out = []
+    for d, w, h, spec in cells(P):
+        mine = [r for r in rungs(P) if (r.depth, r.width, r.tokenizer) == (d, w, spec)]
+        done = sum(ladder.finished(recs.get(r.name)) for r in mine)
+        if done >= departure.MIN_SEEDS:
+            continue
+        tps = speed.get(mine[0].setting)
+        left = (len(mine) - done) * mine[0].tokens
+        out.append({"cell": cell_name(d, w, spec), "profile": P.profile, "seeds left": len(mine) - done,
+                    "tokens per seed": mine[0].tokens, "where": f"{cpu} (plan of {plan.get('measured', '?')[:10]})",
+                    "tokens/s": tps, "hours": None if not tps else left / tps / 3600})
+    paper = profiles.resolve("paper")
+    if gpu_bench.is_file():
+        bench = json.loads(gpu_bench.read_text())
+        tps = bench["shapes"]["paper"]["precision"]["bf16-compile"]["tokens_per_s"]
+        tokens = int(paper.ladder_base_tokens) * 4 ** int(paper.probe_rung)
+        for d, w, h, v in paper.probe_cells:
+            out.append({"cell": cell_name(d, w, tokenizer_spec(v)), "profile": "paper",
+                        "seeds left": len(paper.probe_seeds), "tokens per seed": tokens,
+                        "where": f"one {bench['machine']['gpu']} (12x768 at 50,304 tokens, bf16 compiled)",
+                        "tokens/s": tps, "hours": len(paper.probe_seeds) * tokens / tps / 3600})
+    return pd.DataFrame(out).set_index("cell") if out else pd.DataFrame()
 
 
 def cell_table(rows: Sequence[departure.CellRow]):
