@@ -356,9 +356,35 @@ def _nb10() -> dict[str, Any]:
     }
 
 
+def _nb11() -> dict[str, Any]:
+    d = saved("11-the-vocabulary-probe")
+    rows = d["rows"]
+    cost = {}
+    for c in d["cost"]:
+        cell = next(x["cell"] for x in d["curves"] if x["rung"] == c["rung"])
+        cost.setdefault(cell, []).append(c["train_s"] / 60)
+    return {
+        "cells judged; seeds each": ([r["cell"] for r in rows], [len(r["seeds"]) for r in rows]),
+        "departure depth per seed": [[None if x is None else round(x, 2) for x in r["depths"]] for r in rows],
+        "departure layer per seed": [[None if x is None else round(x * r["n_layers"]) for x in r["depths"]]
+                                     for r in rows],
+        "mean departure depth [CI]": [tuple(round(x, 2) for x in (r["depth"], *r["depth_ci"])) for r in rows],
+        "verdicts; C1.middle across seeds": ([r["verdict"] for r in rows], [r["middle"] for r in rows]),
+        "next-token excess at h_1 [CI]": [tuple(round(x, 3) for x in (r["excess_h1"], *r["excess_h1_ci"]))
+                                          for r in rows],
+        "next-token excess at the middle layer": [round(r["excess_mid"], 3) for r in rows],
+        "next-token top-1 at h_L (min, max)": [span(r["details"]["top1_next_hL"]) for r in rows],
+        "pretrained departure depth (min, max)": span(r["departure_depth"] for r in d["pretrained"]),
+        "minutes of training per seed (min, max)": [span(cost[r["cell"]], 0) for r in rows],
+        "left: cells short of three seeds": [r["cell"] for r in d["left"] if r["profile"] != "paper"],
+        "the paper profile's probe on one H200 (hours per cell)": sorted(
+            {round(r["hours"], 1) for r in d["left"] if r["profile"] == "paper"}),
+    }
+
+
 NUMBERS: dict[str, Callable[[], dict[str, Any]]] = {
     "00": _nb00, "01": _nb01, "02": _nb02, "03": _nb03, "04": _nb04, "05": _nb05, "06": _nb06, "07": _nb07,
-    "08": _nb08, "09": _nb09, "10": _nb10}
+    "08": _nb08, "09": _nb09, "10": _nb10, "11": _nb11}
 
 
 def numbers(notebook: str) -> dict[str, Any]:

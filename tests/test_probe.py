@@ -87,7 +87,8 @@ def test_the_probe_at_smoke_trains_reads_and_judges_every_cell(P, tmp_path, monk
     assert list(table.index) == [r.cell for r in rows]
     refs = [{"model": "ref", "excess": [0.0, 0.0, 0.01, 0.2, 0.4], "departure_depth": 0.75}]
     fig = Pr.probe_panel(rows, curves, refs)
-    numbers = Pr.probe_numbers(rows, curves, refs, Pr.cost_table(recs), Pr.corpus_table(P), P)
+    numbers = Pr.probe_numbers(rows, curves, refs, Pr.cost_table(recs), Pr.corpus_table(P), P, left=left)
     assert numbers["design"]["tokens"] == P.ladder_base_tokens and len(numbers["rows"]) == 2
     assert numbers["corpus"][0]["cap_tokens"] == 4 * numbers["corpus"][0]["corpus_tokens"]
+    assert {r["profile"] for r in numbers["left"]} == {"paper"} and numbers["left"][0]["tokens/s"] > 0
     fig.clf()

@@ -290,12 +290,15 @@ def probe_panel(rows: Sequence[departure.CellRow], seed_curves: Sequence[Mapping
     return fig
 
 
-def probe_numbers(rows, seed_curves, refs, costs, corpus, P) -> dict[str, Any]:
+def probe_numbers(rows, seed_curves, refs, costs, corpus, P, left=None) -> dict[str, Any]:
     """What figure 11 rests on (``figures/11-the-vocabulary-probe.json``): the rule's rows (read by the
-    claim ``C1.switch/trained``), every seed's curve, the pretrained references, the cost and the cap."""
+    claim ``C1.switch/trained``), every seed's curve, the pretrained references, the cost, the cap and what
+    is left to train (:func:`left_to_train`)."""
+    def records(df):
+        return [] if df is None or df.empty else json.loads(df.reset_index().to_json(orient="records"))
+
     return {"rows": [r.as_dict() for r in rows], "curves": list(seed_curves), "pretrained": list(refs),
-            "cost": json.loads(costs.reset_index().to_json(orient="records")),
-            "corpus": json.loads(corpus.reset_index().to_json(orient="records")), "profile": P.profile,
+            "cost": records(costs), "corpus": records(corpus), "left": records(left), "profile": P.profile,
             "design": {"cells": P.probe_cells, "seeds": P.probe_seeds, "rung": P.probe_rung,
                        "tokens": int(P.ladder_base_tokens) * 4 ** P.probe_rung,
                        "lens_windows": P.ladder_lens_windows, "margin": departure.MARGIN, "deep": departure.DEEP}}
