@@ -388,8 +388,7 @@ CLAIMS: tuple[Claim, ...] = (
         rule=("analysis.departure:probe_cell", "analysis.departure:cell_outcome",
               "analysis.departure:departure_depth", "analysis.departure:MARGIN", "analysis.departure:DEEP",
               "analysis.departure:MIN_SEEDS", "claims:_probe"),
-        source="11-the-vocabulary-probe", fixed="294132f, before any probe run trained",
-        awaiting="`make probe` (about 1.5 h on 2 cores), then notebook 11"),
+        source="11-the-vocabulary-probe", fixed="294132f, before any probe run trained"),
     Claim(
         key="C2.late-cut/frozen", code="2b1bb75d1d45", notebook="04",
         paper="attenuating the residual path of one late layer (x_(l+1) = alpha x_l + F_l(LN(x_l))) improves the model",

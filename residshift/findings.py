@@ -373,7 +373,9 @@ def _nb11() -> dict[str, Any]:
         "next-token excess at h_1 [CI]": [tuple(round(x, 3) for x in (r["excess_h1"], *r["excess_h1_ci"]))
                                           for r in rows],
         "next-token excess at the middle layer": [round(r["excess_mid"], 3) for r in rows],
-        "next-token top-1 at h_L (min, max)": [span(r["details"]["top1_next_hL"]) for r in rows],
+        "next-token excess at h_L": [round(sum(t - u for t, u in zip(r["details"]["top1_next_hL"],
+                                                                  r["details"]["unigram_next"])) / len(r["seeds"]), 3)
+                                     for r in rows],
         "pretrained departure depth (min, max)": span(r["departure_depth"] for r in d["pretrained"]),
         "minutes of training per seed (min, max)": [span(cost[r["cell"]], 0) for r in rows],
         "left: cells short of three seeds": [r["cell"] for r in d["left"] if r["profile"] != "paper"],
