@@ -378,7 +378,8 @@ def _nb11() -> dict[str, Any]:
                                      for r in rows],
         "pretrained departure depth (min, max)": span(r["departure_depth"] for r in d["pretrained"]),
         "minutes of training per seed (min, max)": [span(cost[r["cell"]], 0) for r in rows],
-        "left: cells short of three seeds": [r["cell"] for r in d["left"] if r["profile"] != "paper"],
+        "left: cells short of three seeds (tokens/s here, hours)": [
+            (r["cell"], round(r["tokens/s"]), round(r["hours"], 1)) for r in d["left"] if r["profile"] != "paper"],
         "the paper profile's probe on one H200 (hours per cell)": sorted(
             {round(r["hours"], 1) for r in d["left"] if r["profile"] == "paper"}),
     }

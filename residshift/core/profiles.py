@@ -610,11 +610,13 @@ class Declared(SimpleNamespace):
         raise AttributeError(key)
 
 
-def from_namespace(namespace: dict[str, Any]) -> Declared:
+def from_namespace(namespace: dict[str, Any], *, every_key: bool = False) -> Declared:
     """:func:`resolve` restricted to the profile keys found in ``namespace`` (a :class:`Declared`).
 
     A notebook's setup cell passes its globals (which, right after the ``parameters`` cell, hold
-    just the declared parameters): ``P = profiles.from_namespace(globals())``.
+    just the declared parameters): ``P = profiles.from_namespace(globals())``. ``every_key``: every key
+    of the profile, for a notebook whose short parameters cell leaves the rest to the profile (only the
+    declared keys take ``-p``).
     """
     if "profile" not in namespace:
         raise KeyError("the namespace has no `profile`: declare `profile = \"default\"` in the "
@@ -622,7 +624,7 @@ def from_namespace(namespace: dict[str, Any]) -> Declared:
     given = {k: v for k, v in namespace.items() if k in KEYS}
     full = vars(resolve(namespace["profile"], **given))
     paths.use_profile(full["profile"])  # figures of a run outside the runner go to build/<profile>/figures
-    return Declared(**{k: full[k] for k in [*given, "profile"]})
+    return Declared(**(full if every_key else {k: full[k] for k in [*given, "profile"]}))
 
 
 # --------------------------------------------------------------------------------------------
