@@ -21,6 +21,7 @@ measurement                                                   remote  why not
 ``interventions.attenuated_logits``                           yes
 ``causal.direction_ablated_logits``                           yes
 ``sweep.naive_sweep`` (one traced forward per cut)            yes
+``lens.corpus_metrics``, ``run_lens``, ``decode_top``          yes     (decoded inside the trace)
 ``sweep.sweep_windows``, ``run_sweep``                        no      replays blocks on the local module
 ``causal.skip_ablation_profile``                              no      replays blocks on the local module
 ``causal.direction_ablation_profile``, ``run_cached``         no      directions from the local E
@@ -30,9 +31,11 @@ measurement                                                   remote  why not
 ``evaluate`` (the harness: tasks, ``score_requests``)         no      the local module; weights hashed
 ============================================================  ======  =====================================
 
-The logit lens itself (``measure.lens``) collects its residuals through the trace but decodes
-them through ``info.final_norm`` / ``info.embedding``, which a remote model holds on the meta
-device: it needs those weights locally.
+The logit lens (``measure.lens``) decodes saved residuals through ``info.final_norm`` /
+``info.embedding``, which a remote model holds on the meta device; for a remote model it decodes
+inside the trace instead (``measure.remote_lens``: the distribution metrics, not the cosines), so
+only per-layer metrics come back. ``remote="local"`` anywhere here is nnsight's dry run of the remote
+path: the request serialized and run in this process with our own modules hidden.
 """
 from __future__ import annotations
 
@@ -60,8 +63,8 @@ class RemoteNotSupportedError(ModelError):
     execution (the module docstring's table); the message names what does and the fix."""
 
 
-REMOTE_WORKS = ("forward.collect_residuals, forward.window_losses (with or without an edit) and "
-                "sweep.naive_sweep run remotely")
+REMOTE_WORKS = ("forward.collect_residuals, forward.window_losses (with or without an edit), "
+                "sweep.naive_sweep and the logit lens (lens.run_lens, decoded inside the trace) run remotely")
 
 
 def refuse_remote(info: ModelInfo, what: str, why: str) -> None:
@@ -112,7 +115,7 @@ def collect_residuals(lm, info: ModelInfo, ids, *, attenuation: Mapping[int, Any
     layers = info.layer_envoys(lm)
     saved: list = []
     logits_box: list = []
-    remote = bool(info.remote or remote)
+    remote = info.remote or remote  # True (NDIF) or "local" (nnsight's dry run of the remote path)
     with torch.no_grad():
         with lm.trace(ids, remote=remote) as tracer:
             for l, layer in enumerate(layers):

@@ -173,6 +173,10 @@ def decode_top(lm, info: ModelInfo, ids, *, k: int = 1, decoder: Decoder | None 
     (``benchmarks/bench_decode_top.py``: Gemma-3's 262k x 640 matrix).
     """
     ids = check_ids(ids, info, min_len=1)
+    if info.remote or remote:  # decoded inside the trace: a remote model's E and norm are not here
+        _local_parts_refused(decoder, attenuation)
+        from .remote_lens import traced_top
+        return traced_top(lm, info, ids, k=k, remote=info.remote or remote)
     hs, logits = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote,
                                    return_logits=True)
     top_i, probs = top_tokens(info, hs, k=k, decoder=decoder)
@@ -638,11 +642,18 @@ def _corpus_batches(lm, info, windows, batch, decoder, attenuation, opt, remote,
     cols = list(per_seq)
     cur, nxt, seq, pos = [], [], [], []
     n = windows.shape[0]
+    remote = info.remote or remote
+    if remote:
+        _local_parts_refused(decoder, attenuation)
+        from .remote_lens import traced_metrics
     for start in range(0, n, batch):
         ids = windows[start:start + batch]
-        hs = collect_residuals(lm, info, ids, attenuation=attenuation, remote=remote)
-        m = residual_metrics(info, hs, ids, decoder=decoder, options=opt)
-        del hs
+        if remote:  # decoded inside the trace (measure.remote_lens): only the metrics come back
+            m = traced_metrics(lm, info, ids, options=opt, remote=remote)
+        else:
+            hs = collect_residuals(lm, info, ids, attenuation=attenuation)
+            m = residual_metrics(info, hs, ids, decoder=decoder, options=opt)
+            del hs
         for c in cols:
             per_seq[c].append(m[c].mean(-1).T)  # [B, L+1]
         for c in per_med:
@@ -658,6 +669,13 @@ def _corpus_batches(lm, info, windows, batch, decoder, attenuation, opt, remote,
         if progress:
             progress(min(n, start + batch), n)
     return cur, nxt, seq, pos
+
+
+def _local_parts_refused(decoder, attenuation) -> None:
+    """A pass decoded inside a remote trace takes no local decoder and no edit (one line, the fix)."""
+    if decoder is not None or attenuation:
+        raise LensError("a remote pass decodes inside the trace through the model's own norm and matrix: it takes "
+                        "no fitted decoder and no attenuation; run those on a local model")
 
 
 @dataclass(frozen=True)
@@ -725,7 +743,7 @@ def run_lens(lm, info: ModelInfo, tokenizer, *, corpus: str, split: str, window:
         "matmul_dtype": matmul_dtype, "token_table": list(opt.token_table),
         "positions": positions, "bos": info.prepend_bos if bos is None else bool(bos),
         "detokenize": bool(detokenize),
-        "weights": None if info.remote else model_fingerprint(lm),
+        "weights": None if info.remote is True else model_fingerprint(lm),  # NDIF's weights are not here
     }
     if info.decoder != "tied":  # an untied model read through a chosen matrix (core.models.DECODERS)
         config["head"] = info.decoder

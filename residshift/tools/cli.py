@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     ln.add_argument("--decoder", default=None, metavar="output|input",
                     help="for an untied model: read the layers through its output head or its input embedding")
     ln.add_argument("--device", default="cpu", help="cpu | cuda")
+    ln.add_argument("--remote", nargs="?", const=True, default=False, metavar="local",
+                    help="trace on NDIF (nnsight remote execution; needs an NDIF API key and the hub id) and decode "
+                         "inside the trace, so only per-layer metrics travel; `--remote local` runs that same "
+                         "serialized request here on a local model (nnsight's dry run of the remote path)")
     ln.add_argument("--profile", default="default", help="smoke | class | default | paper (the lens_* sizes)")
     ln.add_argument("--out", default=None, help="folder to write (default results/lens/<model>-<key>); an "
                     "existing one must be empty or one this command wrote")
@@ -162,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         req = LensRequest(model=args.model, texts=tuple(args.text) if args.text is not None else None,
                           corpus=args.corpus, split=args.split, windows=args.windows, window=args.window,
                           decoder=args.decoder, device=args.device, profile=args.profile, out=args.out,
-                          force=args.force)
+                          force=args.force, remote=args.remote)
         from ..core.data import DataNotFoundError
 
         try:

@@ -61,6 +61,7 @@ class LensRequest:
     profile: str = "default"
     out: str | None = None
     force: bool = False  # replace an ``out`` folder residshift did not make (its files are deleted)
+    remote: bool | str = False  # True: trace on NDIF; "local": that request run here (nnsight's dry run)
 
     def key(self) -> str:
         """A short hash of everything that changes the outputs (not ``out`` or ``force``)."""
@@ -88,6 +89,9 @@ def check_request(req: LensRequest) -> tuple[LensRequest, Any]:
         if empty:
             raise LensCommandError(f"--text number {empty[0] + 1} is empty: give a sentence, e.g. "
                                    "--text \"The Eiffel Tower is in Paris.\"")
+    if req.remote not in (False, True, "local"):
+        raise LensCommandError(f"--remote takes no value or 'local' (got {req.remote!r}): --remote traces on NDIF, "
+                               "--remote local runs the same request here")
     check_device(req.device)
     if req.out is not None:  # before anything is loaded: a user's folder is never replaced (core.cache)
         check_not_working_folder(req.out)
@@ -195,7 +199,12 @@ def load(req: LensRequest):
         raise LensCommandError(f"{req.model} is a file but not a .gguf: give a .gguf file or the folder that "
                                "holds config.json")
     try:
-        return load_model(model_folder(req.model), device=req.device, decoder=req.decoder)
+        if req.remote is True:  # the config and tokenizer from the hub; the weights stay on NDIF
+            return load_model(req.model, remote=True, decoder=req.decoder)
+        loaded = load_model(model_folder(req.model), device=req.device, decoder=req.decoder)
+        if req.remote == "local":  # every trace goes through nnsight's serialize / deserialize
+            loaded.info.remote = "local"
+        return loaded
     except UntiedEmbeddingsError as err:
         if "no input or output" in str(err):
             raise LensCommandError(f"{req.model} has no input or output embedding module: the lens cannot "
@@ -237,7 +246,7 @@ def tied_line(lm, info) -> str:
     inp, out = module.get_input_embeddings(), module.get_output_embeddings()
     if info.tied:
         return "tied: yes (the input embedding and the output head are one tensor)"
-    if inp.weight.shape == out.weight.shape:
+    if inp.weight.shape == out.weight.shape and inp.weight.device.type != "meta":  # a remote model's are not here
         with torch.no_grad():
             gap = float((inp.weight.float() - out.weight.float()).abs().max())
         diff = f"largest |E_in - E_out| = {gap:.3g}"
@@ -327,7 +336,7 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
     """Compute everything ``residshift lens`` writes (see the module docstring) and move it into place."""
     from ..core.cache import output_dir
     from ..core.machine import cpu_facts
-    from ..measure import lens
+    from ..measure import lens, remote_lens
     from ..study import alignment, lens_setups, plotting, tour
 
     t_all = time.perf_counter()
@@ -369,7 +378,8 @@ def run(req: LensRequest, *, say: Callable[[str], None] = print) -> LensReport:
         t0 = time.perf_counter()
         update, close = _progress_bar(f"{Path(req.model).name} lens over {req.corpus} {req.split}")
         try:
-            result = lens_setups.pretrained(P).run((lm, tok, info), progress=update)
+            result = lens_setups.pretrained(P).run((lm, tok, info), progress=update,
+                                                   metrics=remote_lens.METRICS if info.remote else None)
         finally:
             close()
         counts = lens.corpus_token_counts(tok, info, P.lens_corpus, P.lens_split)
@@ -431,10 +441,14 @@ def summary_markdown(req: LensRequest, info, P, rows, transitions, files, second
     from ..study.alignment import _rel
     from ..study.tables import marks
 
+    where_traced = "on NDIF" if info.remote is True else "through nnsight's local dry run of the remote path"
     lines = [f"# The causal shift in {req.model}", "",
              f"- model: `{req.model}` ({info.source}); {info.n_layers} layers, d {info.d_model}, "
              f"vocab {info.vocab_size}",
              f"- {tied}",
+             *([f"- traced {where_traced}: "
+                "decoded inside the trace (`residshift.measure.remote_lens`), so only per-layer metrics came back; "
+                f"the metrics: {', '.join(result.columns)}"] if info.remote else []),
              f"- decoder: {decoder_label(info)} (`{info.decoder}`): logits_l = softcap(E · N(h_l)), E the "
              f"{'tied matrix' if info.decoder == 'tied' else info.decoder + ' matrix'}, N the final norm",
              f"- corpus sample: {result.n_seq} windows x {P.lens_window} tokens of {P.lens_corpus} {P.lens_split} "
