@@ -150,7 +150,7 @@ def normed(info: ModelInfo, h: torch.Tensor, layer: int, decoder: Decoder | None
     with torch.no_grad():
         if decoder is not None:
             h = decoder(layer, h)
-        return Unembed(info).norm(h)
+        return info.final_norm(h).float()  # Unembed.norm, without building a head (a copy of E when E is not fp32)
 
 
 def lens_logits(info: ModelInfo, h: torch.Tensor, layer: int, *, decoder: Decoder | None = None,
@@ -338,7 +338,7 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
     nxt = ids[:, where + 1].reshape(-1)
     n = cur.numel()
     h_pos = hs[:, :, where, :].reshape(L1, n, d)
-    out = {c: torch.empty(L1, n) for c in metric_columns(opt.metrics)}
+    out = {c: torch.empty(L1, n, device=hs.device) for c in metric_columns(opt.metrics)}  # one transfer, at the end
 
     E = info.embedding.detach().float()
     need_logits = bool(metrics & _LOGIT_METRICS)
@@ -353,7 +353,7 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
         mu = hs[:, :, 1:, :].reshape(L1, -1, d).mean(1)  # [L+1, d], position 0 excluded
     head = Unembed(info, dtype=opt.matmul_dtype) if need_logits else None
     V = info.vocab_size
-    rows = max(1, min(n, opt.chunk_elems // V))
+    rows = max(1, min(n, _chunk_elems(opt, hs.device) // V))
     stats_fn = final_fn = None
     if need_logits:
         stats_fn, final_fn = _kernels(_WORK_HINT.get(n) * L1 * V)
@@ -363,9 +363,10 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
         for s in range(0, n, rows):
             sl = slice(s, min(n, s + rows))
             idx = targets[sl].clone()  # a fresh tensor: compiled guards need no view bookkeeping
-            final = None
+            final = raw_last = None
             if "kl_final" in metrics:  # the model's own distribution: h_L without decoder
-                final = final_fn(_raw_logits(head, info.final_norm(h_pos[-1, sl]).float()), head.cap)
+                raw_last = _raw_logits(head, info.final_norm(h_pos[-1, sl]).float())
+                final = final_fn(raw_last, head.cap)
             for l in range(L1):
                 h = h_pos[l, sl]
                 z = normed(info, h, l, decoder) if need_norm else None
@@ -384,11 +385,22 @@ def residual_metrics(info: ModelInfo, hs: torch.Tensor, ids: torch.Tensor, *,
                     out["proj_next"][l, sl] = (z * e_nxt[sl]).sum(-1) / e_norm_nxt[sl]
                 if not need_logits:
                     continue
-                raw = _raw_logits(head, z)
+                # layer L without a decoder is the head kl_final read: not computed twice
+                raw = raw_last if l == L1 - 1 and decoder is None and raw_last is not None else _raw_logits(head, z)
                 stats = stats_fn(raw, idx, final, head.cap, need_dist)
                 del raw
                 _store(stats, metrics, out, l, sl)
-    return {k: v.reshape(L1, B, P_) for k, v in out.items()}
+    return {k: v.reshape(L1, B, P_).cpu() for k, v in out.items()}
+
+
+def _chunk_elems(opt: "LensOptions", device: torch.device) -> int:
+    """Positions × vocabulary in one unembedding chunk: ``opt.chunk_elems`` on a CPU; on a GPU as much
+    as a sixteenth of its free memory holds in fp32 (a chunk has a few vocabulary-sized temporaries),
+    and never less than ``opt.chunk_elems``."""
+    if device.type != "cuda":
+        return opt.chunk_elems
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(opt.chunk_elems, free // (4 * 16))
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor, b_norm: torch.Tensor) -> torch.Tensor:
