@@ -249,10 +249,30 @@ def test_dry_run_estimates_without_running(books, tmp_path, capsys):
 def test_dry_run_counts_training_tokens_from_scratch():
     P = {"models": [], "train_tokens": 600_000, "train_lr": 3e-3, "train_layers": 6, "train_width": 128,
          "train_seeds": [0, 1]}
-    (line,) = runner.estimate_work(set(P), P, {})
-    assert line.startswith("train fits: 2 per configuration, 600.0k training tokens per fit, 1.2M in all")
+    (line,) = runner.estimate_work(set(P), P, {}, grid=(5, 2))
+    assert line.startswith("the training grid: 5 configurations x 2 seeds = 10 runs of 600.0k training tokens, "
+                           "6.0M in all")
     assert f"~{runner._n(12 * 6 * 128**2)} block weights" in line
     assert runner._n(4.2e18) == "4.2E" and runner._n(999) == "999"
+
+
+def test_the_dry_run_counts_the_grid_and_the_ladder_as_their_commands_do():
+    """`run --dry-run` and `train-grid --dry-run` agree on the grid's tokens at every profile (the
+    grid's own code counts it); the ladder's notebook counts the ladder's rungs, not the grid."""
+    from residshift.core import profiles
+    from residshift.tools import grid_launcher
+
+    for name in ("smoke", "default", "paper"):
+        P = profiles.get(name)
+        n_cfg, n_seeds = runner.grid_size(P)
+        planned = grid_launcher.plan(profiles.resolve(name))
+        assert n_cfg * n_seeds == len(planned.runs)
+        line = runner.estimate_work({"train_tokens"}, P, {}, grid=(n_cfg, n_seeds))[0]
+        assert f"{runner._n(sum(r.tokens for r in planned.runs))} in all" in line, (name, line)
+    P = profiles.get("default")
+    runs, toks = runner.ladder_tokens(P)
+    (line,) = runner.estimate_work({"train_tokens", "ladder_shapes"}, P, {})
+    assert runs == 9 and toks == 3 * 350 * 8 * 128 * 21 and line.startswith("the scale ladder: 9 runs")
 
 
 def test_results_written_counts_new_and_rewritten_files(tmp_path):

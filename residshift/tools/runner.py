@@ -692,7 +692,28 @@ def _n(x: float) -> str:
     return f"{x:g}"
 
 
-def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int | None]) -> list[str]:
+def grid_size(P: dict[str, Any]) -> tuple[int, int] | None:
+    """``(configurations, seeds)`` of the training grid at the profile values ``P``, counted by the grid's
+    own code (``study.training.grid``, what ``train-grid`` plans), or None when ``P`` has no grid."""
+    from types import SimpleNamespace
+
+    from ..study import training  # lazy: torch
+
+    if not P.get("train_tokens"):
+        return None
+    ns = SimpleNamespace(**P)
+    return len(training.grid(ns)), len(training.seeds(ns))
+
+
+def ladder_tokens(P: dict[str, Any]) -> tuple[int, int]:
+    """``(runs, tokens)`` of the scale ladder at ``P``: every shape of ``ladder_shapes`` at
+    ``ladder_base_tokens x 4^k`` for ``k < ladder_rungs``, one seed (``study.ladder.rungs``)."""
+    shapes, rungs = len(P.get("ladder_shapes") or []), int(P.get("ladder_rungs") or 0)
+    return shapes * rungs, shapes * sum(int(P.get("ladder_base_tokens") or 0) * 4 ** k for k in range(rungs))
+
+
+def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int | None], *,
+                  grid: tuple[int, int] | None = None) -> list[str]:
     """Lines describing the work of a notebook that reads ``keys`` of the profile values ``P``.
 
     ``keys``: what the notebook's ``parameters`` cell declares. Grouped by stage: forward tokens,
@@ -748,10 +769,20 @@ def estimate_work(keys: Iterable[str], P: dict[str, Any], layers: dict[str, int 
         if per_fit:
             lines.append(f"{name} fits: {n_fits} {of}, {steps} steps x {batch} x {window} tokens = "
                          f"{_n(per_fit)} training tokens per fit, {_n(per_fit * n_fits)} in all")
-    if P.get("train_tokens") and "train_tokens" in keys:  # GPTs trained from scratch, per grid configuration
-        per_fit, n_fits = P["train_tokens"], len(P.get("train_seeds") or [1])
-        line = (f"train fits: {n_fits} per configuration, {_n(per_fit)} training tokens per fit, "
-                f"{_n(per_fit * n_fits)} in all")
+    if "ladder_shapes" in keys:  # the ladder (notebook 10): its own shapes and budgets, not the grid's
+        runs, toks = ladder_tokens(P)
+        lines.append(f"the scale ladder: {runs} runs ({len(P.get('ladder_shapes') or [])} shapes x "
+                     f"{P.get('ladder_rungs')} rungs, one seed), {_n(toks)} training tokens in all; "
+                     + ("the notebook trains the rungs its records lack" if P.get("ladder_in_study") else
+                        "the notebook reads the committed records (`make ladder` trains them)")
+                     + " (`residshift ladder --plan` costs it from a measured speed)")
+    elif P.get("train_tokens") and "train_tokens" in keys:  # the grid of GPTs trained from scratch
+        per_fit = P["train_tokens"]
+        n_cfg, n_seeds = grid or (1, len(P.get("train_seeds") or [1]))
+        n_fits = n_cfg * n_seeds
+        line = (f"the training grid: {n_cfg} configurations x {n_seeds} seeds = {n_fits} runs of {_n(per_fit)} "
+                f"training tokens, {_n(per_fit * n_fits)} in all, as `train-grid --dry-run` plans it (trained once "
+                "into results/train/; the grid's other notebooks read the same runs)")
         layers_, width = P.get("train_layers"), P.get("train_width")
         if layers_ and width:  # ~12 L d^2 weights in its blocks
             n_params = 12 * layers_ * width ** 2
@@ -780,7 +811,8 @@ def dry_run(profile: str = "default", *, only: Iterable[str] | None = None,
     out = {}
     for book in books:
         keys = set(declared_parameters(book))
-        out[book.stem] = estimate_work(keys, P, layers) or ["(no sized work)"]
+        out[book.stem] = estimate_work(keys, P, layers, grid=grid_size(P) if "train_tokens" in keys else None) \
+            or ["(no sized work)"]
         log(f"{book.stem}")
         for line in out[book.stem] + ([runtime_line(profile, last.get(book.stem))] if last is not None else []):
             log(f"    {line}")
