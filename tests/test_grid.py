@@ -220,6 +220,9 @@ def test_one_at_a_time_and_torchrun_for_several_gpus_per_run(results, monkeypatc
     (["--profile", "smoke", "--seeds", "1", "1", "--dry-run"], "--seeds: train_seeds must be distinct"),
     (["--profile", "smoke", "--device", "tpu", "--dry-run"], "--device must be cpu or cuda"),
     (["--profile", "smoke", "--bogus"], "unrecognized arguments: --bogus"),
+    (["--profile", "smoke", "-p", "lens_windows=4", "--dry-run"], "-p lens_windows: train-grid takes train_* keys"),
+    (["--profile", "smoke", "-p", "train_tokens", "--dry-run"], "must look like key=value"),
+    (["--profile", "smoke", "-p", "train_tokenz=4", "--dry-run"], "train_tokenz"),
 ])
 def test_bad_requests_are_one_line_and_exit_2(argv, message, results, capsys):
     assert main(["train-grid", *argv]) == 2
@@ -308,3 +311,17 @@ def test_the_train_command_builds_the_grids_run_for_every_variant(profile):
     args = Namespace(profile=profile, param=["train_gate_init=1.5"], mode="learned-token", seed=1, alpha=None,
                      layer=None)
     assert train_config_from_args(args).theta_init == 1.5
+
+
+def test_p_shrinks_every_run_of_the_grid_and_the_launched_command_carries_it(results, capsys):
+    """`train-grid -p train_tokens=...`: every planned run has the new budget, its key (folder) moves
+    with it, and the command each run launches tells the trainer."""
+    base = GL.plan(GL.resolve_profile("smoke"))
+    small = GL.plan(GL.resolve_profile("smoke", params=["train_tokens=1536"]))
+    assert len(small.runs) == len(base.runs)
+    assert all(r.tokens == r.cfg.steps() * r.cfg.tokens_per_step() < b.tokens for r, b in zip(small.runs, base.runs))
+    assert {r.folder for r in small.runs}.isdisjoint({b.folder for b in base.runs})
+    cmd = GL.command(small.runs[0], "smoke", "cpu")
+    assert any(a.startswith("tokens=") for a in cmd), cmd
+    assert main(["train-grid", "--profile", "smoke", "-p", "train_tokens=1536", "--dry-run"]) == 0
+    assert f"tokens to train: {sum(r.tokens for r in small.runs):,}" in capsys.readouterr().out

@@ -262,6 +262,9 @@ def add_train_grid_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentPa
                     help='variants to train, by their grid name (e.g. baseline "alpha=0 @ block 3")')
     ap.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default: the profile's train_seeds)")
     ap.add_argument("--device", default=None, help="cpu | cuda (default: the profile's device)")
+    ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a train_* key of the profile (JSON), e.g. -p train_tokens=131072000 to shrink every "
+                         "run for one GPU; the runs' keys (and folders) follow the values")
     return ap
 
 

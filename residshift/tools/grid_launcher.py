@@ -115,12 +115,25 @@ class Plan:
         return sum(r.tokens_left for r in self.runs)
 
 
-def resolve_profile(profile: str, seeds: Sequence[int] | None = None):
-    """``profiles.resolve`` with ``train_seeds`` replaced by ``seeds`` when given (checked)."""
+def resolve_profile(profile: str, seeds: Sequence[int] | None = None, params: Sequence[str] = ()):
+    """``profiles.resolve`` with ``train_seeds`` replaced by ``seeds`` when given and the ``-p`` items
+    ``params`` (train_* keys only) on top, each checked as ``run -p`` checks it."""
     try:
-        P = profiles.resolve(profile, **({"train_seeds": [int(s) for s in seeds]} if seeds else {}))
+        given = profiles.parse_overrides(params)
+    except profiles.OverrideError as err:
+        raise GridError(str(err)) from None
+    wrong = [k for k in given if not k.startswith("train_")]
+    if wrong:
+        raise GridError(f"-p {wrong[0]}: train-grid takes train_* keys of the profile (`residshift profiles "
+                        f"{profile}` lists them)")
+    if seeds:
+        given["train_seeds"] = [int(s) for s in seeds]
+    try:
+        P = profiles.resolve(profile, **given)
     except KeyError as err:
         raise GridError(str(err).strip("'\"")) from None
+    except profiles.ParameterError as err:
+        raise GridError(f"-p: {err}") from None
     try:
         training.seeds(P)
     except ValueError as err:
@@ -525,7 +538,7 @@ def main_train_grid(argv: Sequence[str] | None = None) -> int:
             raise GridError(f"--gpus-per-run must be at least 1, got {args.gpus_per_run}")
         if args.device is not None and args.device.split(":")[0] not in ("cpu", "cuda"):
             raise GridError(f"--device must be cpu or cuda, got {args.device!r}")
-        P = resolve_profile(args.profile, args.seeds)
+        P = resolve_profile(args.profile, args.seeds, args.param)
         p = plan(P, only=args.only, device=args.device)
         for line in format_plan(p):
             print(line)
