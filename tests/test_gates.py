@@ -172,3 +172,21 @@ def test_token_alpha_stats_and_gated_lens(tiny, windows, tmp_path, monkeypatch):
     res = gated_lens(lm, info, tok, fit, lens.LensPass("tiny-shakespeare", "train", window=16, n=2, batch=4,
                                                        metrics=("rank", "logprob", "top1")))
     assert res.per_seq["logprob_next"].shape == (2, info.n_layers + 1)
+
+
+def test_gate_bf16_autocasts_on_the_device_the_model_is_on():
+    """`gate_bf16` asks for bf16 where the model runs: CPU autocast on a CPU, CUDA autocast on a GPU
+    (the device check runs the CUDA one; here its context object says which)."""
+    from types import SimpleNamespace
+
+    from residshift.attenuate.gates import _autocast
+
+    cpu = SimpleNamespace(embedding=torch.zeros(2, 2))
+    with _autocast(True, cpu):
+        assert torch.is_autocast_enabled("cpu")
+    gpu = SimpleNamespace(embedding=SimpleNamespace(device=torch.device("cuda", 0)))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no GPU here: torch warns that CUDA autocast is unavailable
+        assert _autocast(True, gpu).device == "cuda" and _autocast(False, cpu).device == "cpu"

@@ -265,8 +265,10 @@ class GateConfig:
         return d
 
 
-def _autocast(enabled: bool):
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
+def _autocast(enabled: bool, info: ModelInfo):
+    """bf16 autocast (``gate_bf16``) on the device the model's weights are on: a CPU or a GPU."""
+    device = info.embedding.device.type
+    return torch.autocast("cuda" if device == "cuda" else "cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
 def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, backward=None, *, bf16: bool = False) -> float:
@@ -276,7 +278,7 @@ def train_step(lm, info: ModelInfo, gates, ids: torch.Tensor, backward=None, *, 
     """
     refuse_remote(info, "gates.train_step", _BACKWARD)
     backward = backward or (lambda loss: loss.backward())
-    with _autocast(bf16):
+    with _autocast(bf16, info):
         with lm.trace(ids, remote=info.remote):
             apply_gates(lm, info, gates)
             loss = next_token_loss(lm.output.logits, ids)
@@ -291,7 +293,7 @@ def gated_window_losses(lm, info: ModelInfo, gates, windows: torch.Tensor, *, ba
     if gates is not None:
         refuse_remote(info, "gates.gated_window_losses", _LOCAL_GATES)
 
-    with _autocast(bf16):
+    with _autocast(bf16, info):
         loss = window_losses(lm, info, windows, batch_size=batch_size,
                              intervene=None if gates is None else gate_intervention(gates))
     return loss.mean(dim=1)
