@@ -16,7 +16,9 @@ run's ``--budget`` seconds are spent:
   ``python -m residshift train-grid --dry-run --profile paper`` prices the grid in GPU-hours from it.
 - **lens** -> ``bench-lens-cuda.json``: the streamed logit lens (``measure.lens.corpus_metrics``: one
   nnsight trace per batch, then every metric of every layer and position) on the two embedded models'
-  architectures, fp32 and bf16. The weights are random draws of each model's own config: the GGUF
+  architectures, fp32 and bf16, with the tokens/s the committed file held before (``before``) and the
+  device-to-host copies of one batch counted by ``torch.profiler`` (the lens keeps its outputs on
+  the device and copies once per batch; the earlier code copied per chunk and layer). The weights are random draws of each model's own config: the GGUF
   files (98 MB and 250 MB) do not fit what travels to a device machine here, and no timing of these
   matrix products depends on the weights' values. Windows are random token ids of the ``paper``
   profile's lens window (256).
@@ -24,6 +26,13 @@ run's ``--budget`` seconds are spent:
   profile's smallest rung of each of two shapes (real WikiText-2, the study's own BPE tokenizer, the
   trainer and the lens readings end to end), into a scratch folder; its wall time beside the same
   rungs' CPU records in ``benchmarks/ladder/default/``.
+- **paper-steps** -> ``bench-paper-steps-cuda.json``: one step each of the ``paper`` profile's GPU work
+  on a random-weight Gemma-2-2B (``transformers.Gemma2Config()``'s defaults are its shapes: 26 layers,
+  width 2,304, 256,000 tokens, soft-capped logits) in bf16, at the profile's own sizes: a lens batch
+  (``lens_batch`` x ``lens_window``), a tuned-lens step (``tuned_batch`` x ``tuned_window``, full
+  vocabulary), a token-gate step (``gate_batch`` x ``gate_window``, ``gate_bf16``) and a sweep cell (one
+  layer, one alpha, ``sweep_batch`` x ``sweep_window``): seconds and peak memory each, so the
+  profile's totals can be priced before a paper run starts.
 - **cpu-repro** -> ``cpu-repro-learned-token-host.json``: ``benchmarks/cpu_repro.py --mode
   learned-token`` on the device machine's host CPU (about a minute): the token-gated model's weights
   after 30 steps under each oneMKL setting, to compare with ``cpu-repro-learned-token-amd-epyc.json``
@@ -134,6 +143,7 @@ def lens_section(budget: Budget, cards: Path, windows: int, window: int, batch: 
     from residshift.core.models import describe_model, wrap
     from residshift.measure import lens
 
+    before = previous_lens_speeds(HERE / "bench-lens-cuda.json")
     out: dict = {"weights": "random draws of each model's own config (the GGUF weights do not travel; "
                             "timings do not depend on weight values)",
                  "windows": windows, "window": window, "batch": batch, "models": {}}
@@ -157,6 +167,7 @@ def lens_section(budget: Budget, cards: Path, windows: int, window: int, batch: 
             g = torch.Generator().manual_seed(0)
             ids = torch.randint(0, info.vocab_size, (windows, window), generator=g)
             lens.corpus_metrics(lm, info, ids[:batch], batch=batch)  # warm-up: compile, allocator
+            copies = d2h_copies(lambda: lens.corpus_metrics(lm, info, ids[:batch], batch=batch), device)
             _sync(device)
             t0 = time.perf_counter()
             res = lens.corpus_metrics(lm, info, ids, batch=batch)
@@ -165,10 +176,99 @@ def lens_section(budget: Budget, cards: Path, windows: int, window: int, batch: 
             out["models"][key] = {"layers": info.n_layers, "d_model": info.d_model, "vocab": info.vocab_size,
                                   "tokens": windows * window, "seconds": round(s, 3),
                                   "tokens_per_s": round(windows * window / s, 1), "metrics": res.columns,
-                                  "peak_gib": _peak_gib(device)}
+                                  "peak_gib": _peak_gib(device), "d2h_copies_per_batch": copies}
+            prior = before.get(key)
+            if prior:
+                out["models"][key]["before"] = {"tokens_per_s": prior,
+                                                "speedup": round(windows * window / s / prior, 2)}
             print(f"[lens {key}] {windows * window:,} tokens x {info.n_layers + 1} layers in {s:.2f} s "
                   f"({windows * window / s:,.0f} tok/s)", flush=True)
             del lm, model
+    return out
+
+
+def previous_lens_speeds(path: Path) -> dict[str, float]:
+    """``{model-dtype: tokens/s}`` of a committed ``bench-lens-cuda.json`` (empty when there is none)."""
+    try:
+        return {k: float(v["tokens_per_s"]) for k, v in json.loads(path.read_text())["models"].items()
+                if "tokens_per_s" in v}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def d2h_copies(fn, device: str) -> int | None:
+    """Device-to-host memory copies while ``fn()`` runs, counted by ``torch.profiler`` (None on a CPU)."""
+    if torch.device(device).type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        _sync(device)
+    return sum(e.count for e in prof.key_averages() if "DtoH" in e.key or "Device -> Host" in e.key)
+
+
+def paper_steps_section(budget: Budget, cards: Path, *, device: str = "cuda", config=None,
+                        dtype=torch.bfloat16, sizes: dict | None = None) -> dict:
+    """One step each of the paper profile's lens, tuned lens, token gates and sweep on a random-weight
+    Gemma-2-2B (``config``: ``Gemma2Config()`` unless a test passes a small one)."""
+    from transformers import AutoTokenizer, Gemma2Config, Gemma2ForCausalLM
+
+    from residshift.attenuate import gates as G, sweep
+    from residshift.core import profiles
+    from residshift.core.models import describe_model, wrap
+    from residshift.measure import lens, tuned_lens
+
+    P = profiles.get("paper")
+    sz = {"lens": (P["lens_batch"], P["lens_window"]), "tuned": (P["tuned_batch"], P["tuned_window"]),
+          "gate": (P["gate_batch"], P["gate_window"]), "sweep": (P["sweep_batch"], P["sweep_window"]),
+          **(sizes or {})}
+    card = next((cards / n for n in ("gemma3-270m", *LENS_MODELS) if (cards / n).is_dir()), None)
+    if card is None:
+        return {"skipped": f"no model card under {cards} for a tokenizer (device_check.sh copies them)"}
+    cfg = config or Gemma2Config()
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Gemma2ForCausalLM(cfg).to(dtype)
+    tok = AutoTokenizer.from_pretrained(card)
+    info = describe_model(model, tok, name="gemma-2-2b-random", source="random:Gemma2Config")
+    lm, _, info = wrap(model, tok, info)
+    g = torch.Generator().manual_seed(0)
+    ids = {k: torch.randint(0, info.vocab_size, (b, w), generator=g) for k, (b, w) in sz.items()}
+    mid = info.n_layers // 2
+
+    def tuned_step():
+        tl = tuned_lens.TunedLens(info).to(device)
+        opt = torch.optim.Adam(tl.parameters(), lr=1e-3)
+        tuned_lens.train_step(lm, info, tl, ids["tuned"], lambda loss: loss.backward(), skip_first=1, vocab=None)
+        opt.step()
+
+    def gate_step():
+        gates = G.make_gates("token", list(range(info.n_layers)), info.d_model).to(device)
+        G.train_step(lm, info, gates, ids["gate"], bf16=bool(P["gate_bf16"]))
+
+    steps = {"lens_batch": lambda: lens.corpus_metrics(lm, info, ids["lens"], batch=sz["lens"][0]),
+             "tuned_lens_step": tuned_step, "token_gate_step": gate_step,
+             "sweep_cell": lambda: sweep.sweep_windows(lm, info, ids["sweep"], sweep.SweepConfig(
+                 model=info.name, layers=[mid], alphas=[0.0], n_windows=sz["sweep"][0], batch_size=sz["sweep"][0],
+                 window=sz["sweep"][1]))}
+    out: dict = {"model": {"layers": info.n_layers, "d_model": info.d_model, "vocab": info.vocab_size,
+                           "dtype": str(dtype).removeprefix("torch."), "softcap": info.logit_softcap},
+                 "sizes": {k: {"batch": b, "window": w} for k, (b, w) in sz.items()}, "steps": {}}
+    for name, fn in steps.items():
+        if budget.left() < 30:
+            out["steps"][name] = {"skipped": f"budget: {budget.left():.0f} s left"}
+            continue
+        try:
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            out["steps"][name] = {"seconds": round(time.perf_counter() - t0, 3), "peak_gib": _peak_gib(device)}
+        except torch.OutOfMemoryError as err:  # the answer this check exists for: say it, go on
+            out["steps"][name] = {"out_of_memory": str(err).splitlines()[0]}
+            _peak_gib(device)
+        print(f"[paper-steps] {name}: {out['steps'][name]}", flush=True)
     return out
 
 
@@ -210,7 +310,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(HERE), help="folder for the bench-*-cuda.json files")
     ap.add_argument("--budget", type=float, default=480, help="seconds the whole check may take")
-    ap.add_argument("--sections", default="train,lens,ladder,cpu-repro")
+    ap.add_argument("--sections", default="train,lens,paper-steps,ladder,cpu-repro")
     ap.add_argument("--cards", default=str(HERE.parent / ".devicecheck" / "cards"),
                     help="folder of <model>/ config + tokenizer files for the lens section")
     ap.add_argument("--rounds", type=int, default=3)
@@ -222,14 +322,16 @@ def main(argv=None) -> int:
         return 0
     budget, out = Budget(args.budget), Path(args.out)
     sections = args.sections.split(",")
-    unknown = set(sections) - {"train", "lens", "ladder", "cpu-repro"}
+    unknown = set(sections) - {"train", "lens", "paper-steps", "ladder", "cpu-repro"}
     if unknown:
-        ap.error(f"unknown section(s) {sorted(unknown)}: use train, lens, ladder, cpu-repro")
+        ap.error(f"unknown section(s) {sorted(unknown)}: use train, lens, paper-steps, ladder, cpu-repro")
     if "train" in sections:
         write(out / "bench-train-cuda.json", {"machine": machine(), **train_section(budget, args.rounds, args.steps)})
     if "lens" in sections:
         write(out / "bench-lens-cuda.json", {"machine": machine(),
                                              **lens_section(budget, Path(args.cards), args.lens_windows, 256, 16)})
+    if "paper-steps" in sections:
+        write(out / "bench-paper-steps-cuda.json", {"machine": machine(), **paper_steps_section(budget, Path(args.cards))})
     if "ladder" in sections:
         write(out / "bench-ladder-cuda.json", {"machine": machine(), **ladder_section(budget)})
     if "cpu-repro" in sections:

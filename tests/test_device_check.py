@@ -99,3 +99,26 @@ def test_kernels_note_names_the_setting_when_it_is_off(monkeypatch):
     monkeypatch.delenv("MKL_CBWR")
     note = machine.kernels_note()
     assert "MKL_CBWR=AVX2,STRICT" in note and "Intel and AMD" in note
+
+
+def test_paper_steps_run_each_stage_once_on_a_random_gemma2(tmp_path):
+    """The paper-steps section's code path on a CPU: a small Gemma-2 config (the device check uses
+    Gemma2Config()'s defaults, Gemma-2-2B's shapes) and tiny sizes; every step runs and is timed."""
+    from transformers import Gemma2Config
+
+    from residshift.core.models import build_tiny
+
+    model, tok = build_tiny("tiny-gemma3")
+    tok.save_pretrained(tmp_path / "gemma3-270m")
+    cfg = Gemma2Config(vocab_size=tok.vocab_size if hasattr(tok, "vocab_size") else 300, hidden_size=32,
+                       intermediate_size=64, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1,
+                       head_dim=16)
+    out = device_check.paper_steps_section(device_check.Budget(600), tmp_path, device="cpu", config=cfg,
+                                           dtype=torch.float32, sizes={k: (2, 12) for k in ("lens", "tuned", "gate", "sweep")})
+    assert out["model"]["layers"] == 3 and out["model"]["softcap"]
+    assert set(out["steps"]) == {"lens_batch", "tuned_lens_step", "token_gate_step", "sweep_cell"}
+    assert all(r["seconds"] > 0 for r in out["steps"].values()), out["steps"]
+    assert device_check.d2h_copies(lambda: None, "cpu") is None
+    assert device_check.previous_lens_speeds(tmp_path / "absent.json") == {}
+    committed = device_check.previous_lens_speeds(REPO / "benchmarks" / "bench-lens-cuda.json")
+    assert committed and all(v > 0 for v in committed.values())
