@@ -44,6 +44,7 @@ Every file names the GPU, the CPU beside it, torch and CUDA versions, and the lo
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -167,7 +168,7 @@ def lens_section(budget: Budget, cards: Path, windows: int, window: int, batch: 
             g = torch.Generator().manual_seed(0)
             ids = torch.randint(0, info.vocab_size, (windows, window), generator=g)
             lens.corpus_metrics(lm, info, ids[:batch], batch=batch)  # warm-up: compile, allocator
-            copies = d2h_copies(lambda: lens.corpus_metrics(lm, info, ids[:batch], batch=batch), device)
+            copies = d2h_copies(functools.partial(lens.corpus_metrics, lm, info, ids[:batch], batch=batch), device)
             _sync(device)
             t0 = time.perf_counter()
             res = lens.corpus_metrics(lm, info, ids, batch=batch)
