@@ -265,6 +265,18 @@ def add_train_grid_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentPa
     ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                     help="set a train_* key of the profile (JSON), e.g. -p train_tokens=131072000 to shrink every "
                          "run for one GPU; the runs' keys (and folders) follow the values")
+    ap.add_argument("--commands", action="store_true", help="print one shell command per run left; train nothing "
+                    "(to submit by hand)")
+    ap.add_argument("--engine", default="threads", choices=("threads", "submitit"),
+                    help="threads: one process per run on this machine (default); submitit: one job array on a "
+                         "cluster (residshift/tools/cluster.py)")
+    ap.add_argument("--cluster", default="auto", help="submitit: auto | slurm | local (default auto: Slurm where "
+                    "sbatch is found)")
+    ap.add_argument("--nodes", type=int, default=1, help="submitit: nodes per run (x --gpus-per-run tasks)")
+    ap.add_argument("--timeout-min", type=int, default=24 * 60, help="submitit: minutes a job may run")
+    ap.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                    help="submitit: a Slurm parameter (repeat), e.g. --slurm partition=gpu --slurm account=lab")
+    ap.add_argument("--no-wait", action="store_true", help="submitit: return once the array is submitted")
     return ap
 
 

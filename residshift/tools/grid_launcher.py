@@ -545,7 +545,17 @@ def main_train_grid(argv: Sequence[str] | None = None) -> int:
         print(cost_line(p, slots=args.parallel, gpus_per_run=args.gpus_per_run))
         if args.dry_run:
             return 0
-        outcomes = launch(p, parallel=args.parallel, gpus_per_run=args.gpus_per_run)
+        if args.commands or args.engine == "submitit":
+            from . import cluster  # lazy: submitit
+
+            if args.commands:
+                print("\n".join(cluster.commands(p, gpus_per_run=args.gpus_per_run)))
+                return 0
+            outcomes = cluster.submit(p, cluster=args.cluster, gpus_per_run=args.gpus_per_run, nodes=args.nodes,
+                                      timeout_min=args.timeout_min, slurm=cluster.slurm_params(args.slurm),
+                                      wait=not args.no_wait)
+        else:
+            outcomes = launch(p, parallel=args.parallel, gpus_per_run=args.gpus_per_run)
     except (GridError, T.TrainError) as err:
         print(f"residshift train-grid: error: {err}", file=sys.stderr)
         return 2
