@@ -52,6 +52,15 @@ def matrix_module(lm, info: ModelInfo):
     return resolve(lm, path)
 
 
+def _decoding(lm, info: ModelInfo, remote):
+    """The final norm's and the matrix's envoys, and the trace's ``remote`` (default ``info.remote``;
+    when set, residshift's functions are shipped by value)."""
+    remote = info.remote if remote is None else remote
+    if remote:
+        _register()
+    return resolve(lm, info.norm_path), matrix_module(lm, info), remote
+
+
 def _residuals(lm, info: ModelInfo) -> list:
     """``h_0..h_L`` inside a trace, read in execution order (layer 0's input, then every output)."""
     hs = []
@@ -78,11 +87,8 @@ def traced_metrics(lm, info: ModelInfo, ids, *, options: LensOptions | None = No
     idx = torch.stack([ids[:, where], ids[:, where + 1]], -1).reshape(-1, 2)
     need_dist = bool(set(opt.metrics) & {"logprob", "prob", "entropy", "kl_final"})
     need_final = "kl_final" in opt.metrics
-    norm, matrix = resolve(lm, info.norm_path), matrix_module(lm, info)
+    norm, matrix, remote = _decoding(lm, info, remote)
     cap, V = info.logit_softcap, info.vocab_size
-    remote = info.remote if remote is None else remote
-    if remote:
-        _register()
     with torch.no_grad(), lm.trace(ids, remote=remote):
         hs = _residuals(lm, info)
         E = matrix.weight.float()
@@ -120,11 +126,8 @@ def traced_top(lm, info: ModelInfo, ids, *, k: int = 1, remote: bool | str | Non
     ids = check_ids(ids, info, min_len=1)
     if not 1 <= k <= info.vocab_size:
         raise LensError(f"k={k} must lie in 1..{info.vocab_size} (the vocabulary)")
-    norm, matrix = resolve(lm, info.norm_path), matrix_module(lm, info)
+    norm, matrix, remote = _decoding(lm, info, remote)
     cap = info.logit_softcap
-    remote = info.remote if remote is None else remote
-    if remote:
-        _register()
     with torch.no_grad(), lm.trace(ids, remote=remote):
         hs = _residuals(lm, info)
         E = matrix.weight.float()
