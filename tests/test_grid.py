@@ -325,3 +325,24 @@ def test_p_shrinks_every_run_of_the_grid_and_the_launched_command_carries_it(res
     assert any(a.startswith("tokens=") for a in cmd), cmd
     assert main(["train-grid", "--profile", "smoke", "-p", "train_tokens=1536", "--dry-run"]) == 0
     assert f"tokens to train: {sum(r.tokens for r in small.runs):,}" in capsys.readouterr().out
+
+
+def test_the_guides_one_gpu_route_quotes_the_measured_speeds():
+    """The guide's one-GPU numbers are arithmetic on the committed H200 benchmark and the paper profile:
+    a changed speed or budget fails here until the guide is rewritten."""
+    from residshift.core import profiles
+
+    guide = " ".join((REPO_ROOT / "docs" / "guide.md").read_text().split())
+    shapes = json.loads((REPO_ROOT / "benchmarks" / "bench-train-cuda.json").read_text())["shapes"]
+    fast = shapes["paper"]["precision"]["bf16-compile"]["tokens_per_s"]
+    deep = shapes["paper-ladder-24"]["precision"]["bf16-compile"]["tokens_per_s"]
+    P = profiles.get("paper")
+    rung = P["ladder_base_tokens"]
+    grid = GL.plan(GL.resolve_profile("paper"))
+    total = sum(r.tokens for r in grid.runs)
+    assert f"{len(grid.runs)} runs × {P['train_tokens'] / 1e9:.2f}B tokens = {total / 1e9:.1f}B tokens: " \
+           f"{round(total / fast / 3600)} H200-hours at the {round(fast):,} tokens/s" in guide
+    assert f"{round(rung / 1e6)}M tokens, about {round(rung / fast / 60)} minutes at that speed (24 blocks: " \
+           f"{round(deep):,} tokens/s, about {round(rung / deep / 60)} minutes)" in guide
+    part = 2 * 3 * 524_288_000
+    assert f"two variants × 3 seeds × 524M tokens: about {part / fast / 3600:.1f} h" in guide
