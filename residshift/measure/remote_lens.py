@@ -93,12 +93,14 @@ def traced_metrics(lm, info: ModelInfo, ids, *, options: LensOptions | None = No
         hs = _residuals(lm, info)
         E = matrix.weight.float()
         at = idx.to(E.device)
-        final = None
-        if need_final:  # the model's own distribution: h_L through the same matrix
-            final = _final_dist(torch.nn.functional.linear(norm(hs[-1][:, where]).float(), E).reshape(-1, V), cap)
+        final = raw_last = None
+        if need_final:  # the model's own distribution: h_L through the same matrix (its logits reused below)
+            raw_last = torch.nn.functional.linear(norm(hs[-1][:, where]).float(), E).reshape(-1, V)
+            final = _final_dist(raw_last, cap)
         parts = []
-        for h in hs:
-            raw = torch.nn.functional.linear(norm(h[:, where]).float(), E).reshape(-1, V)
+        for l, h in enumerate(hs):
+            last = l == len(hs) - 1 and raw_last is not None
+            raw = raw_last if last else torch.nn.functional.linear(norm(h[:, where]).float(), E).reshape(-1, V)
             tgt, greater, lse, ent, kl = _chunk_stats_eager(raw, at, final, cap, need_dist)
             row = [tgt, greater.float()]
             if need_dist:
