@@ -274,7 +274,10 @@ class LensOptions:
     """How the streamed pass runs (none of these change the definitions of the metrics)."""
 
     metrics: tuple[str, ...] = tuple(METRICS)
-    chunk_elems: int = 1 << 24  # max positions × vocab in one unembedding chunk
+    # max positions × vocab in one unembedding chunk: 2^26 (256-1,365 rows for these vocabularies) keeps
+    # the GEMM near the CPU's rate; the rows' logits, hence every metric, are bit-identical to 2^24's
+    # under MKL_CBWR=AVX2,STRICT (benchmarks/bench_lens_chunks.py)
+    chunk_elems: int = 1 << 26
     matmul_dtype: str = "float32"  # "bfloat16" for a faster unembedding matmul on CPUs with BF16
     token_table: tuple[str, ...] | None = None  # None: the computed ones of TOKEN_TABLE_DEFAULT
     positions: int | None = None  # analyse this many positions per window (None: all of 1..T-2)
