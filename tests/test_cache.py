@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -191,6 +192,39 @@ def test_comment_lines_and_blank_lines_do_not_count(fake_package):
     assert cache.code_fingerprint("residshift.core.b") == fp
     _edit(fake_package / "core" / "b.py", "def g(y):\n    return 2 * y\n")
     assert cache.code_fingerprint("residshift.core.b") != fp
+
+
+def test_docstrings_and_end_of_line_comments_do_not_count(fake_package):
+    fp = cache.code_fingerprint("residshift.core.a")
+    _edit(fake_package / "core" / "b.py",
+          '"""What b holds."""\n\n\ndef g(x):\n    """Twice x."""\n    return 2 * (x)  # double it\n')
+    assert cache.code_fingerprint("residshift.core.a") == fp
+    _edit(fake_package / "core" / "b.py", '"""What b holds."""\n\n\ndef g(x):\n    return 2 * x + 0\n')
+    assert cache.code_fingerprint("residshift.core.a") != fp
+
+
+def test_a_docstring_edit_to_the_gpt_leaves_every_run_key_unchanged(tmp_path, monkeypatch):
+    """What the thin-package issue asked: prose in the trained model's code retrains nothing; a
+    change to what it computes still does (the trainer's key hashes the code it imports)."""
+    from residshift.train import trainer
+
+    copy = tmp_path / "residshift"
+    shutil.copytree(cache.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(cache, "PACKAGE_DIR", copy)
+
+    def fingerprint():
+        monkeypatch.setattr(cache, "_DISK", {})
+        monkeypatch.setattr(cache, "_LOADED", {})  # read the copy, not the modules this process imported
+        return trainer.training_code_fingerprint()
+
+    before = fingerprint()
+    gpt = copy / "core" / "models" / "gpt.py"
+    text = gpt.read_text()
+    assert "residshift.core.models.gpt" in cache.code_modules(trainer.__name__)
+    _edit(gpt, text.replace('"""', '""" One space, and a sentence more.  ', 1) + "\n# a closing comment\n")
+    assert fingerprint() == before
+    _edit(gpt, text + "\nSCALE = 2.0\n")
+    assert fingerprint() != before
 
 
 def test_an_imported_module_keeps_the_fingerprint_of_the_code_it_runs(fake_package, monkeypatch):

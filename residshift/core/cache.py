@@ -5,7 +5,7 @@
 The key is the sha256 of the configuration as canonical JSON, a schema version and the
 *code fingerprint* (:func:`code_fingerprint`): the hash of the source of the given residshift
 modules and of every residshift module they import, directly or not (found statically with
-``ast``; blank lines and comment lines do not count). So a changed configuration never reuses a
+``ast``; only the code counts: comments, docstrings and layout do not). So a changed configuration never reuses a
 stale result, and neither does a fix to the code that computed it. Each entry is
 ``results/<kind>/<key>.pt`` (torch.save of tensors, numbers, strings, lists, dicts, numpy arrays and
 :func:`storable` classes), ``<key>.pt.sha256`` (its sha256, ``sha256sum`` format) and ``<key>.json``
@@ -59,6 +59,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import types
 import warnings
 from pathlib import Path
@@ -558,10 +559,28 @@ def verify_manifest(folder: Path) -> bool:
 
 
 def _normalized_source(text: str) -> str:
-    """The source without blank lines, comment-only lines or trailing spaces (cheap: a line scan;
-    a comment at the end of a code line still counts)."""
-    lines = (line.rstrip() for line in text.splitlines())
-    return "\n".join(line for line in lines if line and not line.lstrip().startswith("#"))
+    """The code of ``text`` without its prose: parsed and unparsed, so comments, blank lines and layout
+    drop out, with every string statement (docstrings) removed, so a key moves only when what runs does.
+    A fragment that does not parse falls back to dropping blank and comment-only lines."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        lines = (line.rstrip() for line in text.splitlines())
+        return "\n".join(line for line in lines if line and not line.lstrip().startswith("#"))
+    return ast.unparse(_NoDocstrings().visit(tree))
+
+
+class _NoDocstrings(ast.NodeTransformer):
+    """Drops statements that are only a string (a docstring does nothing when it runs)."""
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        super().generic_visit(node)
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and all(isinstance(b, ast.stmt) for b in body):
+            kept = [b for b in body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                                            and isinstance(b.value.value, str))]
+            node.body = kept or [ast.Pass()]
+        return node
 
 
 def _module_file(name: str) -> Path | None:
