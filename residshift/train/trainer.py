@@ -23,8 +23,8 @@ tokens/s). What this module adds:
   ``SHA256SUMS`` manifest, written to a temporary folder and renamed into place; checked whenever
   the run is reused) and ``summary.json`` (written last: its presence marks a finished run, which a
   rerun returns without training). While a process trains the run it holds
-  ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder is
-  refused with one line naming the holder (exit status 75); holding it, a starting run deletes the
+  ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder on
+  the same host is refused with one line naming the holder (exit status 75); holding it, a starting run deletes the
   temporary files and folders a killed write left (:func:`sweep_debris`). A killed run resumes from
   its checkpoint and ends exactly where an uninterrupted run ends (tested, also across a real
   process kill).
