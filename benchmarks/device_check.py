@@ -211,8 +211,9 @@ def d2h_copies(fn, device: str) -> int | None:
 
 def paper_steps_section(budget: Budget, cards: Path, *, device: str = "cuda", config=None,
                         dtype=torch.bfloat16, sizes: dict | None = None) -> dict:
-    """One step each of the paper profile's lens, tuned lens, token gates and sweep on a random-weight
-    Gemma-2-2B (``config``: ``Gemma2Config()`` unless a test passes a small one)."""
+    """The micro-batch the paper profile's trainer takes on this device, then one step each of the
+    paper profile's lens, tuned lens, token gates and sweep on a random-weight Gemma-2-2B (``config``:
+    ``Gemma2Config()`` unless a test passes a small one)."""
     from transformers import AutoTokenizer, Gemma2Config, Gemma2ForCausalLM
 
     from residshift.attenuate import gates as G, sweep
@@ -248,7 +249,22 @@ def paper_steps_section(budget: Budget, cards: Path, *, device: str = "cuda", co
         gates = G.make_gates("token", list(range(info.n_layers)), info.d_model).to(device)
         G.train_step(lm, info, gates, ids["gate"], bf16=bool(P["gate_bf16"]))
 
-    steps = {"lens_batch": lambda: lens.corpus_metrics(lm, info, ids["lens"], batch=sz["lens"][0]),
+    def trainer_micro_batch():
+        """The paper profile's trainer on this one device: how many of its 256 windows of 1,024 tokens
+        one forward and backward takes (``trainer.fit_micro_batch``; the rest is accumulation)."""
+        from residshift.train import trainer as T
+        from residshift.train.from_profile import profile_config
+
+        tc = profile_config("paper").resolved(device)
+        vocab = tc.vocab or 50304
+        model = T.init_model(tc, vocab).to(device)
+        size = T.fit_micro_batch(tc, model, tc.batch_size, vocab, device)
+        out["trainer_micro_batch"] = {"share": tc.batch_size, "micro_batch": size, "bf16": tc.bf16,
+                                      "context": tc.context}
+        del model
+
+    steps = {"trainer_micro_batch": trainer_micro_batch,
+             "lens_batch": lambda: lens.corpus_metrics(lm, info, ids["lens"], batch=sz["lens"][0]),
              "tuned_lens_step": tuned_step, "token_gate_step": gate_step,
              "sweep_cell": lambda: sweep.sweep_windows(lm, info, ids["sweep"], sweep.SweepConfig(
                  model=info.name, layers=[mid], alphas=[0.0], n_windows=sz["sweep"][0], batch_size=sz["sweep"][0],

@@ -62,11 +62,14 @@ def stop_index(evals: list[dict], kept: list[list[float]], rel_tol: float, patie
     return None
 
 
+GRID = [(tol, pat) for tol in (0.01, 0.005, 0.0025) for pat in (2, 3, 4, 6)]  # the mean rule's settings tried
+
+
 def replay(report: dict) -> dict:
     cfg = report["config"]
     evals = [h for h in report["history"] if isinstance(h, dict) and "kl" in h]
     rel_tol, patience = float(cfg["rel_tol"]), int(cfg["patience"])
-    kept = kept_curve(evals, rel_tol)
+    kept = kept_curve(evals, rel_tol)  # the layers keep their states as the fit counted them
     end = len(evals) - 1
     final = sum(kept[end]) / len(kept[end])
     row = {"model": report["model"], "steps_cap": cfg["steps"], "eval_every": cfg["eval_every"],
@@ -80,6 +83,13 @@ def replay(report: dict) -> dict:
         row[rule] = {"stop_step": evals[j]["step"], "mean_kl": m, "cost_pct": 100 * (m - final) / final,
                      "share_of_gain": (row["start_mean_kl"] - m) / (row["start_mean_kl"] - final)
                      if row["start_mean_kl"] > final else None}
+    row["mean_rule_grid"] = []
+    for tol, pat in GRID:  # the mean rule at other settings (the layers keep their states as above)
+        j = stop_index(evals, kept, tol, pat, "mean")
+        j = end if j is None else j
+        m = sum(kept[j]) / len(kept[j])
+        row["mean_rule_grid"].append({"rel_tol": tol, "patience": pat, "stop_step": evals[j]["step"],
+                                      "cost_pct": 100 * (m - final) / final})
     return row
 
 
@@ -99,6 +109,9 @@ def main() -> None:
               f"at step {r['fit_steps']} ({r['fit_seconds']:.0f} s); the mean rule would stop at "
               f"{r['mean']['stop_step']} with {r['mean']['share_of_gain']:.1%} of the KL gain, mean early-stopping "
               f"KL {r['mean']['mean_kl']:.4f} vs {r['final_mean_kl']:.4f} (+{r['mean']['cost_pct']:.2f}%)")
+        for g in r["mean_rule_grid"]:
+            print(f"  mean rule, rel_tol {g['rel_tol']}, patience {g['patience']}: stops at {g['stop_step']}, "
+                  f"+{g['cost_pct']:.2f}%")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -116,7 +116,9 @@ def test_paper_steps_run_each_stage_once_on_a_random_gemma2(tmp_path):
     out = device_check.paper_steps_section(device_check.Budget(600), tmp_path, device="cpu", config=cfg,
                                            dtype=torch.float32, sizes={k: (2, 12) for k in ("lens", "tuned", "gate", "sweep")})
     assert out["model"]["layers"] == 3 and out["model"]["softcap"]
-    assert set(out["steps"]) == {"lens_batch", "tuned_lens_step", "token_gate_step", "sweep_cell"}
+    assert set(out["steps"]) == {"trainer_micro_batch", "lens_batch", "tuned_lens_step", "token_gate_step", "sweep_cell"}
+    tm = out["trainer_micro_batch"]
+    assert (tm["share"], tm["micro_batch"], tm["context"]) == (256, 256, 1024)  # a CPU: the share in one pass
     assert all(r["seconds"] > 0 for r in out["steps"].values()), out["steps"]
     assert device_check.d2h_copies(lambda: None, "cpu") is None
     assert device_check.previous_lens_speeds(tmp_path / "absent.json") == {}

@@ -129,6 +129,7 @@ def test_every_profile_gives_a_config(profile):
     (dict(mode="learned", alpha=0.5), "only apply to mode 'fixed'"),
     (dict(lr=0.0), "lr must be"),
     (dict(batch_size=0), "batch_size"),
+    (dict(micro_batch=0), "micro_batch must be 'auto' or a positive integer"),
     (dict(val_corpus=None), "needs a streamed corpus"),
     (dict(corpus={"name": "x"}), "with 'path'"),
 ])
@@ -262,6 +263,25 @@ def test_a_killed_process_resumes_to_the_same_curve(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert losses(out) == pytest.approx(losses(full), abs=1e-6)
     assert same_evals(evals(out), evals(full), 1e-6)
+
+
+def test_a_step_in_parts_equals_the_step_at_once(tmp_path):
+    """What lets one GPU train the paper profile: the windows of a micro-step run in parts of
+    ``micro_batch`` (each part's loss weighted by its share), with accumulation over micro-steps, and
+    the run is the same run up to floating-point order."""
+    c = cfg(batch_size=8, accumulate=2, tokens=32 * 16 * 6)
+    whole = T.train(c, tmp_path / "whole", progress=False)
+    parts = T.train(c.with_(micro_batch=2), tmp_path / "parts", progress=False)
+    assert T.read_summary(whole)["micro_batch"] == 8 and T.read_summary(parts)["micro_batch"] == 2
+    assert losses(parts) == pytest.approx(losses(whole), abs=1e-5)
+    assert same_evals(evals(parts), evals(whole), 1e-5)
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(whole / "model" / "model.safetensors"), load_file(parts / "model" / "model.safetensors")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+    with pytest.raises(T.TrainError, match="micro_batch 3 must divide the windows each process takes"):
+        T.train(c.with_(micro_batch=3), tmp_path / "three", progress=False)
+    assert not (tmp_path / "three").exists()  # refused before anything was written
 
 
 @pytest.mark.slow

@@ -1,14 +1,18 @@
-"""One trainer per run folder: an exclusive ``fcntl`` lock on ``<run>/train.lock``.
+"""One trainer per run folder on one host: an exclusive ``fcntl.flock`` on ``<run>/train.lock``.
 
 :func:`run_lock` holds it for a block; :func:`run_locked` probes whether another process holds it.
-The trainer (``residshift.train.trainer``) holds it while it trains a run, so two trainers never
-train the same folder: the second is refused at once (``python -m residshift train`` exits with
-status 75), and the grid launcher (``python -m residshift train-grid``) skips such a run
+The trainer (``residshift.train.trainer``) holds it while it trains a run, so two trainers on the same
+host never train the same folder: the second is refused at once (``python -m residshift train`` exits
+with status 75), and the grid launcher (``python -m residshift train-grid``) skips such a run
 (``running``).
 
 The file names its holder and is removed on release; a killed holder leaves the file but not the
-lock (the kernel drops it), so the next process takes it. ``flock`` is per host: on a network file
-system shared by several hosts it may not exclude a process on another host.
+lock (the kernel drops it), so the next process takes it.
+
+What it does not do: exclude a process on another host. ``flock`` is per host, and on a network file
+system shared by several hosts (NFS, Lustre) it may not be seen across them. On a cluster, one run is
+one job (``train-grid --engine submitit`` submits each run once, as a Slurm array task; see
+``docs/guide.md``), and that, not this lock, keeps two hosts off one folder.
 """
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ tokens/s). What this module adds:
   ``SHA256SUMS`` manifest, written to a temporary folder and renamed into place; checked whenever
   the run is reused) and ``summary.json`` (written last: its presence marks a finished run, which a
   rerun returns without training). While a process trains the run it holds
-  ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder is
-  refused with one line naming the holder (exit status 75); holding it, a starting run deletes the
+  ``train.lock`` (:func:`residshift.train.lock.run_lock`), so a second trainer of the same folder on
+  the same host is refused with one line naming the holder (exit status 75); holding it, a starting run deletes the
   temporary files and folders a killed write left (:func:`sweep_debris`). A killed run resumes from
   its checkpoint and ends exactly where an uninterrupted run ends (tested, also across a real
   process kill).
@@ -137,7 +137,10 @@ class TrainConfig:
     ``split``, ``val_corpus`` / ``val_split`` (None = the first ``val_tokens`` tokens of a streamed
     corpus), ``eval_windows`` (validation windows per evaluation). Optimisation: ``tokens`` (the
     training budget: ``steps = ceil(tokens / tokens_per_step)``), ``batch_size`` (windows per
-    micro-step, all processes together), ``accumulate``, ``lr``, ``betas``, ``weight_decay`` (2-D
+    micro-step, all processes together), ``accumulate``, ``micro_batch`` (windows per forward pass in
+    one process, a divisor of its share ``batch_size // world``; ``"auto"``: the whole share on a CPU,
+    on a GPU the largest divisor whose forward and backward fit, :func:`fit_micro_batch`; the same
+    step either way, its gradients summed over the parts), ``lr``, ``betas``, ``weight_decay`` (2-D
     weights only), ``warmup`` (steps), ``min_lr_ratio`` (cosine floor), ``grad_clip``,
     ``eval_every`` and ``checkpoint_every`` (steps), ``seed``, ``bf16`` and ``compile`` (None = the
     device default, ``DEVICE_DEFAULTS``), ``gate_lr`` (None: the learned gates, scalars and backout
@@ -174,6 +177,7 @@ class TrainConfig:
     tokens: int = 1_000_000
     batch_size: int = field(default=16, metadata=profiles.key("batch"))
     accumulate: int = 1
+    micro_batch: int | str = "auto"
     lr: float = 2e-3
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = 0.1
@@ -216,6 +220,9 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 bad(f"{name} must be an integer >= 0, got {v!r}")
+        if self.micro_batch != "auto" and (not isinstance(self.micro_batch, int) or isinstance(self.micro_batch, bool)
+                                           or self.micro_batch < 1):
+            bad(f"micro_batch must be 'auto' or a positive integer, got {self.micro_batch!r}")
         if self.eval_windows is not None and (not isinstance(self.eval_windows, int) or self.eval_windows < 1):
             bad(f"eval_windows must be None (all) or a positive integer, got {self.eval_windows!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
@@ -464,6 +471,44 @@ def load_data(cfg: TrainConfig, tokenizer, *, progress: bool = False) -> Data:
     return Data(train=train, val=val, unigram_train=unigram, source=source)
 
 
+def fit_micro_batch(cfg: TrainConfig, model, share: int, vocab: int, device: str) -> int:
+    """Windows per forward pass for a process whose share of a micro-step is ``share``.
+
+    A number in ``cfg.micro_batch`` must divide ``share``. ``"auto"``: ``share`` on a CPU (the step as
+    one pass); on a GPU the largest divisor of ``share`` for which one forward and backward of random
+    windows at the run's context and precision fits the device, tried from ``share`` down, halving on
+    an out-of-memory error (the paper profile's share of 256 windows x 1,024 tokens does not fit one
+    GPU at once). The parts of a micro-step sum to its gradient, so the step is the same up to
+    floating-point order (tested on CPU)."""
+    if cfg.micro_batch != "auto":
+        if share % cfg.micro_batch:
+            raise TrainError(f"micro_batch {cfg.micro_batch} must divide the windows each process takes per "
+                             f"micro-step ({share} = batch_size {cfg.batch_size} // processes): pick a divisor "
+                             "or 'auto'")
+        return cfg.micro_batch
+    if torch.device(device).type != "cuda":
+        return share
+    sizes = [d for d in range(share, 0, -1) if share % d == 0]
+    size = share
+    while True:
+        try:
+            x = torch.randint(vocab, (size, cfg.context), device=device)
+            with _autocast(device, cfg.bf16):
+                logits = model(x).logits
+            next_token_losses(logits, x).mean().backward()
+            return size
+        except torch.cuda.OutOfMemoryError:
+            smaller = [d for d in sizes if d <= size // 2]
+            if not smaller:
+                raise TrainError(f"one window of {cfg.context} tokens does not fit {device} for a forward and "
+                                 "backward: shorten the context or use a device with more memory") from None
+            size = smaller[0]
+        finally:
+            model.zero_grad(set_to_none=True)
+            logits = x = None
+            torch.cuda.empty_cache()
+
+
 def _autocast(device: str, enabled: bool):
     if not enabled:
         return contextlib.nullcontext()
@@ -654,6 +699,7 @@ def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, 
     t_model = time.perf_counter()
     model = init_model(cfg, vocab, tokenizer).to(device)
     model.train()
+    micro_size = fit_micro_batch(cfg, model, cfg.batch_size // ddp.world, vocab, device)  # before any write
     if ddp.main:
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "config.json", json.dumps(
@@ -672,18 +718,24 @@ def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, 
     def step_fn(step: int, micro: int, backward) -> torch.Tensor:
         x = data.train.batch(step, micro, batch_size=cfg.batch_size, accumulate=cfg.accumulate, seed=cfg.seed,
                              rank=ddp.rank, world=ddp.world).to(device, non_blocking=True)
-        with _autocast(device, cfg.bf16):
-            logits = forward(x).logits
-        loss = next_token_losses(logits, x).mean()
-        backward(loss)
-        loss = loss.detach()
+        parts = x.split(micro_size)
+        loss = torch.zeros((), device=device)
+        for j, part in enumerate(parts):  # one part unless the share does not fit the device at once
+            with no_sync() if no_sync is not None and j < len(parts) - 1 else contextlib.nullcontext():
+                with _autocast(device, cfg.bf16):
+                    logits = forward(part).logits
+                part_loss = next_token_losses(logits, part).mean()
+                if len(parts) > 1:  # each part's share of the micro-step's mean
+                    part_loss = part_loss * (len(part) / len(x))
+                backward(part_loss)
+            loss += part_loss.detach()
         if ddp.world > 1:  # the logged loss is the whole batch's (rank 0 writes the log)
             loss = ddp.all_sum(loss.clone()) / ddp.world
         return loss
 
     val = data.val
     mine = val[ddp.rank::ddp.world]  # this process's share of the validation windows
-    eval_batch = max(1, cfg.batch_size // ddp.world)
+    eval_batch = micro_size
 
     def eval_fn() -> float:
         model.eval()
@@ -711,7 +763,7 @@ def _train_locked(cfg: TrainConfig, run: Path, key: str, tokenizer, vocab: int, 
         raise TrainError(str(err)) from err
     if result.finished and ddp.main:
         _finish(cfg, run, key, model, tokenizer, data, result, vocab=vocab, device=device, world=ddp.world,
-                t_start=t_start, t_model=t_model)
+                t_start=t_start, t_model=t_model, micro_size=micro_size)
     ddp.barrier()
     return run
 
@@ -734,7 +786,7 @@ def _check_run_config(run: Path, key: str) -> None:
 
 
 def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data, result, *, vocab: int,
-            device: str, world: int, t_start: float, t_model: float) -> None:
+            device: str, world: int, t_start: float, t_model: float, micro_size: int) -> None:
     """Save the model and the tokenizer (atomically), then the summary (marks the run finished)."""
     evals = result.evals
     losses = result.train_loss
@@ -755,7 +807,8 @@ def _finish(cfg: TrainConfig, run: Path, key: str, model, tokenizer, data: Data,
         # from building the model to here (steps, evaluations, checkpoints; not the tokenizer and the
         # token caches, which the runs of a grid share): what one more run costs
         "run_seconds_last_call": time.perf_counter() - t_model,
-        "learned": model.learned_scalars(), "device": device, "world_size": world,
+        "learned": model.learned_scalars(), "device": device, "world_size": world, "micro_batch": micro_size,
+        "tf32": torch.device(device).type == "cuda" and torch.backends.cuda.matmul.allow_tf32,
         "torch": torch.__version__, "data": {**data.source, "val_windows": int(len(data.val))},
     }
     _save_model(model, tokenizer, run / "model")
